@@ -1,0 +1,57 @@
+"""Fixed-point building blocks for gateware, bit-exact with :mod:`tandem.host.fixed`.
+
+These return Amaranth expressions; the caller registers them where its pipeline needs a cut.
+The rounding modes carry the same names and meanings as in :mod:`tandem.host.fixed`.
+"""
+
+from amaranth.hdl import Const, Mux, Shape, Value
+
+from tandem.host.fixed import ROUNDING_MODES, value_range
+
+__all__ = ["round_shift_right", "saturate"]
+
+
+def round_shift_right(value: Value, shift: "int | Value", rounding: str = "half_up") -> Value:
+    """``value / 2**shift`` rounded as named; ``shift`` is a constant or an unsigned signal.
+
+    The result is one bit wider than ``value`` where rounding can carry, so rounding up never
+    wraps; narrow it with :func:`saturate`.
+    """
+    if rounding not in ROUNDING_MODES:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDING_MODES)}, not {rounding!r}")
+    value = Value.cast(value)
+    if isinstance(shift, int):
+        if shift < 0:
+            raise ValueError(f"shift must be non-negative, not {shift!r}")
+        if shift == 0:
+            return value
+        half = 1 << (shift - 1)
+        floor = value >> shift
+        if rounding == "floor":
+            return floor
+        if rounding == "half_up":
+            return (value + half) >> shift
+        remainder = value.as_unsigned()[:shift]
+        up = (remainder > half) | ((remainder == half) & floor[0])
+        return floor + up
+    shift = Value.cast(shift)
+    floor = value >> shift
+    if rounding == "floor":
+        return floor
+    half = (Const(1, 1) << shift) >> 1
+    if rounding == "half_up":
+        return (value + half) >> shift
+    remainder = (value - (floor << shift)).as_unsigned()
+    up = (remainder > half) | ((remainder == half) & (shift != 0) & floor[0])
+    return floor + up
+
+
+def saturate(value: Value, shape: Shape) -> Value:
+    """Clamp ``value`` into the range of ``shape`` and narrow it to that shape."""
+    shape = Shape.cast(shape)
+    lo, hi = value_range(shape.width, shape.signed)
+    value = Value.cast(value)
+    clamped = Mux(value > hi, hi, Mux(value < lo, lo, value))
+    return clamped.as_signed()[: shape.width].as_signed() if shape.signed else clamped[
+        : shape.width
+    ]

@@ -1,0 +1,1 @@
+"""Board and GPU descriptions (YAML data files), read through :mod:`tandem.boards`."""

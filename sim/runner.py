@@ -1,0 +1,268 @@
+"""Run a design's cocotb regression on its generated Verilog, in Verilator or Icarus.
+
+A thin layer over :func:`cocotb_tools.runner.get_runner`:
+
+* the Verilog comes from :func:`tandem.generate.generate`, so the simulated RTL is exactly what
+  ``tandem generate`` writes;
+* each simulator build is cached by (design, parameters, simulator and its version, tandem
+  version, Verilog hash, waves) under ``~/.cache/tandem/sim`` and reused across runs and
+  pytest workers (a file lock serializes concurrent builds of the same key);
+* the testbench finds the design and its parameters through the manifest, passed as the plusarg
+  ``+tandem_manifest=...``, and writes its figures (cycles, transfers) to
+  ``+tandem_results=...``;
+* the outcome is a :class:`SimResult`: pass/fail per test, the seed, simulated cycles.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import xml.etree.ElementTree as ET
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tandem.config import Params
+from tandem.generate import generate, tool_versions
+from tandem.registry import Design
+
+from .toolchain import prepare, simulator_version
+
+__all__ = ["SimResult", "TestOutcome", "default_cache_dir", "run_regression"]
+
+
+def default_cache_dir() -> Path:
+    """Where simulator builds are cached: ``$XDG_CACHE_HOME/tandem/sim`` or ``~/.cache/...``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tandem" / "sim"
+
+
+@dataclass
+class TestOutcome:
+    """One cocotb test of a regression."""
+
+    name: str
+    passed: bool
+    message: str = ""
+    sim_time_ns: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SimResult:
+    """Outcome of :func:`run_regression`."""
+
+    design: str
+    simulator: str
+    seed: int
+    tests: list[TestOutcome]
+    log_file: Path
+    run_dir: Path
+    build_dir: Path
+    build_cached: bool
+    waves: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        """True when at least one test ran and none failed."""
+        return bool(self.tests) and all(t.passed for t in self.tests)
+
+    @property
+    def cycles(self) -> int:
+        """Simulated clock cycles, summed over the tests."""
+        return int(sum(t.figures.get("cycles", 0) for t in self.tests))
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        lines = [
+            f"{self.design} on {self.simulator} (seed {self.seed}, "
+            f"build {'cached' if self.build_cached else 'new'}): "
+            f"{sum(t.passed for t in self.tests)} passed, "
+            f"{sum(not t.passed for t in self.tests)} failed"
+        ]
+        for t in self.tests:
+            figures = ", ".join(f"{k}={_fmt(v)}" for k, v in t.figures.items())
+            status = "PASS" if t.passed else "FAIL"
+            lines.append(f"  {status} {t.name}" + (f"  [{figures}]" if figures else ""))
+            if t.message:
+                lines.append(f"       {t.message}")
+        lines.append(f"log: {self.log_file}")
+        if self.waves is not None:
+            lines.append(f"waves: {self.waves}")
+        return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _cache_key(design: Design, params: Params, simulator: str, verilog_sha: str, waves: bool):
+    key = {
+        "design": design.name,
+        "params": params.to_dict(),
+        "simulator": simulator,
+        "simulator_version": simulator_version(simulator),
+        "tools": tool_versions(),
+        "verilog": verilog_sha,
+        "waves": waves,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _build_args(simulator: str) -> list[str]:
+    if simulator == "verilator":
+        # Amaranth's Verilog trips width lints that are intentional; keep them as warnings.
+        return ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2"]
+    return []
+
+
+def _parse_results_xml(path: Path) -> list[TestOutcome]:
+    if not path.exists():
+        return []
+    outcomes = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        message = ""
+        if failure is not None:
+            message = (failure.get("message") or failure.text or "failed").strip().splitlines()
+            message = message[-1] if message else "failed"
+        outcomes.append(
+            TestOutcome(
+                name=case.get("name", "?"),
+                passed=failure is None and case.find("skipped") is None,
+                message=message,
+                sim_time_ns=float(case.get("sim_time_ns", 0) or 0),
+            )
+        )
+    return outcomes
+
+
+def run_regression(
+    design: Design,
+    params: Params,
+    *,
+    simulator: str = "verilator",
+    seed: int | None = None,
+    waves: bool = False,
+    run_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    testcase: str | None = None,
+    quiet: bool = True,
+) -> SimResult:
+    """Build (or reuse) the simulator model of ``design`` and run its cocotb module.
+
+    Parameters
+    ----------
+    design, params
+        What to simulate.
+    simulator
+        ``"verilator"`` or ``"icarus"``.
+    seed
+        Random seed of the stimulus; a fresh one is drawn (and reported) when None.
+    waves
+        Dump a waveform (FST for Icarus, VCD for Verilator) into ``run_dir``.
+    run_dir
+        Where the log, results and waves go (default ``build/sim/<design>-<simulator>``).
+    cache_dir
+        Root of the build cache (default :func:`default_cache_dir`).
+    testcase
+        Run only this cocotb test.
+    quiet
+        Send the simulator's output only to the log file.
+    """
+    from cocotb_tools.runner import get_runner
+
+    prepare(simulator)
+    seed = random.randrange(1, 2**31) if seed is None else int(seed)
+    generated = generate(design, params)
+    files = generated.files()
+    sha = generated.manifest["verilog"]["sha256"]
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    build_dir = cache_root / f"{design.name}-{simulator}-{_cache_key(design, params, simulator, sha, waves)}"
+    run_dir = Path(run_dir) if run_dir is not None else Path("build") / "sim" / f"{design.name}-{simulator}"
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    runner = get_runner(simulator)
+    built_marker = build_dir / ".tandem-built"
+    cached = True
+    with _locked(cache_root / f".{build_dir.name}.lock"):
+        if not built_marker.exists():
+            cached = False
+            build_dir.mkdir(parents=True, exist_ok=True)
+            for name, content in files.items():
+                (build_dir / name).write_bytes(content)
+            with open(build_dir / "build.log", "w") as log, redirect_stdout(log):
+                runner.build(
+                    sources=[build_dir / f"{design.name}.v"],
+                    hdl_toplevel=design.top,
+                    build_dir=build_dir,
+                    build_args=_build_args(simulator),
+                    timescale=("1ns", "1ps"),
+                    waves=waves,
+                    log_file=build_dir / "build.log",
+                )
+            built_marker.write_text("ok\n")
+
+    manifest_path = run_dir / f"{design.name}.manifest.json"
+    manifest_path.write_bytes(files[f"{design.name}.manifest.json"])
+    results_json = run_dir / "results.json"
+    results_xml = run_dir / "results.xml"
+    log_file = run_dir / "sim.log"
+    for stale in (results_json, results_xml):
+        stale.unlink(missing_ok=True)
+    plusargs = [f"+tandem_manifest={manifest_path}", f"+tandem_results={results_json}"]
+    if waves and simulator == "icarus":
+        plusargs.append(f"+dumpfile_path={run_dir / (design.top + '.fst')}")
+    try:
+        runner.test(
+            test_module=design.testbench,
+            hdl_toplevel=design.top,
+            hdl_toplevel_lang="verilog",
+            build_dir=build_dir,
+            test_dir=run_dir,
+            seed=seed,
+            waves=waves,
+            testcase=testcase,
+            plusargs=plusargs,
+            results_xml=str(results_xml),
+            log_file=log_file if quiet else None,
+        )
+    except SystemExit:
+        # cocotb's runner exits when a test fails under pytest; the XML tells us which.
+        pass
+    tests = _parse_results_xml(results_xml)
+    if results_json.exists():
+        figures = json.loads(results_json.read_text())
+        for test in tests:
+            test.figures.update(figures.get(test.name, {}))
+    waves_file = None
+    if waves:
+        candidates = sorted(run_dir.glob("*.fst")) + sorted(run_dir.glob("*.vcd"))
+        waves_file = candidates[0] if candidates else None
+    return SimResult(
+        design=design.name,
+        simulator=simulator,
+        seed=seed,
+        tests=tests,
+        log_file=log_file,
+        run_dir=run_dir,
+        build_dir=build_dir,
+        build_cached=cached,
+        waves=waves_file,
+    )

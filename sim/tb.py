@@ -1,0 +1,126 @@
+"""Testbench base for cocotb modules: clock, reset, design context, figures, stream checks.
+
+The runner passes the manifest of the generated Verilog as ``+tandem_manifest=PATH``; the
+testbench rebuilds the design's parameter set from it, so the stimulus, the golden model and
+the RTL all read the same parameters. Figures a test measures (cycles, transfers per cycle) go
+to ``+tandem_results=PATH`` as JSON keyed by test name.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+
+from tandem.registry import get_design
+
+from .scoreboard import Scoreboard
+from .stream import StreamSink, StreamSource, random_pause
+
+__all__ = ["StreamTestbench", "run_stream_check"]
+
+CLOCK_PERIOD_NS = 10
+
+
+class StreamTestbench:
+    """Owns the clock, reset, the design's parameters and its stream ports.
+
+    Attributes
+    ----------
+    design, params, manifest
+        The registered design, its parameter set and the generated Verilog's manifest.
+    rng
+        numpy Generator seeded with cocotb's random seed (printed by cocotb at start-up).
+    """
+
+    def __init__(self, dut):
+        self.dut = dut
+        manifest_path = cocotb.plusargs.get("tandem_manifest")
+        if not manifest_path:
+            raise RuntimeError("run this testbench through tandem.sim.runner (no manifest given)")
+        self.manifest: dict[str, Any] = json.loads(Path(str(manifest_path)).read_text())
+        self.design = get_design(self.manifest["design"])
+        self.params = self.design.params(**self.manifest["params"])
+        self.seed = int(cocotb.RANDOM_SEED)
+        self.rng = np.random.default_rng(self.seed)
+        self.clock = dut.clk
+        self.reset_signal = dut.rst
+        cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
+        self._sources: dict[str, StreamSource] = {}
+        self._sinks: dict[str, StreamSink] = {}
+
+    def source(self, name: str = "i") -> StreamSource:
+        """Driver of input stream ``name`` (created once)."""
+        if name not in self._sources:
+            self._sources[name] = StreamSource(self.dut, name, self.clock, self.reset_signal)
+        return self._sources[name]
+
+    def sink(self, name: str = "o") -> StreamSink:
+        """Monitor of output stream ``name``; signedness comes from the manifest."""
+        if name not in self._sinks:
+            signed = bool(self.manifest["streams"][name]["payload_signed"])
+            self._sinks[name] = StreamSink(
+                self.dut, name, self.clock, self.reset_signal, signed=signed
+            )
+        return self._sinks[name]
+
+    async def reset(self, cycles: int = 2) -> None:
+        """Hold reset for ``cycles`` clock cycles; queued stimulus is dropped."""
+        for source in self._sources.values():
+            source.clear()
+        self.reset_signal.value = 1
+        await ClockCycles(self.clock, cycles)
+        self.reset_signal.value = 0
+        for sink in self._sinks.values():
+            sink.queue.clear()
+        await RisingEdge(self.clock)
+
+    def now_cycles(self) -> int:
+        """Simulated clock cycles since time zero."""
+        return int(cocotb.utils.get_sim_time("ns") // CLOCK_PERIOD_NS)
+
+    def record(self, test_name: str, **figures: Any) -> None:
+        """Store figures for ``test_name`` in the results file the runner reads back."""
+        path = cocotb.plusargs.get("tandem_results")
+        if not path:
+            return
+        path = Path(str(path))
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data.setdefault(test_name, {}).update(figures)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+async def run_stream_check(
+    tb: StreamTestbench,
+    test_name: str,
+    inputs,
+    expected,
+    *,
+    valid_gaps: float = 0.0,
+    backpressure: float = 0.0,
+) -> dict[str, Any]:
+    """Stream ``inputs`` through the design and compare every output with ``expected``.
+
+    One output is expected per element of ``expected``. Records and returns ``cycles`` (first
+    input offered to last output taken), ``transfers`` and ``throughput`` (outputs per cycle).
+    """
+    source, sink = tb.source("i"), tb.sink("o")
+    source.set_pause_generator(random_pause(tb.rng, valid_gaps) if valid_gaps else None)
+    sink.set_pause_generator(random_pause(tb.rng, backpressure) if backpressure else None)
+    start = tb.now_cycles()
+    source.send_all(int(v) for v in inputs)
+    # Generous bound: every transfer stalled by gaps and backpressure, plus pipeline latency.
+    limit = (len(expected) + len(inputs)) * 40 + 1000
+    actual = await with_timeout(sink.recv_n(len(expected)), limit * CLOCK_PERIOD_NS, "ns")
+    cycles = tb.now_cycles() - start
+    Scoreboard(f"{tb.design.name}.{test_name}", expected, inputs).check(actual)
+    figures = {
+        "cycles": cycles,
+        "transfers": len(expected),
+        "throughput": round(len(expected) / max(cycles, 1), 4),
+    }
+    tb.record(test_name, **figures)
+    return figures

@@ -1,0 +1,17 @@
+"""Registrations of the designs that ship with tandem: one entry per design."""
+
+from tandem.host.exp2 import Exp2Params, exp2_golden
+from tandem.hw.common.exp2 import Exp2
+
+from .registry import Design, register
+
+register(
+    Design(
+        name="exp2",
+        summary="2**x for x <= 0 in fixed point (softmax core): table + linear interpolation",
+        params=Exp2Params,
+        generator=Exp2,
+        golden=exp2_golden,
+        testbench="tandem.sim.common.exp2_tb",
+    )
+)

@@ -6,6 +6,7 @@ the RTL all read the same parameters. Figures a test measures (cycles, transfers
 to ``+tandem_results=PATH`` as JSON keyed by test name.
 """
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from tandem.registry import get_design
 from .scoreboard import Scoreboard
 from .stream import StreamSink, StreamSource, random_pause
 
-__all__ = ["StreamTestbench", "run_stream_check"]
+__all__ = ["StreamTestbench", "run_reset_check", "run_stream_check"]
 
 CLOCK_PERIOD_NS = 10
 
@@ -124,3 +125,16 @@ async def run_stream_check(
     }
     tb.record(test_name, **figures)
     return figures
+
+
+async def run_reset_check(tb: StreamTestbench, test_name: str, fill, inputs) -> dict[str, Any]:
+    """Fill the pipeline with ``fill`` against a stalled output, reset, then check ``inputs``.
+
+    Anything the design kept from before the reset would come out first and fail the check.
+    """
+    source, sink = tb.source("i"), tb.sink("o")
+    sink.set_pause_generator(itertools.repeat(True))
+    source.send_all(int(v) for v in fill)
+    await ClockCycles(tb.clock, 4 * (tb.manifest.get("latency") or 1) + 8)
+    await tb.reset()
+    return await run_stream_check(tb, test_name, inputs, tb.design.golden(tb.params, inputs))

@@ -1,0 +1,126 @@
+"""``reciprocal`` gateware: 1/x for positive fixed-point x. Method: :mod:`tandem.host.reciprocal`."""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from tandem.host.reciprocal import ReciprocalParams, reciprocal_seed_table
+
+from .fixed import round_shift_right, saturate
+from .pipeline import stall_all_pipeline
+
+__all__ = ["Reciprocal", "leading_one"]
+
+
+def leading_one(m: Module, value, name: str = "msb") -> Signal:
+    """Position of ``value``'s most significant set bit (0 when ``value`` is 0), combinational."""
+    position = Signal(range(max(len(value), 2)), name=name)
+    for bit in range(len(value)):  # later assignments win: the highest set bit
+        with m.If(value[bit]):
+            m.d.comb += position.eq(bit)
+    return position
+
+
+class Reciprocal(wiring.Component):
+    """1/x for unsigned fixed-point x, saturating. One result per cycle.
+
+    Stages: (1) find the leading one; (2) normalize x to m in [1, 2) and read the seed 1/m;
+    then two stages per Newton-Raphson step (m*y, then y*(2 - m*y)); (last) scale by the
+    exponent, round and saturate. Latency ``3 + 2 * newton_steps`` cycles.
+
+    Parameters
+    ----------
+    params : ReciprocalParams
+        Formats and iteration count; the seed ROM holds
+        :func:`tandem.host.reciprocal.reciprocal_seed_table`, as the golden model does.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(unsigned(params.in_bits)))
+        x, ``params.in_frac_bits`` fraction bits.
+    o : Out(stream.Signature(unsigned(params.out_bits)))
+        1/x, ``params.out_frac_bits`` fraction bits; all ones when it does not fit (or x = 0).
+    """
+
+    def __init__(self, params: ReciprocalParams):
+        if not isinstance(params, ReciprocalParams):
+            raise TypeError(f"params must be a ReciprocalParams, not {params!r}")
+        self.params = params
+        self.LATENCY = 3 + 2 * params.newton_steps
+        super().__init__(
+            {
+                "i": In(stream.Signature(unsigned(params.in_bits))),
+                "o": Out(stream.Signature(unsigned(params.out_bits))),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        w = p.work_frac_bits
+        m = Module()
+        enable = stall_all_pipeline(m, self.i, self.o, self.LATENCY, name="recip")
+
+        def stage(signal_or_width, value, name):
+            reg = Signal(signal_or_width, name=name)
+            with m.If(enable):
+                m.d.sync += reg.eq(value)
+            return reg
+
+        msb_shape = range(max(p.in_bits, 2))
+        # Stage 1: leading one.
+        x1 = stage(p.in_bits, self.i.payload, "x1")
+        msb1 = stage(msb_shape, leading_one(m, self.i.payload), "msb1")
+        zero1 = stage(1, self.i.payload == 0, "zero1")
+
+        # Stage 2: normalize; the seed ROM reads in the same cycle.
+        seeds = reciprocal_seed_table(p)
+        m.submodules.seed_rom = rom = Memory(
+            shape=unsigned(w + 1), depth=len(seeds), init=seeds.tolist()
+        )
+        port = rom.read_port(domain="sync")
+        normalized = Signal(w + 1)
+        normalize_shift = Signal(range(w + 1))  # w >= in_bits - 1 >= msb: never negative
+        m.d.comb += [
+            normalize_shift.eq(w - msb1),
+            normalized.eq(x1 << normalize_shift),
+            port.addr.eq(normalized[w - p.seed_bits : w]),
+            port.en.eq(enable),
+        ]
+        mantissa = stage(w + 1, normalized, "mantissa2")
+        msb = stage(msb_shape, msb1, "msb2")
+        zero = stage(1, zero1, "zero2")
+        estimate = port.data
+
+        # Newton-Raphson: y <- y * (2 - m*y), two stages per step.
+        y_width = w + 2
+        for step in range(p.newton_steps):
+            tag = f"nr{step}"
+            product = stage(2 * w + 4, mantissa * estimate, f"{tag}_my")
+            y_held = stage(y_width, estimate, f"{tag}_y")
+            mantissa = stage(w + 1, mantissa, f"{tag}_m_a")
+            msb = stage(msb_shape, msb, f"{tag}_msb_a")
+            zero = stage(1, zero, f"{tag}_zero_a")
+
+            correction = Signal(w + 3, name=f"{tag}_two_minus_my")
+            m.d.comb += correction.eq((2 << w) - round_shift_right(product, w))
+            scaled = stage(2 * w + 6, y_held * correction, f"{tag}_y2my")
+            mantissa = stage(w + 1, mantissa, f"{tag}_m_b")
+            msb = stage(msb_shape, msb, f"{tag}_msb_b")
+            zero = stage(1, zero, f"{tag}_zero_b")
+            rounded = Signal(y_width, name=f"{tag}_y_next")
+            m.d.comb += rounded.eq(round_shift_right(scaled, w))
+            estimate = rounded
+
+        # Last stage: y * 2**(in_frac - msb) into the output format.
+        shift_amount = Signal(range(p.final_shift(p.in_bits - 1) + 1), name="final_shift")
+        m.d.comb += shift_amount.eq(msb + (w - p.in_frac_bits - p.out_frac_bits + p.left_shift))
+        shifted = round_shift_right(estimate << p.left_shift, shift_amount)
+        out_max = (1 << p.out_bits) - 1
+        result = stage(
+            p.out_bits,
+            Mux(zero, out_max, saturate(shifted, unsigned(p.out_bits))),
+            "result",
+        )
+        m.d.comb += self.o.payload.eq(result)
+        return m

@@ -1,0 +1,183 @@
+"""``tandem`` command line: designs, generate, sim, synth.
+
+Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
+traceback).
+"""
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import UserError, VerificationError
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error on one line and exits with status 2."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def _add_params(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("design", help="design name (see `tandem designs`)")
+    parser.add_argument("-c", "--config", metavar="FILE", help="YAML file of parameter values")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one parameter (repeatable; applied after --config)",
+    )
+
+
+def _resolve(args):
+    from .config import resolve_params
+    from .registry import get_design
+
+    design = get_design(args.design)
+    params = resolve_params(design.params, args.config, args.overrides, design=design.name)
+    return design, params
+
+
+def _cmd_designs(args) -> int:
+    from .registry import all_designs
+
+    designs = all_designs()
+    if args.json:
+        data = [
+            {
+                "name": d.name,
+                "summary": d.summary,
+                "params": [
+                    {"name": p.name, "type": p.type, "default": p.default, "doc": p.doc,
+                     "rule": p.rule}
+                    for p in d.params.describe()
+                ],
+            }
+            for d in designs
+        ]
+        print(json.dumps(data, indent=2))
+        return 0
+    for d in designs:
+        print(f"{d.name}: {d.summary}")
+        infos = d.params.describe()
+        width = max(len(p.name) for p in infos)
+        for p in infos:
+            rule = f" [{p.rule}]" if p.rule else ""
+            print(f"  {p.name:<{width}}  {p.type:<5} = {p.default!s:<6} {p.doc}{rule}")
+        print()
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    from .generate import generate, write_files
+
+    design, params = _resolve(args)
+    generated = generate(design, params, board=args.board)
+    for path in write_files(args.output, generated.files()):
+        print(path)
+    return 0
+
+
+def _cmd_sim(args) -> int:
+    from tandem.sim.runner import run_regression
+
+    design, params = _resolve(args)
+    if args.seed is not None and args.seed < 0:
+        raise UserError(f"--seed must be a non-negative integer, not {args.seed}")
+    result = run_regression(
+        design,
+        params,
+        simulator=args.simulator,
+        seed=args.seed,
+        waves=args.waves,
+        run_dir=args.run_dir,
+        testcase=args.testcase,
+    )
+    print(result.summary())
+    if not result.tests:
+        raise VerificationError(
+            f"{design.name}: no test ran on {args.simulator}; see {result.log_file}"
+        )
+    if not result.passed:
+        raise VerificationError(
+            f"{design.name}: regression failed on {args.simulator} (seed {result.seed})"
+        )
+    return 0
+
+
+def _cmd_synth(args) -> int:
+    from .synth import synthesize
+    from .generate import write_files
+
+    design, params = _resolve(args)
+    report = synthesize(design, params, args.board)
+    if args.output:
+        write_files(args.output, {f"{design.name}.{args.board}.synth.json": report.to_json().encode()})
+    if args.json:
+        sys.stdout.write(report.to_json())
+    else:
+        print(report.table())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tandem`` argument parser."""
+    parser = _Parser(prog="tandem", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("designs", help="list every design with its parameters and defaults")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_cmd_designs)
+
+    p = sub.add_parser("generate", help="write Verilog and a manifest for a design")
+    _add_params(p)
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--board", help="also write an .xdc clock constraint for this board")
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("sim", help="cocotb regression of a design against its golden model")
+    _add_params(p)
+    p.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    p.add_argument("--seed", type=int, help="random seed of the stimulus (default: random)")
+    p.add_argument("--waves", action="store_true", help="dump a waveform")
+    p.add_argument("--testcase", help="run only this cocotb test")
+    p.add_argument(
+        "--run-dir", type=Path, help="folder for log, results and waves (default build/sim/...)"
+    )
+    p.set_defaults(func=_cmd_sim)
+
+    p = sub.add_parser("synth", help="resource report from yosys, as %% of a board")
+    _add_params(p)
+    p.add_argument("--board", required=True, help="target board (see constraints/boards)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
+    p.set_defaults(func=_cmd_synth)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tandem`` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+    except UserError as exc:
+        sys.stderr.write(f"tandem: error: {exc}\n")
+        return 2
+    except VerificationError as exc:
+        sys.stderr.write(f"tandem: FAILED: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,7 +33,8 @@ class Scoreboard:
     def __init__(self, name: str, expected: Sequence[int], inputs: Sequence[int] | None = None):
         self.name = name
         self.expected = np.asarray(expected, dtype=np.int64)
-        self.inputs = None if inputs is None else np.asarray(inputs, dtype=np.int64)
+        # Packed payloads can be wider than 64 bits: keep them as Python ints.
+        self.inputs = None if inputs is None else [int(v) for v in inputs]
 
     def check(self, actual: Sequence[int]) -> None:
         """Raise ``AssertionError`` naming the first mismatch: index, input, expected, actual."""
@@ -48,7 +49,7 @@ class Scoreboard:
         wrong = int(np.count_nonzero(self.expected[: len(actual)] != actual[: len(self.expected)]))
         stimulus = ""
         if self.inputs is not None and len(self.inputs) == len(self.expected):
-            stimulus = f" (input {int(self.inputs[index])})"
+            stimulus = f" (input {self.inputs[index]:#x})"
         raise AssertionError(
             f"{self.name}: first mismatch at index {index}{stimulus}: expected "
             f"{int(self.expected[index])}, got {int(actual[index])}; {wrong} of "

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 import cocotb
 from cocotb.triggers import Event, RisingEdge
 
-__all__ = ["StreamSink", "StreamSource", "random_pause", "to_signed"]
+__all__ = ["StreamSink", "StreamSource", "pack_fields", "random_pause", "to_signed"]
 
 
 def random_pause(rng, probability: float) -> Iterator[bool]:
@@ -161,3 +161,16 @@ class StreamSink(_StreamPort):
                 self._arrived.set()
             self._ready_driven = not next(self._pause)
             self.ready.value = int(self._ready_driven)
+
+
+def pack_fields(fields, widths) -> int:
+    """Pack integers (signed allowed) into one payload, first field in the least significant bits.
+
+    This is how Amaranth lays out ``data.StructLayout`` fields (in declaration order) and
+    ``data.ArrayLayout`` elements (index 0 lowest).
+    """
+    payload, offset = 0, 0
+    for value, width in zip(fields, widths, strict=True):
+        payload |= (int(value) & ((1 << width) - 1)) << offset
+        offset += width
+    return payload

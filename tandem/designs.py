@@ -1,8 +1,11 @@
 """Registrations of the designs that ship with tandem: one entry per design."""
 
+from tandem.host.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden
 from tandem.host.exp2 import Exp2Params, exp2_golden
 from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden
+from tandem.hw.common.adder_tree import AdderTree
 from tandem.hw.common.exp2 import Exp2
+from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
 
 from .registry import Design, register
@@ -26,5 +29,27 @@ register(
         generator=Reciprocal,
         golden=reciprocal_golden,
         testbench="tandem.sim.common.reciprocal_tb",
+    )
+)
+
+register(
+    Design(
+        name="adder-tree",
+        summary="pipelined exact sum of n signed words, one register per level",
+        params=AdderTreeParams,
+        generator=AdderTree,
+        golden=adder_tree_golden,
+        testbench="tandem.sim.common.adder_tree_tb",
+    )
+)
+
+register(
+    Design(
+        name="mac",
+        summary="signed multiply-accumulate shaped like one DSP48E2 (27x18, 48-bit P)",
+        params=MacParams,
+        generator=Mac,
+        golden=mac_golden,
+        testbench="tandem.sim.common.mac_tb",
     )
 )

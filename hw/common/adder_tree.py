@@ -1,0 +1,55 @@
+"""Pipelined adder tree. Parameters and golden model: :mod:`tandem.host.arith`."""
+
+from amaranth.hdl import Module, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tandem.host.arith import AdderTreeParams
+
+from .pipeline import stall_all_pipeline
+
+__all__ = ["AdderTree"]
+
+
+class AdderTree(wiring.Component):
+    """Exact sum of ``n_inputs`` signed words per transfer; one register per tree level.
+
+    Odd words at a level pass to the next level unchanged, so any ``n_inputs`` works. Width grows
+    by one bit per level, so the sum never overflows.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(data.ArrayLayout(signed(in_bits), n_inputs)))
+    o : Out(stream.Signature(signed(out_bits)))
+    """
+
+    def __init__(self, params: AdderTreeParams):
+        if not isinstance(params, AdderTreeParams):
+            raise TypeError(f"params must be an AdderTreeParams, not {params!r}")
+        self.params = params
+        self.LATENCY = params.levels
+        super().__init__(
+            {
+                "i": In(stream.Signature(data.ArrayLayout(signed(params.in_bits), params.n_inputs))),
+                "o": Out(stream.Signature(signed(params.out_bits))),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        enable = stall_all_pipeline(m, self.i, self.o, self.LATENCY, name="tree")
+        level = [self.i.payload[k] for k in range(p.n_inputs)]
+        width = p.in_bits
+        for depth in range(p.levels):
+            width += 1
+            nxt = []
+            for k in range(0, len(level), 2):
+                reg = Signal(signed(width), name=f"sum_l{depth + 1}_{k // 2}")
+                pair = level[k] + level[k + 1] if k + 1 < len(level) else level[k]
+                with m.If(enable):
+                    m.d.sync += reg.eq(pair)
+                nxt.append(reg)
+            level = nxt
+        m.d.comb += self.o.payload.eq(level[0])
+        return m

@@ -1,0 +1,110 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tandem.boards import board_names, gpu_names, load_board, load_gpu
+
+
+def tandem(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "tandem", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_designs_lists_every_design_with_defaults():
+    out = tandem("designs").stdout
+    for name in ("exp2", "reciprocal", "adder-tree", "mac"):
+        assert f"{name}:" in out
+    data = json.loads(tandem("designs", "--json").stdout)
+    exp2 = next(d for d in data if d["name"] == "exp2")
+    assert {p["name"]: p["default"] for p in exp2["params"]}["lut_bits"] == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "exp3", "-o", "out"], "unknown design 'exp3' (did you mean 'exp2'?)"),
+        (["generate", "exp2", "-o", "out", "--set", "lut_bits=99"], "lut_bits must be between"),
+        (["generate", "exp2", "-o", "out", "--set", "lutbits=2"], "did you mean 'lut_bits'"),
+        (["generate", "exp2", "-o", "out", "-c", "missing.yaml"], "missing.yaml: no such config"),
+        (["generate", "exp2", "-o", "out", "--board", "u250"], "unknown board 'u250'"),
+        (["synth", "exp2", "--board", "zcu"], "unknown board 'zcu'"),
+        (["sim", "exp2", "--simulator", "vcs"], "invalid choice: 'vcs'"),
+        (["sim", "exp2", "--seed", "x"], "invalid int value: 'x'"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(tmp_path, args, message):
+    proc = tandem(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_generate_writes_verilog_manifest_and_xdc(tmp_path):
+    proc = tandem("generate", "exp2", "-o", "build", "--board", "u280", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "build"
+    verilog = (out / "exp2.v").read_text()
+    manifest = json.loads((out / "exp2.manifest.json").read_text())
+    assert "module exp2(" in verilog
+    assert manifest["params"]["lut_bits"] == 6 and manifest["latency"] == 4
+    ports = {p["name"]: p for p in manifest["ports"]}
+    assert ports["i__payload"] == {"name": "i__payload", "direction": "input", "width": 17,
+                                   "signed": True, "stream": "i", "role": "payload"}
+    assert ports["o__ready"]["direction"] == "input"
+    import hashlib
+
+    assert manifest["verilog"]["sha256"] == hashlib.sha256(verilog.encode()).hexdigest()
+    assert "create_clock -period 3.333" in (out / "exp2.xdc").read_text()
+
+
+def test_generated_files_are_reproducible_across_directories(tmp_path):
+    a, b = tmp_path / "one" / "deep", tmp_path / "two"
+    a.mkdir(parents=True)
+    b.mkdir()
+    for where in (a, b):
+        proc = tandem("generate", "reciprocal", "-o", "gen", "--set", "newton_steps=1", cwd=where)
+        assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in (a / "gen").iterdir())
+    assert names == ["reciprocal.manifest.json", "reciprocal.v"]
+    for name in names:
+        assert (a / "gen" / name).read_bytes() == (b / "gen" / name).read_bytes()
+    text = (a / "gen" / "reciprocal.v").read_text()
+    assert "src =" not in text and str(tmp_path) not in text and os.getcwd() not in text
+
+
+def test_sim_reports_no_test_ran_as_failure(tmp_path):
+    proc = tandem("sim", "adder-tree", "--testcase", "no_such_test", "--run-dir", "r",
+                  cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "FAILED" in proc.stderr
+
+
+def test_every_board_and_gpu_loads():
+    assert {"u55c", "u280", "vck190", "vhk158"} <= set(board_names())
+    assert {"l40s", "a100-80gb", "h100-sxm"} <= set(gpu_names())
+    for name in board_names():
+        board = load_board(name)
+        assert board.default_clock_mhz > 0 and board.memory and board.pcie["lanes"] > 0
+        assert (board.yosys_family is None) == (board.architecture == "versal")
+    for name in gpu_names():
+        gpu = load_gpu(name)
+        assert gpu.memory_bandwidth_gb_s > 0 and gpu.fp16_dense_tflops > 0
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    for import_name, folder in config["package-dir"].items():
+        for init in (root / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(root / folder).parts
+            assert ".".join((import_name, *rel)) in listed, init

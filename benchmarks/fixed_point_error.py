@@ -8,18 +8,19 @@ import argparse
 import sys
 
 import numpy as np
+from tandem.host.exp2 import Exp2Params, exp2_golden, exp2_reference
+from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden, reciprocal_reference
 
 from tandem.config import resolve_params
 from tandem.errors import UserError
-from tandem.host.exp2 import Exp2Params, exp2_golden, exp2_reference
-from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden, reciprocal_reference
 
 
 def _row(name, region, got, ref, lsb):
     abs_err = np.abs(got - ref)
     rel = abs_err / np.abs(ref)
     return (
-        f"{name:<11}{region:<34}{len(ref):>8}  {abs_err.max() / lsb:>7.3f} {abs_err.mean() / lsb:>7.3f}"
+        f"{name:<11}{region:<34}{len(ref):>8}  "
+        f"{abs_err.max() / lsb:>7.3f} {abs_err.mean() / lsb:>7.3f}"
         f"  {abs_err.max():>9.3e} {rel.max():>9.3e} {rel.mean():>9.3e}"
     )
 
@@ -36,8 +37,10 @@ def main(argv=None) -> int:
         print(f"fixed_point_error: error: {exc}", file=sys.stderr)
         return 2
 
-    print(f"{'unit':<11}{'inputs':<34}{'count':>8}  {'max LSB':>7} {'mean':>7}"
-          f"  {'max abs':>9} {'max rel':>9} {'mean rel':>9}")
+    print(
+        f"{'unit':<11}{'inputs':<34}{'count':>8}  {'max LSB':>7} {'mean':>7}"
+        f"  {'max abs':>9} {'max rel':>9} {'mean rel':>9}"
+    )
     x = e.input_range()
     x = x[x <= 0]  # the domain; positive inputs clamp to 0 and give exactly 1.0
     lsb = 2.0**-e.out_frac_bits

@@ -75,7 +75,7 @@ class MacParams(Params):
 
     design = "mac"
 
-    a_bits: int = param(27, "width of the signed multiplicand a (DSP48E2 A port: 27)", min=2, max=27)
+    a_bits: int = param(27, "width of the signed multiplicand a (DSP48E2 A: 27)", min=2, max=27)
     b_bits: int = param(18, "width of the signed multiplier b (DSP48E2 B port: 18)", min=2, max=18)
     acc_bits: int = param(48, "width of the wrapping accumulator (DSP48E2 P: 48)", min=2, max=48)
 

@@ -47,11 +47,13 @@ class ReciprocalParams(Params):
     in_frac_bits: int = param(8, "fraction bits of the input x", min=0, max=32)
     out_bits: int = param(24, "width of the unsigned output 1/x (saturates)", min=2, max=40)
     out_frac_bits: int = param(16, "fraction bits of the output", min=0, max=40)
-    seed_bits: int = param(6, "bits of the normalized input that index the seed table", min=1, max=12)
+    seed_bits: int = param(6, "normalized-input bits that index the seed table", min=1, max=12)
     newton_steps: int = param(2, "Newton-Raphson iterations after the table look-up", min=0, max=4)
     work_frac_bits: int = param(
-        16, "fraction bits of the internal mantissa and estimate (17x18 products fit a DSP48E2)",
-        min=4, max=30,
+        16,
+        "fraction bits of the internal mantissa and estimate (17x18 products fit a DSP48E2)",
+        min=4,
+        max=30,
     )
 
     def check(self) -> None:

@@ -19,7 +19,7 @@ import json
 import os
 import random
 import xml.etree.ElementTree as ET
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,8 +193,15 @@ def run_regression(
     files = generated.files()
     sha = generated.manifest["verilog"]["sha256"]
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    build_dir = cache_root / f"{design.name}-{simulator}-{_cache_key(design, params, simulator, sha, waves)}"
-    run_dir = Path(run_dir) if run_dir is not None else Path("build") / "sim" / f"{design.name}-{simulator}"
+    build_dir = (
+        cache_root
+        / f"{design.name}-{simulator}-{_cache_key(design, params, simulator, sha, waves)}"
+    )
+    run_dir = (
+        Path(run_dir)
+        if run_dir is not None
+        else Path("build") / "sim" / f"{design.name}-{simulator}"
+    )
     run_dir = run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -229,7 +236,8 @@ def run_regression(
     plusargs = [f"+tandem_manifest={manifest_path}", f"+tandem_results={results_json}"]
     if waves and simulator == "icarus":
         plusargs.append(f"+dumpfile_path={run_dir / (design.top + '.fst')}")
-    try:
+    # cocotb's runner exits when a test fails under pytest; the XML tells us which.
+    with suppress(SystemExit):
         runner.test(
             test_module=design.testbench,
             hdl_toplevel=design.top,
@@ -243,9 +251,6 @@ def run_regression(
             results_xml=str(results_xml),
             log_file=log_file if quiet else None,
         )
-    except SystemExit:
-        # cocotb's runner exits when a test fails under pytest; the XML tells us which.
-        pass
     tests = _parse_results_xml(results_xml)
     if results_json.exists():
         figures = json.loads(results_json.read_text())

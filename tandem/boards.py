@@ -60,7 +60,9 @@ def _folder(kind: str):
 
 
 def _names(kind: str) -> list[str]:
-    return sorted(p.name[: -len(".yaml")] for p in _folder(kind).iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name[: -len(".yaml")] for p in _folder(kind).iterdir() if p.name.endswith(".yaml")
+    )
 
 
 def board_names() -> list[str]:

@@ -55,8 +55,13 @@ def _cmd_designs(args) -> int:
                 "name": d.name,
                 "summary": d.summary,
                 "params": [
-                    {"name": p.name, "type": p.type, "default": p.default, "doc": p.doc,
-                     "rule": p.rule}
+                    {
+                        "name": p.name,
+                        "type": p.type,
+                        "default": p.default,
+                        "doc": p.doc,
+                        "rule": p.rule,
+                    }
                     for p in d.params.describe()
                 ],
             }
@@ -113,13 +118,15 @@ def _cmd_sim(args) -> int:
 
 
 def _cmd_synth(args) -> int:
-    from .synth import synthesize
     from .generate import write_files
+    from .synth import synthesize
 
     design, params = _resolve(args)
     report = synthesize(design, params, args.board)
     if args.output:
-        write_files(args.output, {f"{design.name}.{args.board}.synth.json": report.to_json().encode()})
+        write_files(
+            args.output, {f"{design.name}.{args.board}.synth.json": report.to_json().encode()}
+        )
     if args.json:
         sys.stdout.write(report.to_json())
     else:

@@ -36,8 +36,8 @@ def param(
     default: Any,
     doc: str,
     *,
-    min: int | float | None = None,  # noqa: A002 - reads naturally at the call site
-    max: int | float | None = None,  # noqa: A002
+    min: int | float | None = None,
+    max: int | float | None = None,
     choices: typing.Sequence[Any] | None = None,
     power_of_two: bool = False,
 ) -> Any:

@@ -156,9 +156,7 @@ def generate(design: Design, params: Params, board: str | Board | None = None) -
     if isinstance(board, str):
         board = load_board(board)
     component = build_component(design, params)
-    text = verilog.convert(
-        component, name=design.top, emit_src=False, strip_internal_attrs=True
-    )
+    text = verilog.convert(component, name=design.top, emit_src=False, strip_internal_attrs=True)
     xdc = clock_xdc(design, board) if board is not None else None
     return GeneratedDesign(
         design=design,

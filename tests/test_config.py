@@ -1,8 +1,8 @@
 import pytest
-
-from tandem.config import ParamError, UserError, resolve_params
 from tandem.host.exp2 import Exp2Params
 from tandem.host.reciprocal import ReciprocalParams
+
+from tandem.config import ParamError, UserError, resolve_params
 
 
 def test_defaults_then_file_then_flags(tmp_path):

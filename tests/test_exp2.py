@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from tandem.host.exp2 import Exp2Params, exp2_golden, exp2_reference
 from tandem.hw.common.exp2 import Exp2
 from tandem.sim.amaranth_sim import run_scenario
@@ -25,15 +24,24 @@ def test_golden_is_monotonic_and_flushes_to_zero():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"lut_bits": 8, "in_frac_bits": 8}, {"in_int_bits": 4, "in_frac_bits": 4, "lut_bits": 4,
-                                              "out_frac_bits": 10, "lut_frac_bits": 12}],
+    [
+        {},
+        {"lut_bits": 8, "in_frac_bits": 8},
+        {
+            "in_int_bits": 4,
+            "in_frac_bits": 4,
+            "lut_bits": 4,
+            "out_frac_bits": 10,
+            "lut_frac_bits": 12,
+        },
+    ],
 )
 def test_gateware_matches_golden_in_amaranth_sim(overrides):
     params = Exp2Params(**overrides)
     rng = np.random.default_rng(7)
     lo = -(1 << (params.in_width - 1))
     x = np.concatenate([rng.integers(lo, -lo, 250), [0, -1, 1, lo, -lo - 1]])
-    out, cycles = run_scenario(Exp2(params), x.tolist(), len(x), valid_gaps=0.2, backpressure=0.3)
+    out, _cycles = run_scenario(Exp2(params), x.tolist(), len(x), valid_gaps=0.2, backpressure=0.3)
     assert out == exp2_golden(params, x).tolist()
 
 

@@ -6,7 +6,6 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tandem.host.fixed import round_shift_right, saturate, to_fixed
 from tandem.hw.common import fixed as hw_fixed
 
@@ -24,7 +23,11 @@ def _exact(value: int, shift: int, rounding: str) -> int:
     return floor
 
 
-@given(st.integers(-(2**40), 2**40), st.integers(0, 20), st.sampled_from(["floor", "half_up", "half_even"]))
+@given(
+    st.integers(-(2**40), 2**40),
+    st.integers(0, 20),
+    st.sampled_from(["floor", "half_up", "half_even"]),
+)
 def test_numpy_rounding_matches_exact_arithmetic(value, shift, rounding):
     assert int(round_shift_right(value, shift, rounding)) == _exact(value, shift, rounding)
 

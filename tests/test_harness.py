@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from tandem.sim.runner import run_regression
 from tandem.sim.scoreboard import Scoreboard, first_mismatch
 from tandem.sim.stream import pack_fields, to_signed
@@ -11,7 +10,9 @@ from .broken_exp2_tb import BROKEN
 
 def test_scoreboard_names_the_first_mismatch():
     Scoreboard("ok", [1, 2, 3], [7, 8, 9]).check([1, 2, 3])
-    with pytest.raises(AssertionError, match=r"first mismatch at index 1 \(input 0x8\): expected 2, got 5; 2 of 3"):
+    with pytest.raises(
+        AssertionError, match=r"first mismatch at index 1 \(input 0x8\): expected 2, got 5; 2 of 3"
+    ):
         Scoreboard("x", [1, 2, 3], [7, 8, 9]).check([1, 5, 4])
     with pytest.raises(AssertionError, match=r"expected 3 outputs, got 2"):
         Scoreboard("x", [1, 2, 3]).check([1, 2])
@@ -26,7 +27,11 @@ def test_payload_packing():
 @pytest.mark.rtl
 def test_a_wrong_golden_model_fails_with_the_first_mismatch(sim_cache, tmp_path):
     result = run_regression(
-        BROKEN, BROKEN.params(), simulator="verilator", seed=1, cache_dir=sim_cache,
+        BROKEN,
+        BROKEN.params(),
+        simulator="verilator",
+        seed=1,
+        cache_dir=sim_cache,
         run_dir=tmp_path,
     )
     assert not result.passed

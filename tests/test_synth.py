@@ -12,10 +12,18 @@ needs_yosys = pytest.mark.skipif(
 
 
 def test_cell_counting():
-    used = count_resources({"LUT3": 4, "LUT6": 1, "RAM64M": 2, "FDRE": 9, "RAMB18E2": 3,
-                            "DSP48E2": 2, "CARRY8": 1})
-    assert used == {"lut": 13, "lut_as_memory": 8, "ff": 9, "dsp": 2, "bram36": 1.5,
-                    "uram": 0, "carry": 1}
+    used = count_resources(
+        {"LUT3": 4, "LUT6": 1, "RAM64M": 2, "FDRE": 9, "RAMB18E2": 3, "DSP48E2": 2, "CARRY8": 1}
+    )
+    assert used == {
+        "lut": 13,
+        "lut_as_memory": 8,
+        "ff": 9,
+        "dsp": 2,
+        "bram36": 1.5,
+        "uram": 0,
+        "carry": 1,
+    }
 
 
 @needs_yosys

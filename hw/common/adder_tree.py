@@ -3,7 +3,6 @@
 from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-
 from tandem.host.arith import AdderTreeParams
 
 from .pipeline import stall_all_pipeline
@@ -30,7 +29,9 @@ class AdderTree(wiring.Component):
         self.LATENCY = params.levels
         super().__init__(
             {
-                "i": In(stream.Signature(data.ArrayLayout(signed(params.in_bits), params.n_inputs))),
+                "i": In(
+                    stream.Signature(data.ArrayLayout(signed(params.in_bits), params.n_inputs))
+                ),
                 "o": Out(stream.Signature(signed(params.out_bits))),
             }
         )

@@ -4,7 +4,6 @@ from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-
 from tandem.host.exp2 import Exp2Params, exp2_table
 
 from .fixed import round_shift_right

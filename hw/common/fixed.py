@@ -5,7 +5,6 @@ The rounding modes carry the same names and meanings as in :mod:`tandem.host.fix
 """
 
 from amaranth.hdl import Const, Mux, Shape, Value
-
 from tandem.host.fixed import ROUNDING_MODES, value_range
 
 __all__ = ["round_shift_right", "saturate"]
@@ -52,6 +51,6 @@ def saturate(value: Value, shape: Shape) -> Value:
     lo, hi = value_range(shape.width, shape.signed)
     value = Value.cast(value)
     clamped = Mux(value > hi, hi, Mux(value < lo, lo, value))
-    return clamped.as_signed()[: shape.width].as_signed() if shape.signed else clamped[
-        : shape.width
-    ]
+    return (
+        clamped.as_signed()[: shape.width].as_signed() if shape.signed else clamped[: shape.width]
+    )

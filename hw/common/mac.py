@@ -3,7 +3,6 @@
 from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-
 from tandem.host.arith import MacParams
 
 __all__ = ["Mac"]
@@ -18,7 +17,8 @@ class Mac(wiring.Component):
 
     Attributes
     ----------
-    i : In(stream.Signature(data.StructLayout({"a": signed(a_bits), "b": signed(b_bits), "last": 1})))
+    i : In(stream.Signature(data.StructLayout({"a": ..., "b": ..., "last": 1})))
+        ``a`` signed ``a_bits``, ``b`` signed ``b_bits``; ``last`` closes a group.
     o : Out(stream.Signature(signed(acc_bits)))
         The accumulated sum of one group (wrapped to ``acc_bits``).
     """

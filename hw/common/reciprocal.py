@@ -1,10 +1,9 @@
-"""``reciprocal`` gateware: 1/x for positive fixed-point x. Method: :mod:`tandem.host.reciprocal`."""
+"""``reciprocal`` gateware: 1/x for positive fixed point. Method: :mod:`tandem.host.reciprocal`."""
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-
 from tandem.host.reciprocal import ReciprocalParams, reciprocal_seed_table
 
 from .fixed import round_shift_right, saturate

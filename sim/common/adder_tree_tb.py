@@ -2,7 +2,6 @@
 
 import cocotb
 import numpy as np
-
 from tandem.sim.stream import pack_fields
 from tandem.sim.tb import StreamTestbench, run_stream_check
 
@@ -22,8 +21,12 @@ async def extremes_and_random(dut):
     rows[0], rows[1], rows[2] = lo, hi, 0
     rows[3] = np.where(np.arange(p.n_inputs) % 2 == 0, lo, hi)
     await run_stream_check(
-        tb, "extremes_and_random", _packed(p, rows), tb.design.golden(p, rows),
-        valid_gaps=0.3, backpressure=0.4,
+        tb,
+        "extremes_and_random",
+        _packed(p, rows),
+        tb.design.golden(p, rows),
+        valid_gaps=0.3,
+        backpressure=0.4,
     )
 
 

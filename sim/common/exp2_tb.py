@@ -2,7 +2,6 @@
 
 import cocotb
 import numpy as np
-
 from tandem.sim.tb import StreamTestbench, run_reset_check, run_stream_check
 
 RANDOM_COUNT = 2000

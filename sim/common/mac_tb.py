@@ -2,7 +2,6 @@
 
 import cocotb
 import numpy as np
-
 from tandem.sim.stream import pack_fields
 from tandem.sim.tb import StreamTestbench, run_stream_check
 
@@ -13,9 +12,7 @@ def _stimulus(tb, count: int, group_probability: float):
     b = tb.rng.integers(-(1 << (p.b_bits - 1)), 1 << (p.b_bits - 1), count)
     last = tb.rng.random(count) < group_probability
     last[-1] = True
-    payloads = [
-        pack_fields((x, y, int(z)), (p.a_bits, p.b_bits, 1)) for x, y, z in zip(a, b, last)
-    ]
+    payloads = [pack_fields((x, y, int(z)), (p.a_bits, p.b_bits, 1)) for x, y, z in zip(a, b, last)]
     return a, b, last, payloads
 
 
@@ -41,6 +38,10 @@ async def random_dot_products(dut):
     await tb.reset()
     a, b, last, payloads = _stimulus(tb, 1500, 0.1)
     await run_stream_check(
-        tb, "random_dot_products", payloads, tb.design.golden(tb.params, a, b, last),
-        valid_gaps=0.3, backpressure=0.5,
+        tb,
+        "random_dot_products",
+        payloads,
+        tb.design.golden(tb.params, a, b, last),
+        valid_gaps=0.3,
+        backpressure=0.5,
     )

@@ -2,7 +2,6 @@
 
 import cocotb
 import numpy as np
-
 from tandem.sim.tb import StreamTestbench, run_reset_check, run_stream_check
 
 RANDOM_COUNT = 2000
@@ -13,9 +12,10 @@ def corner_inputs(params) -> np.ndarray:
     top = (1 << params.in_bits) - 1
     powers = np.int64(1) << np.arange(params.in_bits, dtype=np.int64)
     one = np.int64(1) << params.in_frac_bits
-    segments = one + (np.arange(1 << params.seed_bits, dtype=np.int64) << max(
-        params.in_frac_bits - params.seed_bits, 0
-    ))
+    segments = one + (
+        np.arange(1 << params.seed_bits, dtype=np.int64)
+        << max(params.in_frac_bits - params.seed_bits, 0)
+    )
     values = np.concatenate([[0, 1, 2, 3, top, top - 1], powers, powers - 1, powers + 1, segments])
     return np.unique(np.clip(values, 0, top))
 

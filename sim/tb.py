@@ -21,7 +21,7 @@ from tandem.registry import get_design
 from .scoreboard import Scoreboard
 from .stream import StreamSink, StreamSource, random_pause
 
-__all__ = ["StreamTestbench", "run_reset_check", "run_stream_check"]
+__all__ = ["StreamTestbench", "run_line_rate_check", "run_reset_check", "run_stream_check"]
 
 CLOCK_PERIOD_NS = 10
 
@@ -138,3 +138,16 @@ async def run_reset_check(tb: StreamTestbench, test_name: str, fill, inputs) -> 
     await ClockCycles(tb.clock, 4 * (tb.manifest.get("latency") or 1) + 8)
     await tb.reset()
     return await run_stream_check(tb, test_name, inputs, tb.design.golden(tb.params, inputs))
+
+
+async def run_line_rate_check(tb: StreamTestbench, test_name: str, inputs, expected):
+    """Back-to-back stream check that also fails unless one result leaves per cycle.
+
+    N results may take at most N + latency + 2 cycles (the 2 covers the handshake edges).
+    """
+    figures = await run_stream_check(tb, test_name, inputs, expected)
+    bound = len(expected) + tb.manifest["latency"] + 2
+    assert figures["cycles"] <= bound, (
+        f"{len(expected)} results took {figures['cycles']} cycles; line rate allows {bound}"
+    )
+    return figures

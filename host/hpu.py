@@ -483,7 +483,7 @@ def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: b
         c_mant[:, None] * k_mant[None, :],
         c_exp[:, None] + k_exp[None, :],
         p.score_frac_bits,
-        p.score_bits - 1,
+        p.score_bits,
         True,
     )
     exp2_lo = -(1 << (p.exp2.in_width - 1))

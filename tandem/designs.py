@@ -2,11 +2,13 @@
 
 from tandem.host.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden
 from tandem.host.exp2 import Exp2Params, exp2_golden
+from tandem.host.hpu import HpuParams, hpu_golden
 from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden
 from tandem.hw.common.adder_tree import AdderTree
 from tandem.hw.common.exp2 import Exp2
 from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
+from tandem.hw.hpu.engine import Hpu
 
 from .registry import Design, register
 
@@ -51,5 +53,16 @@ register(
         generator=Mac,
         golden=mac_golden,
         testbench="tandem.sim.common.mac_tb",
+    )
+)
+
+register(
+    Design(
+        name="hpu",
+        summary="decode attention over an HBM-resident KV cache: online softmax at line rate",
+        params=HpuParams,
+        generator=Hpu,
+        golden=hpu_golden,
+        testbench="tandem.sim.hpu.hpu_tb",
     )
 )

@@ -1,0 +1,278 @@
+"""hpu: parameters, KV layout, descriptors, golden model, and the gateware in Amaranth's sim."""
+
+import numpy as np
+import pytest
+import torch
+
+from tandem.config import ParamError
+from tandem.host.hpu import (
+    HpuParams,
+    HpuRequest,
+    hpu_golden,
+    merge_partials,
+    pack_descriptor,
+    quantize_rows,
+    result_words,
+    score_scale,
+    unpack_results,
+)
+from tandem.mappings.kv_layout import AXI_BOUNDARY, KvLayout
+from tandem.sim.hpu_amaranth import run_hpu
+
+SMALL = {"head_dim": 32, "lanes": 16, "mem_data_bits": 128, "max_seq_len": 256}
+
+
+def make_sequence(params, n, rng, *, k_spread=2.0):
+    """Random float q/K/V for one KV head, quantized the way the host does it."""
+    d = params.head_dim
+    q_real = rng.normal(size=(params.gqa_group, d))
+    k_real = rng.normal(size=(n, d)) * k_spread
+    v_real = rng.normal(size=(n, d))
+    q, q_scale = quantize_rows(q_real, params.q_bits)
+    k, k_scale = quantize_rows(k_real)
+    v, v_scale = quantize_rows(v_real)
+    return {
+        "q_real": q_real, "k_real": k_real, "v_real": v_real,
+        "q": q, "c": score_scale(q_scale, d), "k": k, "ks": k_scale, "v": v, "vs": v_scale,
+    }
+
+
+def request_for(seq, *, seq_id, base, n, append=True, partial=False):
+    extra = {}
+    if append:
+        extra = {
+            "new_k": seq["k"][n - 1], "new_v": seq["v"][n - 1],
+            "new_k_scale": seq["ks"][n - 1], "new_v_scale": seq["vs"][n - 1],
+        }
+    return HpuRequest(seq_id=seq_id, base=base, length=n, q=seq["q"], q_scale=seq["c"],
+                      partial=partial, **extra)
+
+
+def store(params, memory, base, seq, count):
+    params.layout.write_rows(memory, base, 0, seq["k"][:count], seq["ks"][:count], value=False)
+    params.layout.write_rows(memory, base, 0, seq["v"][:count], seq["vs"][:count], value=True)
+
+
+def golden_for(params, seq, n, partial=False):
+    return hpu_golden(params, seq["q"], seq["c"], seq["k"][:n], seq["ks"][:n], seq["v"][:n],
+                      seq["vs"][:n], partial)
+
+
+# --- parameters and layout -----------------------------------------------------------------
+def test_port_width_must_match_lanes():
+    with pytest.raises(ParamError, match=r"mem_data_bits must be 8 \* lanes \(256\)"):
+        HpuParams(lanes=32, mem_data_bits=512)
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_bursts_cover_each_page_part_and_respect_4k(head_dim):
+    layout = KvLayout(head_dim)
+    for rows in (1, 31, 32, 33, 100, 257):
+        for value in (False, True):
+            bursts = layout.read_bursts(0x3FC0, rows, value=value, beat_bytes=64, max_beats=16)
+            covered = set()
+            for burst in bursts:
+                end = burst.address + burst.beats * 64
+                assert 1 <= burst.beats <= 16
+                assert burst.address // AXI_BOUNDARY == (end - 1) // AXI_BOUNDARY
+                covered.update(range(burst.address, end, 64))
+            wanted = set()
+            for position in range(rows):
+                row = int(layout.row_address(0x3FC0, position, value=value))
+                wanted.update(range(row, row + layout.row_bytes, 64))
+                scale = int(layout.scale_address(0x3FC0, position, value=value))
+                wanted.add(scale - scale % 64)
+            assert covered == wanted
+
+
+def test_layout_round_trip_leaves_padding_alone():
+    layout = KvLayout(32)
+    memory = np.full(layout.region_bytes(40) + 64, 0xAB, dtype=np.uint8)
+    rng = np.random.default_rng(0)
+    rows = rng.integers(-127, 128, (40, 32))
+    scales = rng.random(40).astype(np.float16)
+    layout.write_rows(memory, 64, 0, rows, scales, value=True)
+    back, back_scales = layout.read_rows(memory, 64, 0, 40, value=True)
+    assert np.array_equal(back, rows) and np.array_equal(back_scales, scales)
+    pad = int(layout.row_address(64, 5, value=True)) + 32
+    assert memory[pad] == 0xAB
+    assert np.all(memory[:64] == 0xAB)
+
+
+def test_descriptor_rejects_bad_requests():
+    params = HpuParams(**SMALL, gqa_group=2)
+    seq = make_sequence(params, 4, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="length must be in 1..256"):
+        pack_descriptor(params, HpuRequest(seq_id=0, base=0, length=0, q=seq["q"],
+                                           q_scale=seq["c"]))
+    with pytest.raises(ValueError, match="multiple of 64"):
+        pack_descriptor(params, request_for(seq, seq_id=0, base=32, n=4))
+    bad = request_for(seq, seq_id=0, base=0, n=4)
+    bad.q_scale = -bad.q_scale
+    with pytest.raises(ValueError, match="non-negative binary16"):
+        pack_descriptor(params, bad)
+
+
+# --- golden model ----------------------------------------------------------------------------
+def test_single_token_returns_its_value_row():
+    params = HpuParams()
+    seq = make_sequence(params, 1, np.random.default_rng(1))
+    y = golden_for(params, seq, 1).real(params)
+    v = seq["v"][0] * seq["vs"][0].astype(np.float64)
+    assert np.abs(y - v).max() <= 2.0 ** -params.out_frac_bits * 2 + np.abs(v).max() * 2e-4
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 1000])
+def test_golden_tracks_float_attention(n):
+    params = HpuParams()
+    seq = make_sequence(params, n, np.random.default_rng(n))
+    y = golden_for(params, seq, n).real(params)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(seq[name], dtype=torch.float32)[None] for name in ("q_real", "k_real",
+                                                                          "v_real"))
+    )[0].numpy()
+    scale = np.abs(ref).max(axis=-1, keepdims=True)
+    # int8 K/V quantization dominates; the fixed-point softmax adds far less.
+    assert (np.abs(y - ref) / scale).max() < 0.05
+
+
+def test_partials_merge_to_the_full_result():
+    params = HpuParams()
+    seq = make_sequence(params, 300, np.random.default_rng(2))
+    full = golden_for(params, seq, 300).real(params)
+    parts = []
+    for lo, hi in ((0, 90), (90, 211), (211, 300)):
+        part = {key: seq[key][lo:hi] for key in ("k", "ks", "v", "vs")}
+        parts.append(hpu_golden(params, seq["q"], seq["c"], part["k"], part["ks"], part["v"],
+                                part["vs"], True))
+    merged = merge_partials(params, parts)
+    assert np.abs(merged - full).max() < 1e-3 * np.abs(full).max()
+
+
+def test_increasing_scores_rescale_every_row():
+    # Every row grows the running max: the golden model's slow path, one segment per row.
+    params = HpuParams(gqa_group=1)
+    rng = np.random.default_rng(3)
+    n = 64
+    q = np.full((1, params.head_dim), 64)
+    k = np.tile(np.linspace(-100, 100, n).astype(np.int64)[:, None], (1, params.head_dim))
+    v = rng.integers(-127, 128, (n, params.head_dim))
+    scales = np.full(n, 0.01, dtype=np.float16)
+    c = score_scale(np.float16(0.01), params.head_dim)[None]
+    result = hpu_golden(params, q, c, k, scales, v, scales)
+    assert result.l[0] >= 1 << params.prob_frac_bits
+    assert result.m[0] == result.m.max()
+
+
+def test_result_words_round_trip():
+    params = HpuParams(**SMALL, gqa_group=3)
+    seq = make_sequence(params, 10, np.random.default_rng(4))
+    for partial in (False, True):
+        gold = golden_for(params, seq, 10, partial)
+        back = unpack_results(params, result_words(params, gold, partial), partial)
+        if partial:
+            assert np.array_equal(back.o, gold.o) and np.array_equal(back.l, gold.l)
+            assert np.array_equal(back.m, gold.m)
+        else:
+            assert np.array_equal(back.y, gold.y)
+
+
+# --- gateware in Amaranth's simulator ------------------------------------------------------
+def check_run(params, memory, requests, goldens, **kwargs):
+    run = run_hpu(params, memory, [pack_descriptor(params, r) for r in requests], **kwargs)
+    for index, (request, gold) in enumerate(zip(requests, goldens)):
+        beats = run.beats[index]
+        assert {tag for _, tag, _ in beats} == {request.seq_id}
+        assert [last for _, _, last in beats] == [0] * (len(beats) - 1) + [1]
+        expected = result_words(params, gold, request.partial)
+        actual = [words for words, _, _ in beats]
+        assert len(actual) == len(expected), f"request {index}: beat count"
+        for beat, (got, want) in enumerate(zip(actual, expected)):
+            assert got == want, f"request {index} beat {beat}: {got[:4]}... != {want[:4]}..."
+    return run
+
+
+@pytest.mark.parametrize("gqa_group", range(1, 9))
+def test_gateware_every_group_size(gqa_group):
+    params = HpuParams(**SMALL, gqa_group=gqa_group)
+    rng = np.random.default_rng(gqa_group)
+    memory = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    n = 37
+    seq = make_sequence(params, n, rng)
+    store(params, memory, 0x400, seq, n - 1)
+    request = request_for(seq, seq_id=gqa_group, base=0x400, n=n)
+    check_run(params, memory, [request], [golden_for(params, seq, n)])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # defaults: head_dim 64, lanes 32, G 3
+        {"head_dim": 128, "lanes": 8, "mem_data_bits": 64, "gqa_group": 1, "max_burst_beats": 4,
+         "max_outstanding": 2},
+        {**SMALL, "q_bits": 16, "gqa_group": 2},
+    ],
+)
+def test_gateware_shapes_bursts_and_memory(overrides):
+    params = HpuParams(**overrides)
+    rng = np.random.default_rng(5)
+    memory = rng.integers(0, 256, 1 << 17, dtype=np.uint8)
+    n = 70
+    seq = make_sequence(params, n, rng)
+    store(params, memory, 0x1FC0, seq, n - 1)
+    before = memory.copy()
+    request = request_for(seq, seq_id=9, base=0x1FC0, n=n)
+    run = check_run(params, memory, [request], [golden_for(params, seq, n)], read_latency=3)
+    for name, value in (("k", False), ("v", True)):
+        expected = params.layout.read_bursts(
+            0x1FC0, n - 1, value=value, beat_bytes=params.beat_bytes,
+            max_beats=params.max_burst_beats,
+        )
+        assert run.read_bursts[name] == [(b.address, b.beats) for b in expected]
+    # Nothing lost, nothing else touched: only the appended rows and scales changed.
+    store(params, before, 0x1FC0, seq, n)
+    assert np.array_equal(memory, before)
+
+
+def test_gateware_back_to_back_modes_and_reread_of_appended_token():
+    params = HpuParams(**SMALL, gqa_group=2)
+    rng = np.random.default_rng(6)
+    memory = rng.integers(0, 256, 1 << 17, dtype=np.uint8)
+    a, b = make_sequence(params, 45, rng), make_sequence(params, 256, rng)
+    store(params, memory, 0x0, a, 44)
+    store(params, memory, 0x8000, b, 256)
+    requests = [
+        request_for(a, seq_id=1, base=0x0, n=44, append=False),  # stored rows only
+        request_for(a, seq_id=2, base=0x0, n=45),  # appends token 44
+        request_for(b, seq_id=3, base=0x8000, n=256, append=False),  # max_seq_len
+        request_for(b, seq_id=4, base=0x8000, n=1, append=False, partial=True),  # length 1
+    ]
+    goldens = [golden_for(params, a, 44), golden_for(params, a, 45),
+               golden_for(params, b, 256), golden_for(params, b, 1, partial=True)]
+    check_run(params, memory, requests, goldens, result_backpressure=0.3)
+    # Token 44 now comes from memory: the same request without append must agree.
+    again = request_for(a, seq_id=5, base=0x0, n=45, append=False)
+    check_run(params, memory, [again], [golden_for(params, a, 45)])
+
+
+def test_gateware_partials_merge_to_full():
+    params = HpuParams(**SMALL, gqa_group=2)
+    rng = np.random.default_rng(7)
+    memory = rng.integers(0, 256, 1 << 17, dtype=np.uint8)
+    seq = make_sequence(params, 100, rng)
+    # Two "cards": tokens 0..59 at one base, 60..99 at another (its own region).
+    first = {key: seq[key][:60] for key in ("k", "ks", "v", "vs")}
+    second = {key: seq[key][60:] for key in ("k", "ks", "v", "vs")}
+    store(params, memory, 0x0, {**seq, **first}, 60)
+    store(params, memory, 0x10000, {**seq, **second}, 40)
+    requests = [
+        request_for({**seq, **first}, seq_id=1, base=0x0, n=60, append=False, partial=True),
+        request_for({**seq, **second}, seq_id=2, base=0x10000, n=40, append=False, partial=True),
+    ]
+    goldens = [golden_for(params, {**seq, **first}, 60, True),
+               golden_for(params, {**seq, **second}, 40, True)]
+    run = check_run(params, memory, requests, goldens)
+    parts = [unpack_results(params, [w for w, _, _ in beats], True) for beats in run.beats]
+    merged = merge_partials(params, parts)
+    full = golden_for(params, seq, 100).real(params)
+    assert np.abs(merged - full).max() < 1e-3 * np.abs(full).max()

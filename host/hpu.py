@@ -107,7 +107,7 @@ class HpuParams(Params):
     )
     read_ports: int = param(2, "AXI4 read masters: port 0 reads K, port 1 reads V", choices=(2,))
     max_outstanding: int = param(
-        8, "read bursts in flight per port before the address channel waits", min=1, max=64
+        16, "read bursts in flight per port before the address channel waits", min=1, max=64
     )
     max_burst_beats: int = param(
         16, "longest read burst in beats (AXI4 allows 256)", min=1, max=256, power_of_two=True

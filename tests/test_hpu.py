@@ -244,10 +244,11 @@ def test_gateware_back_to_back_modes_and_reread_of_appended_token():
     requests = [
         request_for(a, seq_id=1, base=0x0, n=44, append=False),  # stored rows only
         request_for(a, seq_id=2, base=0x0, n=45),  # appends token 44
+        request_for(a, seq_id=6, base=0x0, n=45, append=False),  # reads token 44 back at once
         request_for(b, seq_id=3, base=0x8000, n=256, append=False),  # max_seq_len
         request_for(b, seq_id=4, base=0x8000, n=1, append=False, partial=True),  # length 1
     ]
-    goldens = [golden_for(params, a, 44), golden_for(params, a, 45),
+    goldens = [golden_for(params, a, 44), golden_for(params, a, 45), golden_for(params, a, 45),
                golden_for(params, b, 256), golden_for(params, b, 1, partial=True)]
     check_run(params, memory, requests, goldens, result_backpressure=0.3)
     # Token 44 now comes from memory: the same request without append must agree.

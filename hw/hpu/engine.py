@@ -205,9 +205,18 @@ class Hpu(wiring.Component):
         self._append_signal = append
         self._start_rows = (header_flat[32:64] - header_flat[128])[: p.position_bits]
 
-        # ---- readers ----
-        k_fifo = self._reader(m, self.k_axi, start, header_flat, value=False, name="k")
-        v_fifo = self._reader(m, self.v_axi, start, header_flat, value=True, name="v")
+        # ---- readers: they start on the pending request as soon as they are free, so the
+        # next request's memory latency hides behind the current request's last rows ----
+        read_start = Signal()
+        prefetched = Signal()
+        k_fifo, k_busy = self._reader(m, self.k_axi, read_start, header_flat, value=False,
+                                      name="k")
+        v_fifo, v_busy = self._reader(m, self.v_axi, read_start, header_flat, value=True,
+                                      name="v")
+        # Reads wait for acknowledged writes: a later request may read the appended token.
+        m.d.comb += read_start.eq(pending & ~prefetched & ~k_busy & ~v_busy & writes_idle)
+        with m.If(read_start):
+            m.d.sync += prefetched.eq(1)
 
         # ---- K side: sequencer, dot products, scores, online softmax ----
         row_fifo_width = G * 2 * (p.prob_frac_bits + 1)
@@ -248,8 +257,9 @@ class Hpu(wiring.Component):
 
         with m.FSM(name="control"):
             with m.State("IDLE"):
-                with m.If(pending & writes_idle):
+                with m.If(pending & writes_idle & (prefetched | read_start)):
                     m.d.comb += start.eq(1)
+                    m.d.sync += prefetched.eq(0)
                     m.d.sync += [running_max[g].eq(p.score_min) for g in range(G)]
                     m.d.sync += [running_sum[g].eq(0) for g in range(G)]
                     m.d.sync += [acc.eq(0) for row in accumulators for acc in row]
@@ -453,7 +463,7 @@ class Hpu(wiring.Component):
             data_fifo.w_en.eq(axi.rvalid),
             data_fifo.w_data.eq(axi.rdata),
         ]
-        return data_fifo
+        return data_fifo, active
 
     # ------------------------------------------------------------------------------------
     def _sequencer(self, m, name, start, data_fifo, new_row, new_scale, gate):

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from amaranth.sim import Simulator
-
 from tandem.host.hpu import HpuParams
 from tandem.hw.hpu.engine import Hpu
 
@@ -57,11 +56,11 @@ def run_hpu(
     p = params
     dut = Hpu(p)
     rng = np.random.default_rng(seed)
-    B = p.beat_bytes
+    beat_bytes = p.beat_bytes
     desc_beats = deque()
     for d in descriptors:
-        for i in range(0, len(d), B):
-            desc_beats.append(int.from_bytes(d[i : i + B], "little"))
+        for i in range(0, len(d), beat_bytes):
+            desc_beats.append(int.from_bytes(d[i : i + beat_bytes], "little"))
     run = AmaranthRun(beats=[[] for _ in descriptors], read_bursts={"k": [], "v": []})
     data_bits = p.lanes * p.word_bits
 
@@ -88,7 +87,8 @@ def run_hpu(
                 ctx.set(port.rvalid, int(valid))
                 if valid:
                     _, address, beats = queue[0]
-                    ctx.set(port.rdata, int.from_bytes(memory[address : address + B], "little"))
+                    word = memory[address : address + beat_bytes]
+                    ctx.set(port.rdata, int.from_bytes(word, "little"))
                     ctx.set(port.rlast, int(beats == 1))
             ctx.set(dut.w_axi.awready, 1)
             ctx.set(dut.w_axi.wready, int(bool(write_bursts)))
@@ -134,13 +134,13 @@ def run_hpu(
                     run.read_beats += 1
                     run.last_read = cycle
                     if beats > 1:
-                        pending[name].appendleft((ready_at, address + B, beats - 1))
+                        pending[name].appendleft((ready_at, address + beat_bytes, beats - 1))
             if aw is not None:
                 write_bursts.append(list(aw))
             if w_fire:
-                address = write_bursts[0][0] + write_beat * B
-                chunk = w_data.to_bytes(B, "little")
-                for j in range(B):
+                address = write_bursts[0][0] + write_beat * beat_bytes
+                chunk = w_data.to_bytes(beat_bytes, "little")
+                for j in range(beat_bytes):
                     if (w_strb >> j) & 1:
                         memory[address + j] = chunk[j]
                 write_beat += 1

@@ -3,8 +3,6 @@
 import numpy as np
 import pytest
 import torch
-
-from tandem.config import ParamError
 from tandem.host.hpu import (
     HpuParams,
     HpuRequest,
@@ -19,6 +17,8 @@ from tandem.host.hpu import (
 from tandem.mappings.kv_layout import AXI_BOUNDARY, KvLayout
 from tandem.sim.hpu_amaranth import run_hpu
 
+from tandem.config import ParamError
+
 SMALL = {"head_dim": 32, "lanes": 16, "mem_data_bits": 128, "max_seq_len": 256}
 
 
@@ -32,8 +32,15 @@ def make_sequence(params, n, rng, *, k_spread=2.0):
     k, k_scale = quantize_rows(k_real)
     v, v_scale = quantize_rows(v_real)
     return {
-        "q_real": q_real, "k_real": k_real, "v_real": v_real,
-        "q": q, "c": score_scale(q_scale, d), "k": k, "ks": k_scale, "v": v, "vs": v_scale,
+        "q_real": q_real,
+        "k_real": k_real,
+        "v_real": v_real,
+        "q": q,
+        "c": score_scale(q_scale, d),
+        "k": k,
+        "ks": k_scale,
+        "v": v,
+        "vs": v_scale,
     }
 
 
@@ -41,11 +48,14 @@ def request_for(seq, *, seq_id, base, n, append=True, partial=False):
     extra = {}
     if append:
         extra = {
-            "new_k": seq["k"][n - 1], "new_v": seq["v"][n - 1],
-            "new_k_scale": seq["ks"][n - 1], "new_v_scale": seq["vs"][n - 1],
+            "new_k": seq["k"][n - 1],
+            "new_v": seq["v"][n - 1],
+            "new_k_scale": seq["ks"][n - 1],
+            "new_v_scale": seq["vs"][n - 1],
         }
-    return HpuRequest(seq_id=seq_id, base=base, length=n, q=seq["q"], q_scale=seq["c"],
-                      partial=partial, **extra)
+    return HpuRequest(
+        seq_id=seq_id, base=base, length=n, q=seq["q"], q_scale=seq["c"], partial=partial, **extra
+    )
 
 
 def store(params, memory, base, seq, count):
@@ -54,8 +64,16 @@ def store(params, memory, base, seq, count):
 
 
 def golden_for(params, seq, n, partial=False):
-    return hpu_golden(params, seq["q"], seq["c"], seq["k"][:n], seq["ks"][:n], seq["v"][:n],
-                      seq["vs"][:n], partial)
+    return hpu_golden(
+        params,
+        seq["q"],
+        seq["c"],
+        seq["k"][:n],
+        seq["ks"][:n],
+        seq["v"][:n],
+        seq["vs"][:n],
+        partial,
+    )
 
 
 # --- parameters and layout -----------------------------------------------------------------
@@ -102,9 +120,10 @@ def test_layout_round_trip_leaves_padding_alone():
 def test_descriptor_rejects_bad_requests():
     params = HpuParams(**SMALL, gqa_group=2)
     seq = make_sequence(params, 4, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="length must be in 1..256"):
-        pack_descriptor(params, HpuRequest(seq_id=0, base=0, length=0, q=seq["q"],
-                                           q_scale=seq["c"]))
+    with pytest.raises(ValueError, match=r"length must be in 1\.\.256"):
+        pack_descriptor(
+            params, HpuRequest(seq_id=0, base=0, length=0, q=seq["q"], q_scale=seq["c"])
+        )
     with pytest.raises(ValueError, match="multiple of 64"):
         pack_descriptor(params, request_for(seq, seq_id=0, base=32, n=4))
     bad = request_for(seq, seq_id=0, base=0, n=4)
@@ -119,7 +138,7 @@ def test_single_token_returns_its_value_row():
     seq = make_sequence(params, 1, np.random.default_rng(1))
     y = golden_for(params, seq, 1).real(params)
     v = seq["v"][0] * seq["vs"][0].astype(np.float64)
-    assert np.abs(y - v).max() <= 2.0 ** -params.out_frac_bits * 2 + np.abs(v).max() * 2e-4
+    assert np.abs(y - v).max() <= 2.0**-params.out_frac_bits * 2 + np.abs(v).max() * 2e-4
 
 
 @pytest.mark.parametrize("n", [1, 7, 100, 1000])
@@ -128,8 +147,10 @@ def test_golden_tracks_float_attention(n):
     seq = make_sequence(params, n, np.random.default_rng(n))
     y = golden_for(params, seq, n).real(params)
     ref = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.tensor(seq[name], dtype=torch.float32)[None] for name in ("q_real", "k_real",
-                                                                          "v_real"))
+        *(
+            torch.tensor(seq[name], dtype=torch.float32)[None]
+            for name in ("q_real", "k_real", "v_real")
+        )
     )[0].numpy()
     scale = np.abs(ref).max(axis=-1, keepdims=True)
     # int8 K/V quantization dominates; the fixed-point softmax adds far less.
@@ -143,8 +164,11 @@ def test_partials_merge_to_the_full_result():
     parts = []
     for lo, hi in ((0, 90), (90, 211), (211, 300)):
         part = {key: seq[key][lo:hi] for key in ("k", "ks", "v", "vs")}
-        parts.append(hpu_golden(params, seq["q"], seq["c"], part["k"], part["ks"], part["v"],
-                                part["vs"], True))
+        parts.append(
+            hpu_golden(
+                params, seq["q"], seq["c"], part["k"], part["ks"], part["v"], part["vs"], True
+            )
+        )
     merged = merge_partials(params, parts)
     assert np.abs(merged - full).max() < 1e-3 * np.abs(full).max()
 
@@ -208,9 +232,15 @@ def test_gateware_every_group_size(gqa_group):
     "overrides",
     [
         {},  # defaults: head_dim 64, lanes 32, G 3
-        {"head_dim": 128, "lanes": 8, "mem_data_bits": 64, "gqa_group": 1, "max_burst_beats": 4,
-         "max_outstanding": 2},
-        {**SMALL, "q_bits": 16, "gqa_group": 2},
+        {
+            "head_dim": 128,
+            "lanes": 8,
+            "mem_data_bits": 64,
+            "gqa_group": 1,
+            "max_burst_beats": 4,
+            "max_outstanding": 2,
+        },
+        {**SMALL, "q_bits": 8, "gqa_group": 2},
     ],
 )
 def test_gateware_shapes_bursts_and_memory(overrides):
@@ -225,7 +255,10 @@ def test_gateware_shapes_bursts_and_memory(overrides):
     run = check_run(params, memory, [request], [golden_for(params, seq, n)], read_latency=3)
     for name, value in (("k", False), ("v", True)):
         expected = params.layout.read_bursts(
-            0x1FC0, n - 1, value=value, beat_bytes=params.beat_bytes,
+            0x1FC0,
+            n - 1,
+            value=value,
+            beat_bytes=params.beat_bytes,
             max_beats=params.max_burst_beats,
         )
         assert run.read_bursts[name] == [(b.address, b.beats) for b in expected]
@@ -248,8 +281,13 @@ def test_gateware_back_to_back_modes_and_reread_of_appended_token():
         request_for(b, seq_id=3, base=0x8000, n=256, append=False),  # max_seq_len
         request_for(b, seq_id=4, base=0x8000, n=1, append=False, partial=True),  # length 1
     ]
-    goldens = [golden_for(params, a, 44), golden_for(params, a, 45), golden_for(params, a, 45),
-               golden_for(params, b, 256), golden_for(params, b, 1, partial=True)]
+    goldens = [
+        golden_for(params, a, 44),
+        golden_for(params, a, 45),
+        golden_for(params, a, 45),
+        golden_for(params, b, 256),
+        golden_for(params, b, 1, partial=True),
+    ]
     check_run(params, memory, requests, goldens, result_backpressure=0.3)
     # Token 44 now comes from memory: the same request without append must agree.
     again = request_for(a, seq_id=5, base=0x0, n=45, append=False)
@@ -270,8 +308,10 @@ def test_gateware_partials_merge_to_full():
         request_for({**seq, **first}, seq_id=1, base=0x0, n=60, append=False, partial=True),
         request_for({**seq, **second}, seq_id=2, base=0x10000, n=40, append=False, partial=True),
     ]
-    goldens = [golden_for(params, {**seq, **first}, 60, True),
-               golden_for(params, {**seq, **second}, 40, True)]
+    goldens = [
+        golden_for(params, {**seq, **first}, 60, True),
+        golden_for(params, {**seq, **second}, 40, True),
+    ]
     run = check_run(params, memory, requests, goldens)
     parts = [unpack_results(params, [w for w, _, _ in beats], True) for beats in run.beats]
     merged = merge_partials(params, parts)

@@ -8,8 +8,8 @@ Dataflow of one request::
     desc_i ─► parser ─► (pending request) ─► control ─┬─► writer ─► w_axi (new k, v, scales)
                                                       ├─► K reader ─► k_axi ─► K FIFO ─┐
                                                       └─► V reader ─► v_axi ─► V FIFO ─┼─┐
-    K FIFO ─► K sequencer ─► q·k (G × lanes MACs) ─► score ─► max/exp2 ─► l ─► row FIFO │ │
-    V FIFO ─► V sequencer ─► w = p·v_scale ─► o = o·alpha + w·v (G × lanes) ◄──────────┘─┘
+    K FIFO ─► K sequencer ─► q·k (groups × lanes MACs) ─► score ─► max/exp2 ─► l ─► row FIFO │ │
+    V FIFO ─► V sequencer ─► w = p·v_scale ─► o = o·alpha + w·v (groups × lanes) ◄──────────┘─┘
     o, l ─► 1/l (reciprocal) ─► o·(1/l) ─► result_o
 
 * The K side never waits for the V side: it runs ahead into the row FIFO (per-row alpha and p
@@ -29,9 +29,7 @@ Dataflow of one request::
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
-
-from tandem.host.fixed import value_range
-from tandem.host.hpu import HEADER_BYTES, HpuParams
+from tandem.host.hpu import HpuParams
 from tandem.mappings.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
 
 from ..common.axi import BURST_INCR, AxiReadManager, AxiWriteManager
@@ -129,13 +127,12 @@ class Hpu(wiring.Component):
         p = self.params
         m = Module()
         self.m = m
-        G, B, lanes = p.gqa_group, p.beat_bytes, p.lanes
+        groups = p.gqa_group
         beat_bits = p.mem_data_bits
-        layout = p.layout
         pos_shape = unsigned(p.position_bits)
 
         # ---- descriptor parser: fills the pending request while the current one runs ----
-        body_beats = 2 * p.row_beats + G * p.q_beats
+        body_beats = 2 * p.row_beats + groups * p.q_beats
         header = [Signal(beat_bits, name=f"hdr{b}") for b in range(p.header_beats)]
         body = [Signal(beat_bits, name=f"body{b}") for b in range(body_beats)]
         pending = Signal()
@@ -153,11 +150,10 @@ class Hpu(wiring.Component):
             m.d.comb += body_index.eq(
                 beat_index - p.header_beats + Mux(append_flag, 0, 2 * p.row_beats)
             )
-            with m.If(beat_index >= p.header_beats):
-                with m.Switch(body_index):
-                    for b in range(body_beats):
-                        with m.Case(b):
-                            m.d.sync += body[b].eq(self.desc_i.payload)
+            with m.If(beat_index >= p.header_beats), m.Switch(body_index):
+                for b in range(body_beats):
+                    with m.Case(b):
+                        m.d.sync += body[b].eq(self.desc_i.payload)
             with m.If((beat_index >= p.header_beats) & (body_index == body_beats - 1)):
                 m.d.sync += [pending.eq(1), beat_index.eq(0)]
 
@@ -169,10 +165,10 @@ class Hpu(wiring.Component):
         partial = Signal()
         new_k_scale = Signal(16)
         new_v_scale = Signal(16)
-        q_scales = [Signal(16, name=f"q_scale{g}") for g in range(G)]
+        q_scales = [Signal(16, name=f"q_scale{g}") for g in range(groups)]
         new_k = Signal(p.row_elems * 8)
         new_v = Signal(p.row_elems * 8)
-        queries = [Signal(p.row_elems * p.q_bits, name=f"q{g}") for g in range(G)]
+        queries = [Signal(p.row_elems * p.q_bits, name=f"q{g}") for g in range(groups)]
         mem_rows = Signal(pos_shape)
 
         start = Signal()  # one cycle: latch the pending request and start every unit
@@ -194,10 +190,12 @@ class Hpu(wiring.Component):
             ]
             q_base = 2 * p.row_elems * 8
             q_width = p.row_elems * p.q_bits
-            for g in range(G):
+            for g in range(groups):
                 m.d.sync += [
                     q_scales[g].eq(header_flat[192 + 16 * g : 208 + 16 * g]),
-                    queries[g].eq(row_bytes_flat[q_base + g * q_width : q_base + (g + 1) * q_width]),
+                    queries[g].eq(
+                        row_bytes_flat[q_base + g * q_width : q_base + (g + 1) * q_width]
+                    ),
                 ]
 
         # ---- writer: new k row, new v row, and their two scales ----
@@ -209,31 +207,30 @@ class Hpu(wiring.Component):
         # next request's memory latency hides behind the current request's last rows ----
         read_start = Signal()
         prefetched = Signal()
-        k_fifo, k_busy = self._reader(m, self.k_axi, read_start, header_flat, value=False,
-                                      name="k")
-        v_fifo, v_busy = self._reader(m, self.v_axi, read_start, header_flat, value=True,
-                                      name="v")
+        k_fifo, k_busy = self._reader(m, self.k_axi, read_start, header_flat, value=False, name="k")
+        v_fifo, v_busy = self._reader(m, self.v_axi, read_start, header_flat, value=True, name="v")
         # Reads wait for acknowledged writes: a later request may read the appended token.
         m.d.comb += read_start.eq(pending & ~prefetched & ~k_busy & ~v_busy & writes_idle)
         with m.If(read_start):
             m.d.sync += prefetched.eq(1)
 
         # ---- K side: sequencer, dot products, scores, online softmax ----
-        row_fifo_width = G * 2 * (p.prob_frac_bits + 1)
+        row_fifo_width = groups * 2 * (p.prob_frac_bits + 1)
         m.submodules.row_fifo = row_fifo = fifo.SyncFIFOBuffered(
             width=row_fifo_width, depth=ROW_FIFO_DEPTH
         )
-        running_max = [Signal(signed(p.score_bits), name=f"m{g}") for g in range(G)]
-        running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(G)]
+        running_max = [Signal(signed(p.score_bits), name=f"m{g}") for g in range(groups)]
+        running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
         k_room = Signal()
         k_beat = self._sequencer(m, "k", start, k_fifo, new_k, new_k_scale, k_room)
-        self._k_side(m, start, k_beat, queries, q_scales, running_max, running_sum, row_fifo,
-                     k_room)
+        self._k_side(
+            m, start, k_beat, queries, q_scales, running_max, running_sum, row_fifo, k_room
+        )
 
         # ---- V side: weights and accumulators ----
         accumulators = [
-            [Signal(signed(p.o_bits) , name=f"o{g}_{i}") for i in range(p.row_elems)]
-            for g in range(G)
+            [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.row_elems)]
+            for g in range(groups)
         ]
         v_ready_gate = Signal()
         v_beat = self._sequencer(m, "v", start, v_fifo, new_v, new_v_scale, v_ready_gate)
@@ -241,16 +238,13 @@ class Hpu(wiring.Component):
 
         # ---- control and output ----
         m.submodules.recip = recip = Reciprocal(p.reciprocal)
-        recips = [Signal(p.reciprocal.out_bits, name=f"r{g}") for g in range(G)]
-        feed = Signal(range(G + 1))
-        collected = Signal(range(G + 1))
-        out_query = Signal(range(G))
+        recips = [Signal(p.reciprocal.out_bits, name=f"r{g}") for g in range(groups)]
+        feed = Signal(range(groups + 1))
+        collected = Signal(range(groups + 1))
+        out_query = Signal(range(groups))
         out_chunk = Signal(range(p.row_beats + 1))
         result = self.result_o
         m.d.comb += recip.o.ready.eq(1)
-        chunk_rotate = Signal()  # output takes a chunk of query out_query: rotate its ring
-        m.d.comb += chunk_rotate.eq(0)
-        self._chunk_rotate, self._out_query = chunk_rotate, out_query
 
         with m.If(result.ready):
             m.d.sync += result.valid.eq(0)
@@ -260,17 +254,16 @@ class Hpu(wiring.Component):
                 with m.If(pending & writes_idle & (prefetched | read_start)):
                     m.d.comb += start.eq(1)
                     m.d.sync += prefetched.eq(0)
-                    m.d.sync += [running_max[g].eq(p.score_min) for g in range(G)]
-                    m.d.sync += [running_sum[g].eq(0) for g in range(G)]
+                    m.d.sync += [running_max[g].eq(p.score_min) for g in range(groups)]
+                    m.d.sync += [running_sum[g].eq(0) for g in range(groups)]
                     m.d.sync += [acc.eq(0) for row in accumulators for acc in row]
                     m.next = "RUN"
-            with m.State("RUN"):
-                with m.If((rows_done == length) & (length != 0)):
-                    m.d.sync += [feed.eq(0), collected.eq(0), out_query.eq(0), out_chunk.eq(0)]
-                    m.next = "RECIP"
+            with m.State("RUN"), m.If((rows_done == length) & (length != 0)):
+                m.d.sync += [feed.eq(0), collected.eq(0), out_query.eq(0), out_chunk.eq(0)]
+                m.next = "RECIP"
             with m.State("RECIP"):
                 m.d.comb += [
-                    recip.i.valid.eq((feed < G) & ~partial),
+                    recip.i.valid.eq((feed < groups) & ~partial),
                     recip.i.payload.eq(Array(running_sum)[feed]),
                 ]
                 with m.If(recip.i.valid & recip.i.ready):
@@ -278,14 +271,23 @@ class Hpu(wiring.Component):
                 with m.If(recip.o.valid):
                     m.d.sync += collected.eq(collected + 1)
                     with m.Switch(collected):
-                        for g in range(G):
+                        for g in range(groups):
                             with m.Case(g):
                                 m.d.sync += recips[g].eq(recip.o.payload)
-                with m.If(partial | (collected == G)):
+                with m.If(partial | (collected == groups)):
                     m.next = "OUT"
             with m.State("OUT"):
-                self._output(m, accumulators, running_max, running_sum, recips, seq_id,
-                             partial, out_query, out_chunk, chunk_rotate)
+                self._output(
+                    m,
+                    accumulators,
+                    running_max,
+                    running_sum,
+                    recips,
+                    seq_id,
+                    partial,
+                    out_query,
+                    out_chunk,
+                )
                 with m.If(self._out_done):
                     m.next = "IDLE"
         return m
@@ -298,7 +300,7 @@ class Hpu(wiring.Component):
         """
         p = self.params
         axi = self.w_axi
-        B = p.beat_bytes
+        beat_bytes = p.beat_bytes
         layout = p.layout
         offset = Signal(5, name="w_offset")
         page_base = Signal(p.addr_bits, name="w_page_base")
@@ -309,7 +311,7 @@ class Hpu(wiring.Component):
         beat = Signal(range(p.row_beats + 1), name="w_beat")
         m.d.comb += [
             axi.awid.eq(0),
-            axi.awsize.eq((B - 1).bit_length()),
+            axi.awsize.eq((beat_bytes - 1).bit_length()),
             axi.awburst.eq(BURST_INCR),
             axi.bready.eq(1),
         ]
@@ -317,13 +319,16 @@ class Hpu(wiring.Component):
         b_fire = axi.bvalid & axi.bready
         m.d.sync += outstanding.eq(outstanding + aw_fire - b_fire)
         row_strobes = Array(
-            Const(sum(1 << j for j in range(B) if b * B + j < p.head_dim), B)
+            Const(
+                sum(1 << j for j in range(beat_bytes) if b * beat_bytes + j < p.head_dim),
+                beat_bytes,
+            )
             for b in range(p.row_beats)
         )
         scale_byte = Signal(range(BLOCK_BYTES), name="w_scale_byte")
         m.d.comb += scale_byte.eq(offset * 2)
-        in_beat = Signal(range(B), name="w_scale_lane")
-        m.d.comb += in_beat.eq(scale_byte % B)
+        in_beat = Signal(range(beat_bytes), name="w_scale_lane")
+        m.d.comb += in_beat.eq(scale_byte % beat_bytes)
         scale_beat_addr = page_base + (scale_byte - in_beat)
         row_addr = page_base + BLOCK_BYTES + offset * layout.row_bytes
         pending = Signal(name="w_pending")
@@ -363,7 +368,7 @@ class Hpu(wiring.Component):
                 m.d.comb += [
                     axi.wvalid.eq(1),
                     axi.wdata.eq(half << (in_beat * 8)),
-                    axi.wstrb.eq(Const(3, B) << in_beat),
+                    axi.wstrb.eq(Const(3, beat_bytes) << in_beat),
                     axi.wlast.eq(1),
                 ]
                 with m.If(axi.wready):
@@ -372,21 +377,20 @@ class Hpu(wiring.Component):
                         m.d.sync += pending.eq(0)
 
         with m.FSM(name="writer"):
-            with m.State("IDLE"):
-                with m.If(start & header_flat[128]):
-                    position = Signal(p.position_bits, name="w_position")
-                    m.d.comb += position.eq(header_flat[32:64] - 1)
-                    m.d.sync += [
-                        pending.eq(1),
-                        offset.eq(position[:5]),
-                        page_base.eq(
-                            header_flat[64 : 64 + p.addr_bits] + position[5:] * layout.page_bytes
-                        ),
-                        data_k.eq(body_flat[0 : p.row_elems * 8]),
-                        data_v.eq(body_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
-                        scales.eq(header_flat[160:192]),
-                    ]
-                    m.next = "K_AW"
+            with m.State("IDLE"), m.If(start & header_flat[128]):
+                position = Signal(p.position_bits, name="w_position")
+                m.d.comb += position.eq(header_flat[32:64] - 1)
+                m.d.sync += [
+                    pending.eq(1),
+                    offset.eq(position[:5]),
+                    page_base.eq(
+                        header_flat[64 : 64 + p.addr_bits] + position[5:] * layout.page_bytes
+                    ),
+                    data_k.eq(body_flat[0 : p.row_elems * 8]),
+                    data_v.eq(body_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
+                    scales.eq(header_flat[160:192]),
+                ]
+                m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
             row_states("V", "KS_AW", layout.part_bytes, data_v)
             scale_states("KS", "VS_AW", 0, scales[0:16])
@@ -399,7 +403,7 @@ class Hpu(wiring.Component):
     def _reader(self, m, axi, start, header_flat, *, value: bool, name: str):
         """Burst address generator and read-data FIFO for the K or V parts of the pages."""
         p = self.params
-        B = p.beat_bytes
+        beat_bytes = p.beat_bytes
         layout = p.layout
         m.submodules[f"{name}_data"] = data_fifo = fifo.SyncFIFOBuffered(
             width=p.mem_data_bits, depth=DATA_FIFO_DEPTH
@@ -408,16 +412,16 @@ class Hpu(wiring.Component):
         page_addr = Signal(p.addr_bits, name=f"{name}_page_addr")
         addr = Signal(p.addr_bits, name=f"{name}_addr")
         rows_left = Signal(p.position_bits, name=f"{name}_rows_left")
-        span_bits = (B * 0 + BLOCK_BYTES // B + PAGE_TOKENS * p.row_beats).bit_length()
+        span_bits = (p.scale_beats + PAGE_TOKENS * p.row_beats).bit_length()
         span_left = Signal(span_bits, name=f"{name}_span_left")
         outstanding = Signal(range(p.max_outstanding + 1), name=f"{name}_outstanding")
-        beat_shift = (B - 1).bit_length()
+        beat_shift = (beat_bytes - 1).bit_length()
 
         def page_span(rows):
             page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows)
             return p.scale_beats + page_rows * p.row_beats
 
-        to_boundary = Signal(range(AXI_BOUNDARY // B + 1), name=f"{name}_to_boundary")
+        to_boundary = Signal(range(AXI_BOUNDARY // beat_bytes + 1), name=f"{name}_to_boundary")
         m.d.comb += to_boundary.eq((AXI_BOUNDARY - addr[:12]) >> beat_shift)
         beats = Signal(range(p.max_burst_beats + 1), name=f"{name}_beats")
         limit = Mux(span_left < p.max_burst_beats, span_left, p.max_burst_beats)
@@ -474,14 +478,14 @@ class Hpu(wiring.Component):
         Returns a record of signals describing the beat offered this cycle and ``take``.
         """
         p = self.params
-        B = p.beat_bytes
+        beat_bytes = p.beat_bytes
         active = Signal(name=f"{name}_seq_active")
         injecting = Signal(name=f"{name}_injecting")
         rows_left = Signal(p.position_bits, name=f"{name}_seq_rows_left")
         scale_index = Signal(range(p.scale_beats + 1), name=f"{name}_scale_index")
         row_in_page = Signal(range(PAGE_TOKENS), name=f"{name}_row_in_page")
         beat = Signal(range(p.row_beats), name=f"{name}_beat")
-        scales = [Signal(8 * B, name=f"{name}_scales{b}") for b in range(p.scale_beats)]
+        scales = [Signal(8 * beat_bytes, name=f"{name}_scales{b}") for b in range(p.scale_beats)]
         scale_words = Cat(*scales)
 
         in_scales = scale_index < p.scale_beats
@@ -498,8 +502,9 @@ class Hpu(wiring.Component):
         last_beat = Signal(name=f"{name}_last_beat")
         last_row = Signal(name=f"{name}_last_row")
         m.d.comb += [
-            row_data.eq(Mux(injecting, new_row.word_select(beat, p.mem_data_bits),
-                            data_fifo.r_data)),
+            row_data.eq(
+                Mux(injecting, new_row.word_select(beat, p.mem_data_bits), data_fifo.r_data)
+            ),
             row_scale.eq(Mux(injecting, new_scale, scale_words.word_select(row_in_page, 16))),
             last_beat.eq(beat == p.row_beats - 1),
             last_row.eq(injecting | ((rows_left == 1) & ~self._append_signal)),
@@ -532,8 +537,10 @@ class Hpu(wiring.Component):
                         with m.If((row_in_page == PAGE_TOKENS - 1) | (rows_left == 1)):
                             m.d.sync += [row_in_page.eq(0), scale_index.eq(0)]
                         with m.If(rows_left == 1):
-                            m.d.sync += [active.eq(self._append_signal),
-                                         injecting.eq(self._append_signal)]
+                            m.d.sync += [
+                                active.eq(self._append_signal),
+                                injecting.eq(self._append_signal),
+                            ]
         return {
             "take_row": take & is_row,
             "data": row_data,
@@ -547,7 +554,7 @@ class Hpu(wiring.Component):
     def _k_side(self, m, start, kb, queries, q_scales, running_max, running_sum, row_fifo, room):
         """q.k per row for every query, the score, the running max, exp2, and l."""
         p = self.params
-        G, lanes = p.gqa_group, p.lanes
+        groups, lanes = p.gqa_group, p.lanes
         one = 1 << p.prob_frac_bits
 
         # KA: the accepted row beat.
@@ -570,7 +577,7 @@ class Hpu(wiring.Component):
         b_last_beat = Signal(name="kb_last_beat")
         b_scale = Signal(16, name="kb_scale")
         partial_bits = p.q_bits + 8 + (lanes - 1).bit_length()
-        b_partial = [Signal(signed(partial_bits), name=f"kb_partial{g}") for g in range(G)]
+        b_partial = [Signal(signed(partial_bits), name=f"kb_partial{g}") for g in range(groups)]
         m.d.sync += [
             b_valid.eq(a_valid),
             b_first.eq(a_beat == 0),
@@ -578,7 +585,7 @@ class Hpu(wiring.Component):
             b_scale.eq(a_scale),
         ]
         q_chunk_bits = lanes * p.q_bits
-        for g in range(G):
+        for g in range(groups):
             chunk = queries[g].word_select(a_beat, q_chunk_bits)
             products = [
                 chunk[i * p.q_bits : (i + 1) * p.q_bits].as_signed()
@@ -589,10 +596,10 @@ class Hpu(wiring.Component):
         # KC: accumulate the beats of a row into the dot product.
         c_valid = Signal(name="kc_valid")
         c_scale = Signal(16, name="kc_scale")
-        dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(G)]
-        c_dot = [Signal(signed(p.dot_bits), name=f"kc_dot{g}") for g in range(G)]
+        dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(groups)]
+        c_dot = [Signal(signed(p.dot_bits), name=f"kc_dot{g}") for g in range(groups)]
         m.d.sync += [c_valid.eq(b_valid & b_last_beat), c_scale.eq(b_scale)]
-        for g in range(G):
+        for g in range(groups):
             total = Mux(b_first, b_partial[g], dot_acc[g] + b_partial[g])
             with m.If(b_valid):
                 m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
@@ -600,9 +607,9 @@ class Hpu(wiring.Component):
         k_mant, k_exp = decode_scale(m, c_scale, "k_scale")
         s1_valid = Signal(name="s1_valid")
         m.d.sync += s1_valid.eq(c_valid)
-        s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(G)]
-        s1_total = [Signal(signed(8), name=f"s1_total{g}") for g in range(G)]
-        for g in range(G):
+        s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
+        s1_total = [Signal(signed(8), name=f"s1_total{g}") for g in range(groups)]
+        for g in range(groups):
             c_mant, c_exp = decode_scale(m, q_scales[g], f"q_scale{g}")
             m.d.sync += [
                 s1_product[g].eq(c_dot[g] * (c_mant * k_mant)),
@@ -611,9 +618,9 @@ class Hpu(wiring.Component):
         # S2: shift, round and saturate into the score format.
         s2_valid = Signal(name="s2_valid")
         m.d.sync += s2_valid.eq(s1_valid)
-        scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(G)]
+        scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(groups)]
         max_left = 10 + 10 + p.score_frac_bits
-        for g in range(G):
+        for g in range(groups):
             m.d.sync += scores[g].eq(
                 scale_shift(s1_product[g], s1_total[g], max_left, p.score_bits, True)
             )
@@ -621,7 +628,7 @@ class Hpu(wiring.Component):
         exp2_units = []
         exp2_lo = -(1 << (p.exp2.in_width - 1))
         grew_line = []
-        for g in range(G):
+        for g in range(groups):
             m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
             exp2_units.append(unit)
             diff = Signal(signed(p.score_bits + 1), name=f"s3_diff{g}")
@@ -655,7 +662,7 @@ class Hpu(wiring.Component):
         # S4: alpha, p, l; push the row's alpha and p of every query.
         push = exp2_units[0].o.valid
         entry = []
-        for g in range(G):
+        for g in range(groups):
             e = exp2_units[g].o.payload
             alpha = Mux(grew_line[g], e, one)
             prob = Mux(grew_line[g], one, e)
@@ -673,17 +680,17 @@ class Hpu(wiring.Component):
     def _v_side(self, m, start, vb, row_fifo, accumulators, gate):
         """w = p * v_scale per row and query; o <- round(o * alpha) + w * v per element."""
         p = self.params
-        G, lanes = p.gqa_group, p.lanes
+        groups, lanes = p.gqa_group, p.lanes
         word = p.prob_frac_bits + 1
         m.d.comb += gate.eq((vb["beat"] != 0) | row_fifo.r_rdy)
         first = vb["take_row"] & (vb["beat"] == 0)
         m.d.comb += row_fifo.r_en.eq(first)
         v_mant, v_exp = decode_scale(m, vb["scale"], "v_scale")
-        weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(G)]
-        alphas = [Signal(word, name=f"va_alpha{g}") for g in range(G)]
+        weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
+        alphas = [Signal(word, name=f"va_alpha{g}") for g in range(groups)]
         max_left = 5 + p.weight_frac_bits
         with m.If(first):
-            for g in range(G):
+            for g in range(groups):
                 alpha = row_fifo.r_data[(2 * g) * word : (2 * g + 1) * word]
                 prob = row_fifo.r_data[(2 * g + 1) * word : (2 * g + 2) * word]
                 m.d.sync += [
@@ -710,7 +717,7 @@ class Hpu(wiring.Component):
         with m.Elif(va_valid & va_last_beat):
             m.d.sync += rows_done.eq(rows_done + 1)
         with m.If(va_valid):
-            for g in range(G):
+            for g in range(groups):
                 ring = accumulators[g]
                 for i in range(lanes):
                     head = ring[i]
@@ -723,15 +730,25 @@ class Hpu(wiring.Component):
         return rows_done
 
     # ------------------------------------------------------------------------------------
-    def _output(self, m, accumulators, running_max, running_sum, recips, seq_id, partial,
-                out_query, out_chunk, chunk_rotate):
+    def _output(
+        self,
+        m,
+        accumulators,
+        running_max,
+        running_sum,
+        recips,
+        seq_id,
+        partial,
+        out_query,
+        out_chunk,
+    ):
         """Emit the result beats of the finished request; rotates each ring as it goes."""
         p = self.params
-        G, lanes = p.gqa_group, p.lanes
+        groups, lanes = p.gqa_group, p.lanes
         result = self.result_o
         load = ~result.valid | result.ready
         per_query = Mux(partial, p.row_beats + 1, p.row_beats)
-        last = (out_query == G - 1) & (out_chunk == per_query - 1)
+        last = (out_query == groups - 1) & (out_chunk == per_query - 1)
         self._out_done = load & last
         heads = Array(Cat(*acc[:lanes]) for acc in accumulators)
         head = heads[out_query]
@@ -754,7 +771,7 @@ class Hpu(wiring.Component):
             with m.If(out_chunk < p.row_beats):
                 m.d.sync += result.payload.data.eq(Cat(*[self._word(w) for w in words]))
                 with m.Switch(out_query):
-                    for g in range(G):
+                    for g in range(groups):
                         with m.Case(g):
                             ring = accumulators[g]
                             for j in range(len(ring)):

@@ -22,9 +22,9 @@ import json
 import sys
 
 import numpy as np
-import torch
-from tandem.host.hpu import HpuParams, hpu_golden, key_smoothing, quantize_rows, score_scale
-from tandem.host.smollm2_fixture import load_smollm2_qkv
+from tandem.host.hpu import HpuParams
+from tandem.host.hpu_accuracy import relative_errors
+from tandem.host.smollm2_fixture import decode_cases, load_smollm2_qkv
 
 from tandem.config import resolve_params
 from tandem.errors import UserError
@@ -32,42 +32,18 @@ from tandem.errors import UserError
 
 def measure(params: HpuParams, fixture: dict, smooth: bool) -> list[dict]:
     """One record per (layer, KV head, length): relative errors of the G outputs."""
-    g = int(fixture["gqa_group"])
     records = []
-    for li, layer in enumerate(fixture["layers"].tolist()):
-        for kv in range(fixture["k"].shape[1]):
-            for j, position in enumerate(fixture["q_positions"].tolist()):
-                n = position + 1
-                q = fixture["q"][li, kv * g : (kv + 1) * g, j].astype(np.float64)
-                k = fixture["k"][li, kv, :n].astype(np.float64)
-                v = fixture["v"][li, kv, :n].astype(np.float64)
-                # The factors come from the keys in the cache at this step (the host's view).
-                factors = key_smoothing(k) if smooth else np.ones(k.shape[-1])
-                qi, qs = quantize_rows(q * factors, params.q_bits)
-                ki, ks = quantize_rows(k / factors)
-                vi, vs = quantize_rows(v)
-                c = score_scale(qs, params.head_dim)
-                y = hpu_golden(params, qi, c, ki, ks, vi, vs).real(params)
-                ref = (
-                    torch.nn.functional.scaled_dot_product_attention(
-                        torch.tensor(q, dtype=torch.float32)[:, None],
-                        torch.tensor(k, dtype=torch.float32)[None].expand(g, -1, -1),
-                        torch.tensor(v, dtype=torch.float32)[None].expand(g, -1, -1),
-                    )[:, 0]
-                    .numpy()
-                    .astype(np.float64)
-                )
-                l2 = np.linalg.norm(y - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
-                elem = np.abs(y - ref).max(axis=-1) / np.abs(ref).max(axis=-1)
-                records.append(
-                    {
-                        "layer": layer,
-                        "kv_head": kv,
-                        "length": n,
-                        "rel_l2": l2.tolist(),
-                        "rel_elem_max": elem.tolist(),
-                    }
-                )
+    for layer, kv, n, q, k, v in decode_cases(fixture):
+        l2, elem = relative_errors(params, q, k, v, smooth)
+        records.append(
+            {
+                "layer": layer,
+                "kv_head": kv,
+                "length": n,
+                "rel_l2": l2.tolist(),
+                "rel_elem_max": elem.tolist(),
+            }
+        )
     return records
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DEFAULT_PATH", "load_smollm2_qkv"]
+__all__ = ["DEFAULT_PATH", "decode_cases", "load_smollm2_qkv"]
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tests" / "data" / "smollm2_qkv.npz"
 
@@ -56,3 +56,26 @@ def load_smollm2_qkv(path: str | Path | None = None) -> dict[str, np.ndarray]:
             name: data[name].astype(np.float32) if data[name].dtype.kind == "f" else data[name]
             for name in data.files
         }
+
+
+def decode_cases(fixture: dict, lengths=None):
+    """Every decode step of the fixture: ``(layer, kv_head, n, q, k, v)`` as float64.
+
+    ``q`` is [gqa_group, head_dim] (the query heads that share KV head ``kv_head``), ``k`` and
+    ``v`` are [n, head_dim]. ``lengths`` restricts n to the given values.
+    """
+    group = int(fixture["gqa_group"])
+    for li, layer in enumerate(fixture["layers"].tolist()):
+        for kv in range(fixture["k"].shape[1]):
+            for j, position in enumerate(fixture["q_positions"].tolist()):
+                n = position + 1
+                if lengths is not None and n not in lengths:
+                    continue
+                yield (
+                    layer,
+                    kv,
+                    n,
+                    fixture["q"][li, kv * group : (kv + 1) * group, j].astype(np.float64),
+                    fixture["k"][li, kv, :n].astype(np.float64),
+                    fixture["v"][li, kv, :n].astype(np.float64),
+                )

@@ -14,6 +14,8 @@ from tandem.host.hpu import (
     score_scale,
     unpack_results,
 )
+from tandem.host.hpu_accuracy import relative_errors
+from tandem.host.smollm2_fixture import decode_cases, load_smollm2_qkv
 from tandem.mappings.kv_layout import AXI_BOUNDARY, KvLayout
 from tandem.sim.hpu_amaranth import run_hpu
 
@@ -317,3 +319,14 @@ def test_gateware_partials_merge_to_full():
     merged = merge_partials(params, parts)
     full = golden_for(params, seq, 100).real(params)
     assert np.abs(merged - full).max() < 1e-3 * np.abs(full).max()
+
+
+def test_error_on_smollm2_attention_meets_the_targets():
+    # Real q/K/V of SmolLM2-135M (tests/data, made by benchmarks/hpu_fixture.py); the full
+    # sweep is `python benchmarks/hpu_error.py`.
+    fixture = load_smollm2_qkv()
+    params = HpuParams()
+    l2 = []
+    for _, _, _, q, k, v in decode_cases(fixture, lengths={1, 33, 512, 4096}):
+        l2.extend(relative_errors(params, q, k, v)[0])
+    assert np.mean(l2) < 0.01 and np.max(l2) < 0.03, (np.mean(l2), np.max(l2))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "PAGE_TOKENS", "KvLayout", "Burst"]
+__all__ = ["BLOCK_BYTES", "PAGE_TOKENS", "Burst", "KvLayout"]
 
 #: Bytes in one aligned block: HBM's interleave granule and the row alignment.
 BLOCK_BYTES = 64
@@ -121,7 +121,9 @@ class KvLayout:
         """
         rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.head_dim)
         scales = np.asarray(scales, dtype=np.float16).reshape(-1)
-        view = np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
+        view = (
+            np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
+        )
         positions = start + np.arange(len(rows))
         row_at = self.row_address(base, positions, value=value)
         columns = np.arange(self.head_dim)
@@ -132,7 +134,9 @@ class KvLayout:
 
     def read_rows(self, memory, base: int, start: int, count: int, *, value: bool):
         """``(rows int8 [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
-        view = np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
+        view = (
+            np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
+        )
         positions = start + np.arange(count)
         row_at = self.row_address(base, positions, value=value)
         rows = view[row_at[:, None] + np.arange(self.head_dim)].view(np.int8)

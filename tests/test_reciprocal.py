@@ -57,8 +57,13 @@ def test_leading_one():
             "newton_steps": 1,
         },
         # Wider than the working precision: normalization truncates (the HPU's 1/l).
-        {"in_bits": 34, "in_frac_bits": 16, "out_bits": 30, "out_frac_bits": 29,
-         "work_frac_bits": 24},
+        {
+            "in_bits": 34,
+            "in_frac_bits": 16,
+            "out_bits": 30,
+            "out_frac_bits": 29,
+            "work_frac_bits": 24,
+        },
     ],
 )
 def test_gateware_matches_golden_in_amaranth_sim(overrides):

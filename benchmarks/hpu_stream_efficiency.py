@@ -1,0 +1,176 @@
+"""Stream efficiency of the ``hpu`` RTL against sequence length and memory read latency.
+
+Run: ``python benchmarks/hpu_stream_efficiency.py [--set key=value ...] [--simulator verilator]
+[--lengths 64 128 ...] [--latencies 0 100] [--out DIR] [--seed N]``.
+
+Builds the ``hpu`` Verilog with the given parameters (defaults, then ``--set`` flags as in
+``tandem generate``; ``max_seq_len`` defaults to 8192 here so the whole sweep fits), runs the
+cocotb test ``stream_efficiency_sweep`` of :mod:`tandem.sim.hpu.hpu_tb` (defined only when this
+script sets ``TANDEM_HPU_SWEEP``) and reports, per read latency and length, the stream
+efficiency
+
+    bytes taken on both R channels
+    / (cycles from the first AR handshake through the last R handshake x 2 ports x beat bytes)
+
+with no backpressure: 1.0 means both read ports moved a beat on every cycle of the request's
+read window. Every result is still checked bit-exactly against the golden model.
+
+Latency is cycles from an AR handshake to its first R beat; the memory model's minimum is 2
+(``MODEL_LATENCY``), so "0" means "answers as fast as the model can", one beat per cycle.
+
+Writes ``hpu_stream_efficiency.json`` and, when matplotlib is installed,
+``hpu_stream_efficiency.png`` into ``--out`` (default ``build/benchmarks``), and prints the
+ratio to the 0.73 bandwidth utilization the HPU paper reports at 2K tokens.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from tandem.sim.hpu.memory import MODEL_LATENCY
+from tandem.sim.runner import run_regression
+
+from tandem.config import resolve_params
+from tandem.errors import UserError
+from tandem.registry import get_design
+
+DEFAULT_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+DEFAULT_LATENCIES = (0, 100)
+#: Bandwidth utilization the HPU paper reports for decode attention at 2K tokens.
+PAPER_EFFICIENCY_2K = 0.73
+SWEEP_ENV = "TANDEM_HPU_SWEEP"
+TESTCASE = "stream_efficiency_sweep"
+
+
+def _table(rows, lengths, latencies) -> str:
+    by = {(r["latency"], r["tokens"]): r for r in rows}
+    head = f"{'tokens':>7}" + "".join(
+        f"  {'eff @ lat ' + str(lat):>14}  {'cycles':>8}" for lat in latencies
+    )
+    lines = [head]
+    for n in lengths:
+        line = f"{n:>7}"
+        for lat in latencies:
+            r = by.get((lat, n))
+            line += (
+                f"  {r['efficiency']:>14.4f}  {r['read_cycles']:>8}"
+                if r
+                else f"  {'-':>14}  {'-':>8}"
+            )
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _plot(rows, latencies, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for lat in latencies:
+        points = sorted((r["tokens"], r["efficiency"]) for r in rows if r["latency"] == lat)
+        label = f"read latency {max(lat, MODEL_LATENCY)} cycles"
+        ax.plot(*zip(*points), marker="o", label=label)
+    ax.axhline(PAPER_EFFICIENCY_2K, color="grey", linestyle="--", label="HPU paper, 2K tokens")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("stream efficiency (R bytes / read-window capacity)")
+    ax.set_title("hpu: K/V read stream efficiency")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
+    parser.add_argument("--latencies", type=int, nargs="+", default=list(DEFAULT_LATENCIES))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
+    args = parser.parse_args(argv)
+    design = get_design("hpu")
+    overrides = [f"max_seq_len={max(args.lengths)}", *args.overrides]
+    try:
+        params = resolve_params(design.params, None, overrides, design=design.name)
+    except UserError as exc:
+        print(f"hpu_stream_efficiency: error: {exc}", file=sys.stderr)
+        return 2
+    lengths = [n for n in args.lengths if 1 <= n <= params.max_seq_len]
+    skipped = sorted(set(args.lengths) - set(lengths))
+    if skipped:
+        print(f"note: lengths {skipped} exceed max_seq_len {params.max_seq_len}; skipped")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    # The simulator process inherits the environment; the sweep test exists only when set.
+    os.environ[SWEEP_ENV] = json.dumps({"lengths": lengths, "latencies": args.latencies})
+    start = time.perf_counter()
+    result = run_regression(
+        design,
+        params,
+        simulator=args.simulator,
+        seed=args.seed,
+        testcase=TESTCASE,
+        run_dir=args.out / f"hpu-sweep-{args.simulator}",
+    )
+    elapsed = time.perf_counter() - start
+    if not result.passed or not result.tests:
+        print(result.summary(), file=sys.stderr)
+        return 1
+    rows = result.tests[0].figures["rows"]
+
+    print(f"hpu {params}")
+    print(
+        f"{args.simulator}, seed {args.seed}, build {'cached' if result.build_cached else 'new'},"
+        f" {elapsed:.0f} s; efficiency = R bytes / (read-window cycles x 2 ports x "
+        f"{params.beat_bytes} B)"
+    )
+    print(_table(rows, lengths, args.latencies))
+    if min(args.latencies) < MODEL_LATENCY:
+        print(
+            f"(latency below {MODEL_LATENCY} runs at the memory model's minimum, {MODEL_LATENCY})"
+        )
+    paper = {}
+    for lat in args.latencies:
+        at_2k = next((r for r in rows if r["latency"] == lat and r["tokens"] == 2048), None)
+        if at_2k is not None:
+            paper[lat] = at_2k["efficiency"] / PAPER_EFFICIENCY_2K
+            print(
+                f"2K tokens, latency {lat}: efficiency {at_2k['efficiency']:.4f} = "
+                f"{paper[lat]:.2f} x the HPU paper's {PAPER_EFFICIENCY_2K}"
+            )
+    report = {
+        "design": "hpu",
+        "params": params.to_dict(),
+        "simulator": args.simulator,
+        "seed": args.seed,
+        "definition": "R-channel bytes / ((last R cycle - first AR cycle + 1) * 2 * beat_bytes)",
+        "model_min_latency": MODEL_LATENCY,
+        "rows": rows,
+        "paper_efficiency_2k": PAPER_EFFICIENCY_2K,
+        "ratio_to_paper_2k": {str(k): v for k, v in paper.items()},
+    }
+    json_path = args.out / "hpu_stream_efficiency.json"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {json_path}")
+    png = args.out / "hpu_stream_efficiency.png"
+    if _plot(rows, args.latencies, png):
+        print(f"wrote {png}")
+    else:
+        print("note: matplotlib is not installed; no plot (pip install matplotlib)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

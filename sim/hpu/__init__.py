@@ -1,0 +1,1 @@
+"""cocotb testbench of the ``hpu`` decode-attention engine and its device-memory model."""

@@ -25,7 +25,6 @@ ratio to the 0.73 bandwidth utilization the HPU paper reports at 2K tokens.
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,6 @@ DEFAULT_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 DEFAULT_LATENCIES = (0, 100)
 #: Bandwidth utilization the HPU paper reports for decode attention at 2K tokens.
 PAPER_EFFICIENCY_2K = 0.73
-SWEEP_ENV = "TANDEM_HPU_SWEEP"
 TESTCASE = "stream_efficiency_sweep"
 
 
@@ -101,6 +99,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
     args = parser.parse_args(argv)
     design = get_design("hpu")
+    if min(args.lengths) < 1 or min(args.latencies) < 0:
+        print(
+            "hpu_stream_efficiency: error: --lengths must be >= 1 and --latencies >= 0",
+            file=sys.stderr,
+        )
+        return 2
     overrides = [f"max_seq_len={max(args.lengths)}", *args.overrides]
     try:
         params = resolve_params(design.params, None, overrides, design=design.name)
@@ -113,8 +117,11 @@ def main(argv=None) -> int:
         print(f"note: lengths {skipped} exceed max_seq_len {params.max_seq_len}; skipped")
     args.out.mkdir(parents=True, exist_ok=True)
 
-    # The simulator process inherits the environment; the sweep test exists only when set.
-    os.environ[SWEEP_ENV] = json.dumps({"lengths": lengths, "latencies": args.latencies})
+    # The sweep test exists only when these plusargs are given.
+    sweep = (
+        f"+tandem_hpu_sweep_lengths={','.join(map(str, lengths))}",
+        f"+tandem_hpu_sweep_latencies={','.join(map(str, args.latencies))}",
+    )
     start = time.perf_counter()
     result = run_regression(
         design,
@@ -123,6 +130,7 @@ def main(argv=None) -> int:
         seed=args.seed,
         testcase=TESTCASE,
         run_dir=args.out / f"hpu-sweep-{args.simulator}",
+        plusargs=sweep,
     )
     elapsed = time.perf_counter() - start
     if not result.passed or not result.tests:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from tandem.mappings.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
+from tandem.mappings.kv_layout import BLOCK_BYTES, KvLayout
 
 from tandem.config import ParamError, Params, param
 
@@ -64,7 +64,9 @@ __all__ = [
     "HpuParams",
     "HpuRequest",
     "HpuResult",
+    "decode_result",
     "decode_scales",
+    "descriptor_beats",
     "hpu_golden",
     "key_smoothing",
     "merge_partials",
@@ -400,6 +402,26 @@ def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
     return b"".join(out)
 
 
+def descriptor_beats(params: HpuParams, request: HpuRequest) -> list[int]:
+    """``request``'s descriptor as ``desc_i`` payloads: byte b of a beat in bits 8b+7:8b."""
+    data = pack_descriptor(params, request)
+    step = params.beat_bytes
+    return [int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)]
+
+
+def decode_result(params: HpuParams, payload: int) -> tuple[list[int], int, int]:
+    """``(words, tag, last)`` of one ``result_o`` payload (words signed, word 0 in the LSBs)."""
+    width, lanes = params.word_bits, params.lanes
+    mask, sign = (1 << width) - 1, 1 << (width - 1)
+    words = []
+    for i in range(lanes):
+        word = (payload >> (i * width)) & mask
+        words.append(word - (1 << width) if word & sign else word)
+    tag = (payload >> (lanes * width)) & 0xFFFFFFFF
+    last = (payload >> (lanes * width + 32)) & 1
+    return words, tag, last
+
+
 @dataclass
 class HpuResult:
     """What one request returns (integers in the formats of :class:`HpuParams`).
@@ -568,8 +590,3 @@ def merge_partials(params: HpuParams, partials) -> np.ndarray:
     total_l = (factor * l_real).sum(axis=0)
     total_o = (factor[..., None] * o_real).sum(axis=0)
     return total_o / total_l[:, None]
-
-
-def page_of(position: int) -> int:
-    """Page index of a token position (re-exported for host code)."""
-    return position // PAGE_TOKENS

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from amaranth.sim import Simulator
-from tandem.host.hpu import HpuParams
+from tandem.host.hpu import HpuParams, HpuRequest, decode_result, descriptor_beats
 from tandem.hw.hpu.engine import Hpu
 
 __all__ = ["AmaranthRun", "run_hpu"]
@@ -30,26 +30,17 @@ class AmaranthRun:
     read_beats: int = 0
 
 
-def _words(value: int, count: int, bits: int) -> list[int]:
-    mask, sign = (1 << bits) - 1, 1 << (bits - 1)
-    out = []
-    for i in range(count):
-        w = (value >> (i * bits)) & mask
-        out.append(w - (1 << bits) if w & sign else w)
-    return out
-
-
 def run_hpu(
     params: HpuParams,
     memory: np.ndarray,
-    descriptors: list[bytes],
+    requests: list[HpuRequest],
     *,
     read_latency: int = 0,
     result_backpressure: float = 0.0,
     seed: int = 0,
     max_cycles: int = 200_000,
 ) -> AmaranthRun:
-    """Stream ``descriptors`` into the engine and collect every request's result beats.
+    """Send the descriptors of ``requests`` and collect every request's result beats.
 
     ``memory`` (uint8, byte-addressed) is read and written in place.
     """
@@ -57,12 +48,8 @@ def run_hpu(
     dut = Hpu(p)
     rng = np.random.default_rng(seed)
     beat_bytes = p.beat_bytes
-    desc_beats = deque()
-    for d in descriptors:
-        for i in range(0, len(d), beat_bytes):
-            desc_beats.append(int.from_bytes(d[i : i + beat_bytes], "little"))
-    run = AmaranthRun(beats=[[] for _ in descriptors], read_bursts={"k": [], "v": []})
-    data_bits = p.lanes * p.word_bits
+    desc_beats = deque(beat for r in requests for beat in descriptor_beats(p, r))
+    run = AmaranthRun(beats=[[] for _ in requests], read_bursts={"k": [], "v": []})
 
     async def bench(ctx):
         ports = {"k": dut.k_axi, "v": dut.v_axi}
@@ -97,11 +84,8 @@ def run_hpu(
             desc_fire = bool(desc_beats) and ctx.get(dut.desc_i.ready)
             result_fire = sink_ready and ctx.get(dut.result_o.valid)
             if result_fire:
-                payload = ctx.get(dut.result_o.payload.as_value())
-                data_part = payload & ((1 << data_bits) - 1)
-                tag = (payload >> data_bits) & 0xFFFFFFFF
-                last = payload >> (data_bits + 32)
-                run.beats[request].append((_words(data_part, p.lanes, p.word_bits), tag, last))
+                words, tag, last = decode_result(p, ctx.get(dut.result_o.payload.as_value()))
+                run.beats[request].append((words, tag, last))
                 if last:
                     request += 1
             ar = {}
@@ -151,10 +135,10 @@ def run_hpu(
                     b_pending += 1
             if b_fire:
                 b_pending -= 1
-            if request == len(descriptors):
+            if request == len(requests):
                 run.cycles = cycle + 1
                 return
-        raise TimeoutError(f"hpu did not finish {len(descriptors)} requests in {max_cycles} cycles")
+        raise TimeoutError(f"hpu did not finish {len(requests)} requests in {max_cycles} cycles")
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -165,6 +165,7 @@ def run_regression(
     cache_dir: str | Path | None = None,
     testcase: str | None = None,
     quiet: bool = True,
+    plusargs: tuple[str, ...] = (),
 ) -> SimResult:
     """Build (or reuse) the simulator model of ``design`` and run its cocotb module.
 
@@ -186,6 +187,8 @@ def run_regression(
         Run only this cocotb test.
     quiet
         Send the simulator's output only to the log file.
+    plusargs
+        Extra ``+name=value`` arguments for the testbench (read with ``cocotb.plusargs``).
     """
     from cocotb_tools.runner import get_runner
 
@@ -235,7 +238,11 @@ def run_regression(
     log_file = run_dir / "sim.log"
     for stale in (results_json, results_xml):
         stale.unlink(missing_ok=True)
-    plusargs = [f"+tandem_manifest={manifest_path}", f"+tandem_results={results_json}"]
+    plusargs = [
+        f"+tandem_manifest={manifest_path}",
+        f"+tandem_results={results_json}",
+        *plusargs,
+    ]
     if waves and simulator == "icarus":
         plusargs.append(f"+dumpfile_path={run_dir / (design.top + '.fst')}")
     # cocotb's runner exits when a test fails under pytest; the XML tells us which.

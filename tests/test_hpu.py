@@ -176,18 +176,29 @@ def test_partials_merge_to_the_full_result():
 
 
 def test_increasing_scores_rescale_every_row():
-    # Every row grows the running max: the golden model's slow path, one segment per row.
-    params = HpuParams(gqa_group=1)
+    # Every row grows the running max, so l and o are rescaled on every row: the golden
+    # model's slow path (one segment per row) and the gateware's o * alpha path every beat.
+    params = HpuParams(**SMALL, gqa_group=1)
     rng = np.random.default_rng(3)
-    n = 64
-    q = np.full((1, params.head_dim), 64)
-    k = np.tile(np.linspace(-100, 100, n).astype(np.int64)[:, None], (1, params.head_dim))
-    v = rng.integers(-127, 128, (n, params.head_dim))
+    n, d = 64, params.head_dim
+    q = np.full((1, d), 64)
+    k = np.tile(np.linspace(-100, 100, n).astype(np.int64)[:, None], (1, d))
+    v = rng.integers(-127, 128, (n, d))
     scales = np.full(n, 0.01, dtype=np.float16)
-    c = score_scale(np.float16(0.01), params.head_dim)[None]
-    result = hpu_golden(params, q, c, k, scales, v, scales)
-    assert result.l[0] >= 1 << params.prob_frac_bits
-    assert result.m[0] == result.m.max()
+    q_scale = np.float16(0.01)
+    result = hpu_golden(params, q, score_scale(q_scale, d)[None], k, scales, v, scales)
+    # Independent reference: float softmax attention on the same integers and scales.
+    unit = float(scales[0])
+    logits = (q @ k.T)[0] * float(q_scale) * unit / np.sqrt(d)
+    weights = np.exp(logits - logits.max())
+    reference = (weights / weights.sum()) @ (v * unit)
+    assert np.abs(result.real(params)[0] - reference).max() < 2e-3 * np.abs(reference).max()
+    # The gateware agrees bit for bit.
+    memory = np.zeros(1 << 16, dtype=np.uint8)
+    seq = {"q": q, "c": score_scale(q_scale, d)[None], "k": k, "ks": scales, "v": v, "vs": scales}
+    store(params, memory, 0, seq, n)
+    request = request_for(seq, seq_id=1, base=0, n=n, append=False)
+    check_run(params, memory, [request], [result])
 
 
 def test_result_words_round_trip():
@@ -205,7 +216,7 @@ def test_result_words_round_trip():
 
 # --- gateware in Amaranth's simulator ------------------------------------------------------
 def check_run(params, memory, requests, goldens, **kwargs):
-    run = run_hpu(params, memory, [pack_descriptor(params, r) for r in requests], **kwargs)
+    run = run_hpu(params, memory, requests, **kwargs)
     for index, (request, gold) in enumerate(zip(requests, goldens)):
         beats = run.beats[index]
         assert {tag for _, tag, _ in beats} == {request.seq_id}

@@ -17,12 +17,11 @@ with each test's name), so a failure reproduces with the same seed; requests and
 image do not depend on the design's timing. Figures (cycles, stream efficiency) go to
 the runner's results file.
 
-The sweep used by ``benchmarks/hpu_stream_efficiency.py`` is defined only when the
-environment variable ``TANDEM_HPU_SWEEP`` is set, so ordinary regressions do not run it.
+The sweep used by ``benchmarks/hpu_stream_efficiency.py`` is defined only when the runner
+passes ``+tandem_hpu_sweep_lengths=64,128,...`` and ``+tandem_hpu_sweep_latencies=0,100``, so
+ordinary regressions do not run it.
 """
 
-import json
-import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -33,9 +32,10 @@ from tandem.host.hpu import (
     HpuParams,
     HpuRequest,
     HpuResult,
+    decode_result,
+    descriptor_beats,
     hpu_golden,
     merge_partials,
-    pack_descriptor,
     quantize_rows,
     result_words,
     score_scale,
@@ -43,7 +43,7 @@ from tandem.host.hpu import (
 )
 from tandem.mappings.kv_layout import PAGE_TOKENS
 from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory
-from tandem.sim.stream import StreamSink, random_pause, to_signed
+from tandem.sim.stream import StreamSink, random_pause
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench
 
 __all__ = [
@@ -52,9 +52,6 @@ __all__ = [
     "Expected",
     "HpuTestbench",
     "KvSequence",
-    "decode_result",
-    "descriptor_beats",
-    "encode_result",
     "make_query",
     "make_tokens",
     "merge_error",
@@ -122,32 +119,6 @@ def make_query(rng, params: HpuParams, kind: str = "gauss", direction=None):
         q[rng.random(q.shape) < 0.05] = -(1 << (params.q_bits - 1))
         q_scale[0] = np.float16(rng.choice([8.0, 0.0, 6e-8]))
     return q, score_scale(q_scale, d)
-
-
-def descriptor_beats(params: HpuParams, request: HpuRequest) -> list[int]:
-    """The descriptor of ``request`` as ``desc_i`` payloads: byte b of a beat in bits 8b+7:8b."""
-    data = pack_descriptor(params, request)
-    step = params.beat_bytes
-    return [int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)]
-
-
-def decode_result(params: HpuParams, payload: int) -> tuple[list[int], int, int]:
-    """``(words, tag, last)`` of one ``result_o`` payload (words signed, LSBs first)."""
-    width, lanes = params.word_bits, params.lanes
-    mask = (1 << width) - 1
-    words = [to_signed((payload >> (i * width)) & mask, width) for i in range(lanes)]
-    tag = (payload >> (lanes * width)) & 0xFFFFFFFF
-    last = (payload >> (lanes * width + 32)) & 1
-    return words, tag, last
-
-
-def encode_result(params: HpuParams, words, tag: int, last: int) -> int:
-    """Inverse of :func:`decode_result` (for self-checks of the testbench)."""
-    width, lanes = params.word_bits, params.lanes
-    payload = 0
-    for i, word in enumerate(words):
-        payload |= (int(word) & ((1 << width) - 1)) << (i * width)
-    return payload | (tag & 0xFFFFFFFF) << (lanes * width) | (last & 1) << (lanes * width + 32)
 
 
 def merge_error(params: HpuParams, partials, full: HpuResult) -> tuple[float, float]:
@@ -249,7 +220,7 @@ class HpuTestbench(StreamTestbench):
         _evaluate_combinational(dut)
         # cocotb seeds each test with the regression seed plus a hash of the test's name;
         # reports name the regression seed, which is what reproduces a failure.
-        self.origin = f"seed {os.environ.get('COCOTB_RANDOM_SEED', '?')} (test seed {self.seed})"
+        self.origin = f"seed {cocotb.RANDOM_SEED} (test seed {self.seed})"
         # Stimulus, memory fill and traffic (latencies, pauses) draw from separate streams, so
         # a change of the design's timing does not change the requests or the memory image.
         self.traffic_rng = np.random.default_rng([self.seed, 1])
@@ -847,14 +818,23 @@ async def memory_latency(dut):
 
 
 # --- benchmark sweep (benchmarks/hpu_stream_efficiency.py) ---------------------------------
-SWEEP_ENV = "TANDEM_HPU_SWEEP"
+SWEEP_LENGTHS = "tandem_hpu_sweep_lengths"
+SWEEP_LATENCIES = "tandem_hpu_sweep_latencies"
 
-if os.environ.get(SWEEP_ENV):
+
+def _plusarg_ints(name: str) -> list[int]:
+    return [int(item) for item in str(cocotb.plusargs[name]).split(",")]
+
+
+if SWEEP_LENGTHS in cocotb.plusargs:
 
     @cocotb.test()
     async def stream_efficiency_sweep(dut):
         """Stream efficiency against sequence length and read latency (no backpressure)."""
-        config = json.loads(os.environ[SWEEP_ENV])
+        config = {
+            "lengths": _plusarg_ints(SWEEP_LENGTHS),
+            "latencies": _plusarg_ints(SWEEP_LATENCIES),
+        }
         tb = HpuTestbench(dut, regions=1, fill=False)
         await tb.reset()
         p = tb.p

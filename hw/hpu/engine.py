@@ -160,7 +160,6 @@ class Hpu(wiring.Component):
         # ---- active request (copied from pending at the start) ----
         seq_id = Signal(32)
         length = Signal(pos_shape)
-        base = Signal(p.addr_bits)
         append = Signal()
         partial = Signal()
         new_k_scale = Signal(16)
@@ -169,7 +168,6 @@ class Hpu(wiring.Component):
         new_k = Signal(p.row_elems * 8)
         new_v = Signal(p.row_elems * 8)
         queries = [Signal(p.row_elems * p.q_bits, name=f"q{g}") for g in range(groups)]
-        mem_rows = Signal(pos_shape)
 
         start = Signal()  # one cycle: latch the pending request and start every unit
         row_bytes_flat = Cat(*body)
@@ -178,14 +176,12 @@ class Hpu(wiring.Component):
             m.d.sync += [
                 seq_id.eq(header_flat[0:32]),
                 length.eq(header_flat[32:64]),
-                base.eq(header_flat[64 : 64 + p.addr_bits]),
                 append.eq(header_flat[128]),
                 partial.eq(header_flat[129]),
                 new_k_scale.eq(header_flat[160:176]),
                 new_v_scale.eq(header_flat[176:192]),
                 new_k.eq(row_bytes_flat[0 : p.row_elems * 8]),
                 new_v.eq(row_bytes_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
-                mem_rows.eq(header_flat[32:64] - header_flat[128]),
                 pending.eq(0),
             ]
             q_base = 2 * p.row_elems * 8

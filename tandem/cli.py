@@ -1,10 +1,11 @@
-"""``tandem`` command line: designs, generate, sim, synth.
+"""``tandem`` command line: designs, generate, sim, synth, map.
 
 Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
 traceback).
 """
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -134,6 +135,29 @@ def _cmd_synth(args) -> int:
     return 0
 
 
+# ``tandem map NAME``: each mapper module defines ``add_arguments(parser)`` and ``run(args) -> int``
+# (exit status). Its import must stay light: heavy imports belong inside ``run``.
+MAPPERS = {
+    "spmm": ("tandem.mappings.spmm.cli", "tile a GCN adjacency for the systolic + sparse engines"),
+    "rnn": ("tandem.mappings.rnn.cli", "tile program and dispatch schedule of an LSTM/GRU"),
+}
+
+
+def _add_mappers(sub) -> None:
+    p = sub.add_parser("map", help="map a workload onto a design (tile programs, schedules)")
+    mappers = p.add_subparsers(dest="mapper", required=True, parser_class=_Parser)
+    for name, (module_name, summary) in MAPPERS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module_name.startswith(exc.name):
+                raise
+            continue  # that mapper has not landed yet
+        mp = mappers.add_parser(name, help=summary, description=summary)
+        module.add_arguments(mp)
+        mp.set_defaults(func=module.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tandem`` argument parser."""
     parser = _Parser(prog="tandem", description=__doc__.splitlines()[0])
@@ -166,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
     p.set_defaults(func=_cmd_synth)
+
+    _add_mappers(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``tandem`` command line: designs, generate, sim, synth, map.
+"""``tandem`` command line: designs, generate, sim, synth, map, pack.
 
 Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
 traceback).
@@ -135,27 +135,31 @@ def _cmd_synth(args) -> int:
     return 0
 
 
-# ``tandem map NAME``: each mapper module defines ``add_arguments(parser)`` and ``run(args) -> int``
-# (exit status). Its import must stay light: heavy imports belong inside ``run``.
+# ``tandem map NAME`` and ``tandem pack NAME``: each module named here defines
+# ``add_arguments(parser)`` and ``run(args) -> int`` (exit status). Its import must stay light:
+# heavy imports belong inside ``run``. A module that has not landed yet is left out.
 MAPPERS = {
     "spmm": ("tandem.mappings.spmm.cli", "tile a GCN adjacency for the systolic + sparse engines"),
     "rnn": ("tandem.mappings.rnn.cli", "tile program and dispatch schedule of an LSTM/GRU"),
 }
+PACKERS = {
+    "nm": ("tandem.mappings.nm.cli", "pack an int8 matrix into N:M value and index streams"),
+}
 
 
-def _add_mappers(sub) -> None:
-    p = sub.add_parser("map", help="map a workload onto a design (tile programs, schedules)")
-    mappers = p.add_subparsers(dest="mapper", required=True, parser_class=_Parser)
-    for name, (module_name, summary) in MAPPERS.items():
+def _add_tool_family(sub, command: str, help_text: str, tools: dict) -> None:
+    p = sub.add_parser(command, help=help_text)
+    family = p.add_subparsers(dest="tool", required=True, parser_class=_Parser)
+    for name, (module_name, summary) in tools.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name is None or not module_name.startswith(exc.name):
                 raise
-            continue  # that mapper has not landed yet
-        mp = mappers.add_parser(name, help=summary, description=summary)
-        module.add_arguments(mp)
-        mp.set_defaults(func=module.run)
+            continue
+        tp = family.add_parser(name, help=summary, description=summary)
+        module.add_arguments(tp)
+        tp.set_defaults(func=module.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
     p.set_defaults(func=_cmd_synth)
 
-    _add_mappers(sub)
+    _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)", MAPPERS)
+    _add_tool_family(sub, "pack", "pack weights into a design's streams", PACKERS)
     return parser
 
 

@@ -28,6 +28,8 @@ class AmaranthRun:
     first_read: int | None = None
     last_read: int | None = None
     read_beats: int = 0
+    #: Cycles in which each read port ("k", "v") accepted a data beat.
+    read_cycles: dict[str, list[int]] = field(default_factory=dict)
 
 
 def run_hpu(
@@ -49,7 +51,11 @@ def run_hpu(
     rng = np.random.default_rng(seed)
     beat_bytes = p.beat_bytes
     desc_beats = deque(beat for r in requests for beat in descriptor_beats(p, r))
-    run = AmaranthRun(beats=[[] for _ in requests], read_bursts={"k": [], "v": []})
+    run = AmaranthRun(
+        beats=[[] for _ in requests],
+        read_bursts={"k": [], "v": []},
+        read_cycles={"k": [], "v": []},
+    )
 
     async def bench(ctx):
         ports = {"k": dut.k_axi, "v": dut.v_axi}
@@ -116,6 +122,7 @@ def run_hpu(
                 if r_fire[name]:
                     ready_at, address, beats = pending[name].popleft()
                     run.read_beats += 1
+                    run.read_cycles[name].append(cycle)
                     run.last_read = cycle
                     if beats > 1:
                         pending[name].appendleft((ready_at, address + beat_bytes, beats - 1))

@@ -341,3 +341,54 @@ def test_error_on_smollm2_attention_meets_the_targets():
     for _, _, _, q, k, v in decode_cases(fixture, lengths={1, 33, 512, 4096}):
         l2.extend(relative_errors(params, q, k, v)[0])
     assert np.mean(l2) < 0.01 and np.max(l2) < 0.03, (np.mean(l2), np.max(l2))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {**SMALL, "gqa_group": 3},  # 2 beats per row
+        {**SMALL, "gqa_group": 2, "lanes": 32, "mem_data_bits": 256},  # 1 beat per row
+    ],
+)
+def test_gateware_back_to_back_requests_leave_no_idle_read_cycles(overrides):
+    """Queued requests stream with no gap: both read ports take a beat every cycle.
+
+    The next requests' descriptors are parsed and their reads issued while one request
+    streams; its pipeline drain, 1/l and result beats overlap the next request's rows. So the
+    only idle read cycles are the first request's latency, except after a request shorter
+    than G rows: its V side then waits for the previous result (G x row_beats beats) to leave.
+    """
+    params = HpuParams(**overrides)
+    rng = np.random.default_rng(8)
+    memory = rng.integers(0, 256, 1 << 18, dtype=np.uint8)
+    lengths = [40, 3, 96, 1, 33, 64, 5]
+    requests, goldens = [], []
+    for index, n in enumerate(lengths):
+        base = 0x8000 * index
+        seq = make_sequence(params, n, rng)
+        store(params, memory, base, seq, n - 1)
+        append = index % 2 == 0
+        if not append:
+            store(params, memory, base, seq, n)
+        partial = index == 3
+        requests.append(
+            request_for(seq, seq_id=index, base=base, n=n, append=append, partial=partial)
+        )
+        goldens.append(golden_for(params, seq, n, partial=partial))
+    run = check_run(params, memory, requests, goldens, read_latency=4)
+    g, beats = params.gqa_group, params.row_beats
+    allowed = sum(g * (beats + 1) + 2 for n in lengths[:-1] if n < g + 1)
+    for name, cycles in run.read_cycles.items():
+        span = cycles[-1] - cycles[0] + 1
+        idle = span - len(cycles)
+        assert idle <= allowed, f"{name} port idle for {idle} of {span} cycles (allowed {allowed})"
+    long_only = [r for r, n in zip(requests, lengths) if n >= g + 1]
+    run = check_run(
+        params,
+        memory,
+        long_only,
+        [gold for gold, n in zip(goldens, lengths) if n >= g + 1],
+        read_latency=4,
+    )
+    for name, cycles in run.read_cycles.items():
+        assert cycles[-1] - cycles[0] + 1 == len(cycles), f"{name} port idle between requests"

@@ -42,6 +42,11 @@ __all__ = ["Hpu"]
 #: Depth of the per-port read-data FIFOs and of the row FIFO between the K and V sides.
 DATA_FIFO_DEPTH = 32
 ROW_FIFO_DEPTH = 64
+#: Requests the K side may run ahead of the output (V requests queued, (m, l) results held).
+REQUEST_QUEUE_DEPTH = 4
+#: Descriptor slots: the K side's request, the next one, and one more being parsed, so a short
+#: request between two long ones does not leave the read ports waiting for a descriptor.
+DESCRIPTOR_SLOTS = 3
 
 
 def _clamp(value, limit: int):
@@ -131,168 +136,342 @@ class Hpu(wiring.Component):
         beat_bits = p.mem_data_bits
         pos_shape = unsigned(p.position_bits)
 
-        # ---- descriptor parser: fills the pending request while the current one runs ----
+        # ---- descriptor slots: two, used in turn. The parser fills one while the other's
+        # request runs; each slot then goes through its reads, its write (the appended token)
+        # and the K side's start, and is free again once the K pipeline has read its queries
+        # for the last time. The queries stay in the slot: the K side reads them there. ----
         body_beats = 2 * p.row_beats + groups * p.q_beats
-        header = [Signal(beat_bits, name=f"hdr{b}") for b in range(p.header_beats)]
-        body = [Signal(beat_bits, name=f"body{b}") for b in range(body_beats)]
-        pending = Signal()
-        beat_index = Signal(range(p.header_beats + body_beats + 1))
-        header_flat = Cat(*header)
-        append_flag = header_flat[128]
-        m.d.comb += self.desc_i.ready.eq(~pending)
-        with m.If(self.desc_i.valid & self.desc_i.ready):
-            m.d.sync += beat_index.eq(beat_index + 1)
-            with m.Switch(beat_index):
-                for b in range(p.header_beats):
-                    with m.Case(b):
-                        m.d.sync += header[b].eq(self.desc_i.payload)
-            body_index = Signal(range(body_beats + 2 * p.row_beats + p.header_beats + 1))
-            m.d.comb += body_index.eq(
-                beat_index - p.header_beats + Mux(append_flag, 0, 2 * p.row_beats)
-            )
-            with m.If(beat_index >= p.header_beats), m.Switch(body_index):
-                for b in range(body_beats):
-                    with m.Case(b):
-                        m.d.sync += body[b].eq(self.desc_i.payload)
-            with m.If((beat_index >= p.header_beats) & (body_index == body_beats - 1)):
-                m.d.sync += [pending.eq(1), beat_index.eq(0)]
+        header_regs = [
+            [Signal(beat_bits, name=f"slot{s}_hdr{b}") for b in range(p.header_beats)]
+            for s in range(DESCRIPTOR_SLOTS)
+        ]
+        body_regs = [
+            [Signal(beat_bits, name=f"slot{s}_body{b}") for b in range(body_beats)]
+            for s in range(DESCRIPTOR_SLOTS)
+        ]
+        headers = [Cat(*regs) for regs in header_regs]
+        bodies = [Cat(*regs) for regs in body_regs]
+        full = Signal(DESCRIPTOR_SLOTS)  # parsed, not yet released by the K side
+        read = Signal(DESCRIPTOR_SLOTS)  # read bursts started
+        written = Signal(DESCRIPTOR_SLOTS)  # the writer has taken the appended token
+        k_started = Signal(DESCRIPTOR_SLOTS)
+        fill_ptr, read_ptr, write_ptr, k_ptr = (
+            Signal(range(DESCRIPTOR_SLOTS), name=f"{n}_slot")
+            for n in ("fill", "read", "write", "k")
+        )
 
-        # ---- active request (copied from pending at the start) ----
-        seq_id = Signal(32)
-        length = Signal(pos_shape)
-        append = Signal()
-        partial = Signal()
-        new_k_scale = Signal(16)
-        new_v_scale = Signal(16)
-        q_scales = [Signal(16, name=f"q_scale{g}") for g in range(groups)]
-        new_k = Signal(p.row_elems * 8)
-        new_v = Signal(p.row_elems * 8)
-        queries = [Signal(p.row_elems * p.q_bits, name=f"q{g}") for g in range(groups)]
+        def advance(ptr):
+            return Mux(ptr == DESCRIPTOR_SLOTS - 1, 0, ptr + 1)
 
-        start = Signal()  # one cycle: latch the pending request and start every unit
-        row_bytes_flat = Cat(*body)
-        m.d.comb += start.eq(0)
-        with m.If(start):
-            m.d.sync += [
-                seq_id.eq(header_flat[0:32]),
-                length.eq(header_flat[32:64]),
-                append.eq(header_flat[128]),
-                partial.eq(header_flat[129]),
-                new_k_scale.eq(header_flat[160:176]),
-                new_v_scale.eq(header_flat[176:192]),
-                new_k.eq(row_bytes_flat[0 : p.row_elems * 8]),
-                new_v.eq(row_bytes_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
-                pending.eq(0),
-            ]
-            q_base = 2 * p.row_elems * 8
-            q_width = p.row_elems * p.q_bits
-            for g in range(groups):
-                m.d.sync += [
-                    q_scales[g].eq(header_flat[192 + 16 * g : 208 + 16 * g]),
-                    queries[g].eq(
-                        row_bytes_flat[q_base + g * q_width : q_base + (g + 1) * q_width]
-                    ),
-                ]
+        def pick(values, ptr):
+            return Array(values)[ptr]
+
+        self._parser(m, header_regs, body_regs, full, fill_ptr)
+
+        def stored_rows(header):
+            return (header[32:64] - header[128])[: p.position_bits]
+
+        row_bits = p.row_elems * 8
+        q_base = 2 * row_bits
+        q_width = p.row_elems * p.q_bits
+        q_banks = [
+            [bodies[b][q_base + g * q_width : q_base + (g + 1) * q_width] for g in range(groups)]
+            for b in range(DESCRIPTOR_SLOTS)
+        ]
+        q_scale_banks = [
+            [headers[b][192 + 16 * g : 208 + 16 * g] for g in range(groups)]
+            for b in range(DESCRIPTOR_SLOTS)
+        ]
+
+        # ---- readers: they start on the next slot as soon as they are free, so the next
+        # request's memory latency hides behind the current request's last rows. Reads wait
+        # for every earlier append to be written and acknowledged: a later request may read
+        # the appended token. ----
+        read_start = Signal()
+        writes_idle = Signal()
+        read_header = pick(headers, read_ptr)
+        k_fifo, k_busy = self._reader(m, self.k_axi, read_start, read_header, value=False, name="k")
+        v_fifo, v_busy = self._reader(m, self.v_axi, read_start, read_header, value=True, name="v")
+        m.d.comb += read_start.eq(
+            full.bit_select(read_ptr, 1)
+            & ~read.bit_select(read_ptr, 1)
+            & (write_ptr == read_ptr)
+            & writes_idle
+            & ~k_busy
+            & ~v_busy
+        )
 
         # ---- writer: new k row, new v row, and their two scales ----
-        writes_idle = self._writer(m, start, header_flat, row_bytes_flat)
-        self._append_signal = append
-        self._start_rows = (header_flat[32:64] - header_flat[128])[: p.position_bits]
+        write_start = Signal()
+        write_header = pick(headers, write_ptr)
+        write_body = pick([body[:q_base] for body in bodies], write_ptr)
+        writer_idle = self._writer(m, write_start, write_header, write_body, writes_idle)
+        m.d.comb += write_start.eq(
+            full.bit_select(write_ptr, 1)
+            & (read.bit_select(write_ptr, 1) | (read_start & (read_ptr == write_ptr)))
+            & ~written.bit_select(write_ptr, 1)
+            & writer_idle
+        )
 
-        # ---- readers: they start on the pending request as soon as they are free, so the
-        # next request's memory latency hides behind the current request's last rows ----
-        read_start = Signal()
-        prefetched = Signal()
-        k_fifo, k_busy = self._reader(m, self.k_axi, read_start, header_flat, value=False, name="k")
-        v_fifo, v_busy = self._reader(m, self.v_axi, read_start, header_flat, value=True, name="v")
-        # Reads wait for acknowledged writes: a later request may read the appended token.
-        m.d.comb += read_start.eq(pending & ~prefetched & ~k_busy & ~v_busy & writes_idle)
-        with m.If(read_start):
-            m.d.sync += prefetched.eq(1)
+        # ---- K stage start, and the V side's request queue (the V side starts each request
+        # later than the K side) ----
+        start_k = Signal()
+        k_header = pick(headers, k_ptr)
+        k_body = pick([body[:q_base] for body in bodies], k_ptr)
+        v_request = data.StructLayout(
+            {
+                "new_v": unsigned(row_bits),
+                "new_v_scale": unsigned(16),
+                "rows": pos_shape,
+                "append": unsigned(1),
+                "seq_id": unsigned(32),
+                "partial": unsigned(1),
+            }
+        )
+        m.submodules.v_requests = v_requests = fifo.SyncFIFOBuffered(
+            width=v_request.size, depth=REQUEST_QUEUE_DEPTH
+        )
+        v_entry = data.View(v_request, Signal(v_request.size, name="v_request_in"))
+        m.d.comb += [
+            v_entry.new_v.eq(k_body[row_bits : 2 * row_bits]),
+            v_entry.new_v_scale.eq(k_header[176:192]),
+            v_entry.rows.eq(stored_rows(k_header)),
+            v_entry.append.eq(k_header[128]),
+            v_entry.seq_id.eq(k_header[0:32]),
+            v_entry.partial.eq(k_header[129]),
+            v_requests.w_data.eq(v_entry.as_value()),
+            v_requests.w_en.eq(start_k),
+        ]
 
-        # ---- K side: sequencer, dot products, scores, online softmax ----
+        # ---- K side: sequencer, dot products, scores, online softmax. At each request's
+        # last row the final (m, l) of every query go to the `k_results` queue. ----
         row_fifo_width = groups * 2 * (p.prob_frac_bits + 1)
         m.submodules.row_fifo = row_fifo = fifo.SyncFIFOBuffered(
             width=row_fifo_width, depth=ROW_FIFO_DEPTH
         )
-        running_max = [Signal(signed(p.score_bits), name=f"m{g}") for g in range(groups)]
-        running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
+        stats_bits = p.score_bits + p.l_bits
+        m.submodules.k_results = k_results = fifo.SyncFIFOBuffered(
+            width=groups * stats_bits, depth=REQUEST_QUEUE_DEPTH
+        )
+        # Requests started on the K side whose (m, l) the output has not taken yet: bounded by
+        # the queue depth, so the queue never overflows.
+        k_reserved = Signal(range(REQUEST_QUEUE_DEPTH + 1))
         k_room = Signal()
-        k_beat = self._sequencer(m, "k", start, k_fifo, new_k, new_k_scale, k_room)
-        self._k_side(
-            m, start, k_beat, queries, q_scales, running_max, running_sum, row_fifo, k_room
+        k_slot = Signal(range(DESCRIPTOR_SLOTS))  # the slot of the K sequencer's request
+        with m.If(start_k):
+            m.d.sync += k_slot.eq(k_ptr)
+        new_k = pick([body[:row_bits] for body in bodies], k_slot)
+        new_k_scale = pick(headers, k_slot)[160:176]
+        k_beat = self._sequencer(
+            m,
+            "k",
+            start_k,
+            stored_rows(k_header),
+            k_header[128],
+            k_fifo,
+            new_k,
+            new_k_scale,
+            k_room,
+        )
+        bank_done = self._k_side(
+            m, k_beat, k_slot, q_banks, q_scale_banks, row_fifo, k_results, k_room
+        )
+        m.d.comb += start_k.eq(
+            full.bit_select(k_ptr, 1)
+            & (written.bit_select(k_ptr, 1) | (write_start & (write_ptr == k_ptr)))
+            & ~k_started.bit_select(k_ptr, 1)
+            & k_beat["free"]
+            & v_requests.w_rdy
+            & (k_reserved < REQUEST_QUEUE_DEPTH)
         )
 
-        # ---- V side: weights and accumulators ----
+        # ---- slot bookkeeping ----
+        for slot in range(DESCRIPTOR_SLOTS):
+            with m.If(read_start & (read_ptr == slot)):
+                m.d.sync += read[slot].eq(1)
+            with m.If(write_start & (write_ptr == slot)):
+                m.d.sync += written[slot].eq(1)
+            with m.If(start_k & (k_ptr == slot)):
+                m.d.sync += k_started[slot].eq(1)
+            with m.If(bank_done[slot]):
+                m.d.sync += [
+                    full[slot].eq(0),
+                    read[slot].eq(0),
+                    written[slot].eq(0),
+                    k_started[slot].eq(0),
+                ]
+        with m.If(read_start):
+            m.d.sync += read_ptr.eq(advance(read_ptr))
+        with m.If(write_start):
+            m.d.sync += write_ptr.eq(advance(write_ptr))
+        with m.If(start_k):
+            m.d.sync += k_ptr.eq(advance(k_ptr))
+
+        # ---- V side: weights and accumulators; each finished request is copied into the
+        # output snapshot, so the next request accumulates while the last one is emitted ----
         accumulators = [
             [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.row_elems)]
             for g in range(groups)
         ]
-        v_ready_gate = Signal()
-        v_beat = self._sequencer(m, "v", start, v_fifo, new_v, new_v_scale, v_ready_gate)
-        rows_done = self._v_side(m, start, v_beat, row_fifo, accumulators, v_ready_gate)
+        v_head = data.View(v_request, v_requests.r_data)
+        new_v = Signal(p.row_elems * 8)
+        new_v_scale = Signal(16)
+        v_tag = Signal(33)  # seq_id and the partial flag of the V side's request
+        v_gate = Signal()
+        start_v = Signal()
+        v_beat = self._sequencer(
+            m, "v", start_v, v_head.rows, v_head.append, v_fifo, new_v, new_v_scale, v_gate
+        )
+        m.d.comb += [start_v.eq(v_requests.r_rdy & v_beat["free"]), v_requests.r_en.eq(start_v)]
+        with m.If(start_v):
+            m.d.sync += [
+                new_v.eq(v_head.new_v),
+                new_v_scale.eq(v_head.new_v_scale),
+                v_tag.eq(Cat(v_head.seq_id, v_head.partial)),
+            ]
+        snapshot = [
+            [Signal(signed(p.o_bits), name=f"snap{g}_{i}") for i in range(p.row_elems)]
+            for g in range(groups)
+        ]
+        snap_valid = Signal()
+        snap_tag = Signal(33)
+        self._v_side(
+            m, v_beat, v_tag, row_fifo, accumulators, v_gate, snapshot, snap_valid, snap_tag
+        )
 
-        # ---- control and output ----
+        # ---- 1/l of every query, computed as soon as the K side has finished a request
+        # (well before its V side has): one l per cycle into the pipelined reciprocal ----
         m.submodules.recip = recip = Reciprocal(p.reciprocal)
-        recips = [Signal(p.reciprocal.out_bits, name=f"r{g}") for g in range(groups)]
-        feed = Signal(range(groups + 1))
-        collected = Signal(range(groups + 1))
+        m.submodules.stats = stats_fifo = fifo.SyncFIFOBuffered(
+            width=groups * stats_bits, depth=REQUEST_QUEUE_DEPTH
+        )
+        recip_bits = p.reciprocal.out_bits
+        m.submodules.recips = recip_fifo = fifo.SyncFIFOBuffered(
+            width=groups * recip_bits, depth=REQUEST_QUEUE_DEPTH
+        )
+        feed_sums = [Signal(p.l_bits, name=f"feed_l{g}") for g in range(groups)]
+        feed_index = Signal(range(groups), name="feed_index")
+        feeding = Signal(name="feeding")
+        last_feed = feeding & recip.i.ready & (feed_index == groups - 1)
+        load = k_results.r_rdy & (~feeding | last_feed)
+        m.d.comb += [
+            recip.i.valid.eq(feeding),
+            recip.i.payload.eq(Array(feed_sums)[feed_index]),
+            k_results.r_en.eq(load),
+            stats_fifo.w_en.eq(load),
+            stats_fifo.w_data.eq(k_results.r_data),
+            recip.o.ready.eq(1),
+        ]
+        with m.If(recip.i.valid & recip.i.ready):
+            m.d.sync += feed_index.eq(feed_index + 1)
+        with m.If(last_feed):
+            m.d.sync += [feeding.eq(0), feed_index.eq(0)]
+        with m.If(load):
+            m.d.sync += [feeding.eq(1), feed_index.eq(0)]
+            for g in range(groups):
+                stats = k_results.r_data[g * stats_bits : (g + 1) * stats_bits]
+                m.d.sync += feed_sums[g].eq(stats[p.score_bits :])
+        collected = [Signal(recip_bits, name=f"collected_r{g}") for g in range(groups - 1)]
+        collect_index = Signal(range(groups), name="collect_index")
+        m.d.comb += [
+            recip_fifo.w_en.eq(recip.o.valid & (collect_index == groups - 1)),
+            recip_fifo.w_data.eq(Cat(*collected, recip.o.payload)),
+        ]
+        with m.If(recip.o.valid):
+            m.d.sync += collect_index.eq(Mux(collect_index == groups - 1, 0, collect_index + 1))
+            with m.Switch(collect_index):
+                for g in range(groups - 1):
+                    with m.Case(g):
+                        m.d.sync += collected[g].eq(recip.o.payload)
+
+        # ---- output: o * (1/l) of each query (or m, l, o in partial mode) ----
+        recips = [Signal(recip_bits, name=f"r{g}") for g in range(groups)]
+        out_max = [Signal(signed(p.score_bits), name=f"out_m{g}") for g in range(groups)]
+        out_sum = [Signal(p.l_bits, name=f"out_l{g}") for g in range(groups)]
         out_query = Signal(range(groups))
         out_chunk = Signal(range(p.row_beats + 1))
+        partial = snap_tag[32]
         result = self.result_o
-        m.d.comb += recip.o.ready.eq(1)
+        take_stats = Signal()
+        m.d.sync += k_reserved.eq(k_reserved + start_k - take_stats)
+        m.d.comb += [stats_fifo.r_en.eq(take_stats), recip_fifo.r_en.eq(take_stats)]
 
         with m.If(result.ready):
             m.d.sync += result.valid.eq(0)
 
         with m.FSM(name="control"):
             with m.State("IDLE"):
-                with m.If(pending & writes_idle & (prefetched | read_start)):
-                    m.d.comb += start.eq(1)
-                    m.d.sync += prefetched.eq(0)
-                    m.d.sync += [running_max[g].eq(p.score_min) for g in range(groups)]
-                    m.d.sync += [running_sum[g].eq(0) for g in range(groups)]
-                    m.d.sync += [acc.eq(0) for row in accumulators for acc in row]
-                    m.next = "RUN"
-            with m.State("RUN"), m.If((rows_done == length) & (length != 0)):
-                m.d.sync += [feed.eq(0), collected.eq(0), out_query.eq(0), out_chunk.eq(0)]
-                m.next = "RECIP"
-            with m.State("RECIP"):
-                m.d.comb += [
-                    recip.i.valid.eq((feed < groups) & ~partial),
-                    recip.i.payload.eq(Array(running_sum)[feed]),
-                ]
-                with m.If(recip.i.valid & recip.i.ready):
-                    m.d.sync += feed.eq(feed + 1)
-                with m.If(recip.o.valid):
-                    m.d.sync += collected.eq(collected + 1)
-                    with m.Switch(collected):
-                        for g in range(groups):
-                            with m.Case(g):
-                                m.d.sync += recips[g].eq(recip.o.payload)
-                with m.If(partial | (collected == groups)):
+                with m.If(snap_valid & stats_fifo.r_rdy & recip_fifo.r_rdy):
+                    m.d.comb += take_stats.eq(1)
+                    for g in range(groups):
+                        stats = stats_fifo.r_data[g * stats_bits : (g + 1) * stats_bits]
+                        m.d.sync += [
+                            out_max[g].eq(stats[: p.score_bits]),
+                            out_sum[g].eq(stats[p.score_bits :]),
+                            recips[g].eq(recip_fifo.r_data[g * recip_bits : (g + 1) * recip_bits]),
+                        ]
+                    m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
                     m.next = "OUT"
             with m.State("OUT"):
                 self._output(
                     m,
-                    accumulators,
-                    running_max,
-                    running_sum,
+                    snapshot,
+                    out_max,
+                    out_sum,
                     recips,
-                    seq_id,
+                    snap_tag[:32],
                     partial,
                     out_query,
                     out_chunk,
                 )
                 with m.If(self._out_done):
+                    m.d.sync += snap_valid.eq(0)
                     m.next = "IDLE"
         return m
 
     # ------------------------------------------------------------------------------------
-    def _writer(self, m, start, header_flat, body_flat):
+    def _parser(self, m, header_regs, body_regs, full, fill_ptr):
+        """Fill the descriptor slot ``fill_ptr`` beat by beat, then mark it ``full``.
+
+        A request without an append has no k/v rows in its descriptor: its queries land at
+        the same place in the slot as those of a request with one.
+        """
+        p = self.params
+        body_beats = len(body_regs[0])
+        beat_index = Signal(range(p.header_beats + body_beats + 1))
+        append_flag = Array(Cat(*regs)[128] for regs in header_regs)[fill_ptr]
+        m.d.comb += self.desc_i.ready.eq(~full.bit_select(fill_ptr, 1))
+        body_index = Signal(range(body_beats + 2 * p.row_beats + p.header_beats + 1))
+        m.d.comb += body_index.eq(
+            beat_index - p.header_beats + Mux(append_flag, 0, 2 * p.row_beats)
+        )
+        with m.If(self.desc_i.valid & self.desc_i.ready):
+            m.d.sync += beat_index.eq(beat_index + 1)
+            for slot in range(len(header_regs)):
+                with m.If(fill_ptr == slot):
+                    with m.Switch(beat_index):
+                        for b in range(p.header_beats):
+                            with m.Case(b):
+                                m.d.sync += header_regs[slot][b].eq(self.desc_i.payload)
+                    with m.If(beat_index >= p.header_beats), m.Switch(body_index):
+                        for b in range(body_beats):
+                            with m.Case(b):
+                                m.d.sync += body_regs[slot][b].eq(self.desc_i.payload)
+            with m.If((beat_index >= p.header_beats) & (body_index == body_beats - 1)):
+                m.d.sync += [
+                    full.bit_select(fill_ptr, 1).eq(1),
+                    fill_ptr.eq(Mux(fill_ptr == len(header_regs) - 1, 0, fill_ptr + 1)),
+                    beat_index.eq(0),
+                ]
+
+    # ------------------------------------------------------------------------------------
+    def _writer(self, m, start, header_flat, body_flat, writes_idle):
         """Write the appended token: k row, v row (head_dim bytes strobed), then both scales.
 
-        Returns a signal that is high while no write is pending or unacknowledged.
+        ``start`` hands the writer a descriptor slot (``header_flat``, ``body_flat``); it
+        writes only when the slot's append flag is set. Drives ``writes_idle`` (no write
+        pending or unacknowledged) and returns a signal that is high while a ``start`` can be
+        taken.
         """
         p = self.params
         axi = self.w_axi
@@ -391,9 +570,8 @@ class Hpu(wiring.Component):
             row_states("V", "KS_AW", layout.part_bytes, data_v)
             scale_states("KS", "VS_AW", 0, scales[0:16])
             scale_states("VS", "IDLE", layout.part_bytes, scales[16:32])
-        idle = Signal(name="writes_idle")
-        m.d.comb += idle.eq((outstanding == 0) & ~pending)
-        return idle
+        m.d.comb += writes_idle.eq((outstanding == 0) & ~pending)
+        return ~pending
 
     # ------------------------------------------------------------------------------------
     def _reader(self, m, axi, start, header_flat, *, value: bool, name: str):
@@ -466,16 +644,23 @@ class Hpu(wiring.Component):
         return data_fifo, active
 
     # ------------------------------------------------------------------------------------
-    def _sequencer(self, m, name, start, data_fifo, new_row, new_scale, gate):
+    def _sequencer(
+        self, m, name, start, start_rows, start_append, data_fifo, new_row, new_scale, gate
+    ):
         """Split one side's stream into row beats, each with its row's scale.
 
-        The stored rows come page by page (scale block first) from ``data_fifo``; after them
-        the appended row comes from ``new_row``. A beat moves only while ``gate`` is high.
-        Returns a record of signals describing the beat offered this cycle and ``take``.
+        The stored rows (``start_rows`` of them, latched at ``start``) come page by page (scale
+        block first) from ``data_fifo``; after them, when ``start_append``, the appended row
+        comes from ``new_row``. A row beat moves only while ``gate`` is high. Returns a record
+        of signals describing the beat offered this cycle, ``take_row``, and ``free``: high
+        when a ``start`` this cycle is allowed (idle, or taking the request's last beat, so
+        requests follow each other with no gap).
         """
         p = self.params
         beat_bytes = p.beat_bytes
         active = Signal(name=f"{name}_seq_active")
+        append = Signal(name=f"{name}_seq_append")
+        first_row = Signal(name=f"{name}_first_row")
         injecting = Signal(name=f"{name}_injecting")
         rows_left = Signal(p.position_bits, name=f"{name}_seq_rows_left")
         scale_index = Signal(range(p.scale_beats + 1), name=f"{name}_scale_index")
@@ -503,12 +688,14 @@ class Hpu(wiring.Component):
             ),
             row_scale.eq(Mux(injecting, new_scale, scale_words.word_select(row_in_page, 16))),
             last_beat.eq(beat == p.row_beats - 1),
-            last_row.eq(injecting | ((rows_left == 1) & ~self._append_signal)),
+            last_row.eq(injecting | ((rows_left == 1) & ~append)),
         ]
         with m.If(start):
-            rows = self._start_rows
+            rows = start_rows
             m.d.sync += [
                 active.eq(1),
+                append.eq(start_append),
+                first_row.eq(1),
                 injecting.eq(rows == 0),
                 rows_left.eq(rows),
                 scale_index.eq(0),
@@ -525,7 +712,7 @@ class Hpu(wiring.Component):
             with m.Else():
                 m.d.sync += beat.eq(beat + 1)
                 with m.If(last_beat):
-                    m.d.sync += beat.eq(0)
+                    m.d.sync += [beat.eq(0), first_row.eq(0)]
                     with m.If(injecting):
                         m.d.sync += [active.eq(0), injecting.eq(0)]
                     with m.Else():
@@ -533,56 +720,66 @@ class Hpu(wiring.Component):
                         with m.If((row_in_page == PAGE_TOKENS - 1) | (rows_left == 1)):
                             m.d.sync += [row_in_page.eq(0), scale_index.eq(0)]
                         with m.If(rows_left == 1):
-                            m.d.sync += [
-                                active.eq(self._append_signal),
-                                injecting.eq(self._append_signal),
-                            ]
+                            m.d.sync += [active.eq(append), injecting.eq(append)]
+        take_row = take & is_row
         return {
-            "take_row": take & is_row,
+            "take_row": take_row,
+            "free": ~active | (take_row & last_beat & last_row),
             "data": row_data,
             "scale": row_scale,
             "beat": beat,
             "last_beat": last_beat,
+            "first_row": first_row,
             "last_row": last_row,
         }
 
     # ------------------------------------------------------------------------------------
-    def _k_side(self, m, start, kb, queries, q_scales, running_max, running_sum, row_fifo, room):
-        """q.k per row for every query, the score, the running max, exp2, and l."""
+    def _k_side(self, m, kb, cur_bank, q_banks, q_scale_banks, row_fifo, k_results, room):
+        """q.k per row for every query, the score, the running max, exp2, and l.
+
+        Request boundaries travel down the pipeline as flags: a request's first row starts
+        from the initial max and ``l = 0``, and its last row pushes the final (m, l) of every
+        query into ``k_results``. Returns, per query bank, a one-cycle signal that the last
+        beat using that bank has left the stages that read it.
+        """
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
         one = 1 << p.prob_frac_bits
 
+        def stage(name, value, enable=None):
+            """A register following ``value`` (only while ``enable``, when given)."""
+            reg = Signal.like(value, name=name)
+            if enable is None:
+                m.d.sync += reg.eq(value)
+            else:
+                with m.If(enable):
+                    m.d.sync += reg.eq(value)
+            return reg
+
         # KA: the accepted row beat.
-        a_valid = Signal(name="ka_valid")
-        a_data = Signal(p.mem_data_bits, name="ka_data")
-        a_beat = Signal(range(p.row_beats), name="ka_beat")
-        a_last_beat = Signal(name="ka_last_beat")
-        a_scale = Signal(16, name="ka_scale")
-        m.d.sync += a_valid.eq(kb["take_row"])
-        with m.If(kb["take_row"]):
-            m.d.sync += [
-                a_data.eq(kb["data"]),
-                a_beat.eq(kb["beat"]),
-                a_last_beat.eq(kb["last_beat"]),
-                a_scale.eq(kb["scale"]),
-            ]
+        take = kb["take_row"]
+        a_valid = stage("ka_valid", take)
+        a_data = stage("ka_data", kb["data"], take)
+        a_beat = stage("ka_beat", kb["beat"], take)
+        a_last_beat = stage("ka_last_beat", kb["last_beat"], take)
+        a_scale = stage("ka_scale", kb["scale"], take)
+        a_first_row = stage("ka_first_row", kb["first_row"], take)
+        a_last_row = stage("ka_last_row", kb["last_row"], take)
+        a_bank = stage("ka_bank", cur_bank, take)
         # KB: lanes products per query, summed.
-        b_valid = Signal(name="kb_valid")
-        b_first = Signal(name="kb_first")
-        b_last_beat = Signal(name="kb_last_beat")
-        b_scale = Signal(16, name="kb_scale")
+        b_valid = stage("kb_valid", a_valid)
+        b_first = stage("kb_first", a_beat == 0)
+        b_last_beat = stage("kb_last_beat", a_last_beat)
+        b_scale = stage("kb_scale", a_scale)
+        b_first_row = stage("kb_first_row", a_first_row)
+        b_last_row = stage("kb_last_row", a_last_row)
+        b_bank = stage("kb_bank", a_bank)
         partial_bits = p.q_bits + 8 + (lanes - 1).bit_length()
         b_partial = [Signal(signed(partial_bits), name=f"kb_partial{g}") for g in range(groups)]
-        m.d.sync += [
-            b_valid.eq(a_valid),
-            b_first.eq(a_beat == 0),
-            b_last_beat.eq(a_last_beat),
-            b_scale.eq(a_scale),
-        ]
         q_chunk_bits = lanes * p.q_bits
         for g in range(groups):
-            chunk = queries[g].word_select(a_beat, q_chunk_bits)
+            query = Array(bank[g] for bank in q_banks)[a_bank]
+            chunk = query.word_select(a_beat, q_chunk_bits)
             products = [
                 chunk[i * p.q_bits : (i + 1) * p.q_bits].as_signed()
                 * a_data[i * 8 : (i + 1) * 8].as_signed()
@@ -590,95 +787,147 @@ class Hpu(wiring.Component):
             ]
             m.d.sync += b_partial[g].eq(sum(products))
         # KC: accumulate the beats of a row into the dot product.
-        c_valid = Signal(name="kc_valid")
-        c_scale = Signal(16, name="kc_scale")
+        row_end = b_valid & b_last_beat
+        c_valid = stage("kc_valid", row_end)
+        c_scale = stage("kc_scale", b_scale)
+        c_first_row = stage("kc_first_row", b_first_row)
+        c_last_row = stage("kc_last_row", b_last_row)
+        c_bank = stage("kc_bank", b_bank)
         dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(groups)]
         c_dot = [Signal(signed(p.dot_bits), name=f"kc_dot{g}") for g in range(groups)]
-        m.d.sync += [c_valid.eq(b_valid & b_last_beat), c_scale.eq(b_scale)]
         for g in range(groups):
             total = Mux(b_first, b_partial[g], dot_acc[g] + b_partial[g])
             with m.If(b_valid):
                 m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
-        # S1: dot * (c_mant * k_mant), exponent c_exp + k_exp + score_frac_bits.
+        # S1: dot * (c_mant * k_mant), exponent c_exp + k_exp + score_frac_bits. The last
+        # read of a query bank happens here.
         k_mant, k_exp = decode_scale(m, c_scale, "k_scale")
-        s1_valid = Signal(name="s1_valid")
-        m.d.sync += s1_valid.eq(c_valid)
+        s1_valid = stage("s1_valid", c_valid)
+        s1_first_row = stage("s1_first_row", c_first_row)
+        s1_last_row = stage("s1_last_row", c_last_row)
+        bank_done = [c_valid & c_last_row & (c_bank == b) for b in range(len(q_banks))]
         s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
         s1_total = [Signal(signed(8), name=f"s1_total{g}") for g in range(groups)]
         for g in range(groups):
-            c_mant, c_exp = decode_scale(m, q_scales[g], f"q_scale{g}")
+            q_scale = Array(bank[g] for bank in q_scale_banks)[c_bank]
+            c_mant, c_exp = decode_scale(m, q_scale, f"q_scale{g}")
             m.d.sync += [
                 s1_product[g].eq(c_dot[g] * (c_mant * k_mant)),
                 s1_total[g].eq(c_exp + k_exp + p.score_frac_bits),
             ]
         # S2: shift, round and saturate into the score format.
-        s2_valid = Signal(name="s2_valid")
-        m.d.sync += s2_valid.eq(s1_valid)
+        s2_valid = stage("s2_valid", s1_valid)
+        s2_first_row = stage("s2_first_row", s1_first_row)
+        s2_last_row = stage("s2_last_row", s1_last_row)
         scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(groups)]
         max_left = 10 + 10 + p.score_frac_bits
         for g in range(groups):
             m.d.sync += scores[g].eq(
                 scale_shift(s1_product[g], s1_total[g], max_left, p.score_bits, True)
             )
-        # S3: running max and the exp2 argument -|s - m|.
+        # S3: running max and the exp2 argument -|s - m|; a request's first row compares
+        # against the initial max (the golden model's reset of m).
+        running_max = [Signal(signed(p.score_bits), name=f"m{g}") for g in range(groups)]
+        running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
         exp2_units = []
         exp2_lo = -(1 << (p.exp2.in_width - 1))
         grew_line = []
+        new_max = []
         for g in range(groups):
             m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
             exp2_units.append(unit)
+            previous = Signal(signed(p.score_bits), name=f"s3_previous_max{g}")
             diff = Signal(signed(p.score_bits + 1), name=f"s3_diff{g}")
             magnitude = Signal(signed(p.score_bits + 2), name=f"s3_neg_abs{g}")
             grew = Signal(name=f"s3_grew{g}")
             m.d.comb += [
-                diff.eq(scores[g] - running_max[g]),
+                previous.eq(Mux(s2_first_row, p.score_min, running_max[g])),
+                diff.eq(scores[g] - previous),
                 magnitude.eq(Mux(diff > 0, -diff, diff)),
                 grew.eq(diff > 0),
                 unit.o.ready.eq(1),
             ]
             x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
             grew_reg = Signal(name=f"s3_grew_reg{g}")
+            max_reg = Signal(signed(p.score_bits), name=f"s3_max{g}")
             with m.If(s2_valid):
                 m.d.sync += [
                     x.eq(Mux(magnitude < exp2_lo, exp2_lo, magnitude)),
                     grew_reg.eq(grew),
+                    running_max[g].eq(Mux(grew, scores[g], previous)),
+                    max_reg.eq(Mux(grew, scores[g], previous)),
                 ]
-                with m.If(grew):
-                    m.d.sync += running_max[g].eq(scores[g])
-            # Delay "grew" alongside the exp2 pipeline.
-            line = grew_reg
-            for stage in range(unit.LATENCY):
-                delayed = Signal(name=f"grew{g}_d{stage}")
-                m.d.sync += delayed.eq(line)
-                line = delayed
-            grew_line.append(line)
+            # Delay "grew" and the row's max alongside the exp2 pipeline.
+            grew_line.append(self._delay(m, grew_reg, unit.LATENCY, f"grew{g}"))
+            new_max.append(self._delay(m, max_reg, unit.LATENCY, f"max{g}"))
             s3_valid = Signal(name=f"s3_valid{g}")
             m.d.sync += s3_valid.eq(s2_valid)
             m.d.comb += [unit.i.payload.eq(x), unit.i.valid.eq(s3_valid)]
-        # S4: alpha, p, l; push the row's alpha and p of every query.
+        latency = exp2_units[0].LATENCY
+        s3_first_row = stage("s3_first_row", s2_first_row, s2_valid)
+        s3_last_row = stage("s3_last_row", s2_last_row, s2_valid)
+        first_row = self._delay(m, s3_first_row, latency, "first_row")
+        last_row = self._delay(m, s3_last_row, latency, "last_row")
+        # S4: alpha, p, l; push the row's alpha and p of every query, and at a request's last
+        # row its final (m, l).
         push = exp2_units[0].o.valid
         entry = []
+        stats = []
         for g in range(groups):
             e = exp2_units[g].o.payload
             alpha = Mux(grew_line[g], e, one)
             prob = Mux(grew_line[g], one, e)
+            new_sum = Signal(p.l_bits, name=f"s4_l{g}")
+            previous_sum = Mux(first_row, 0, running_sum[g])
+            m.d.comb += new_sum.eq(round_shift_right(previous_sum * alpha, p.prob_frac_bits) + prob)
             with m.If(push):
-                m.d.sync += running_sum[g].eq(
-                    round_shift_right(running_sum[g] * alpha, p.prob_frac_bits) + prob
-                )
+                m.d.sync += running_sum[g].eq(new_sum)
             entry += [alpha[: p.prob_frac_bits + 1], prob[: p.prob_frac_bits + 1]]
-        m.d.comb += [row_fifo.w_en.eq(push), row_fifo.w_data.eq(Cat(*entry))]
+            stats.append(Cat(new_max[g], new_sum))
+        m.d.comb += [
+            row_fifo.w_en.eq(push),
+            row_fifo.w_data.eq(Cat(*entry)),
+            k_results.w_en.eq(push & last_row),
+            k_results.w_data.eq(Cat(*stats)),
+        ]
         # Rows in flight between a take and its push, at most one per cycle.
-        in_flight = 8 + exp2_units[0].LATENCY
+        in_flight = 8 + latency
         m.d.comb += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
+        return bank_done
+
+    @staticmethod
+    def _delay(m, value, cycles: int, name: str):
+        """``value`` delayed by ``cycles`` registers (the fixed exp2 latency: it never stalls)."""
+        line = value
+        for stage in range(cycles):
+            delayed = Signal.like(value, name=f"{name}_d{stage}")
+            m.d.sync += delayed.eq(line)
+            line = delayed
+        return line
 
     # ------------------------------------------------------------------------------------
-    def _v_side(self, m, start, vb, row_fifo, accumulators, gate):
-        """w = p * v_scale per row and query; o <- round(o * alpha) + w * v per element."""
+    def _v_side(self, m, vb, v_tag, row_fifo, accumulators, gate, snapshot, snap_valid, snap_tag):
+        """w = p * v_scale per row and query; o <- round(o * alpha) + w * v per element.
+
+        A request's first row starts from ``o = 0``. The cycle after its last update the
+        accumulators are copied into ``snapshot`` (with the request's ``v_tag``) for the
+        output, so the next request's rows can follow at once. A request's last beat is only
+        taken (``gate``) while the snapshot is free and no copy into it is under way.
+        """
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
         word = p.prob_frac_bits + 1
-        m.d.comb += gate.eq((vb["beat"] != 0) | row_fifo.r_rdy)
+        va_valid = Signal(name="va_valid")
+        va_end = Signal(name="va_end")
+        snap_copy = Signal(name="snap_copy")
+        snap_busy = Signal(name="snap_busy")
+        m.d.comb += [
+            snap_busy.eq(snap_valid | snap_copy | (va_valid & va_end)),
+            gate.eq(
+                ((vb["beat"] != 0) | row_fifo.r_rdy)
+                & ~(vb["last_beat"] & vb["last_row"] & snap_busy)
+            ),
+        ]
         first = vb["take_row"] & (vb["beat"] == 0)
         m.d.comb += row_fifo.r_en.eq(first)
         v_mant, v_exp = decode_scale(m, vb["scale"], "v_scale")
@@ -701,29 +950,39 @@ class Hpu(wiring.Component):
                         )
                     ),
                 ]
-        va_valid = Signal(name="va_valid")
         va_data = Signal(p.mem_data_bits, name="va_data")
-        va_last_beat = Signal(name="va_last_beat")
+        va_first_row = Signal(name="va_first_row")
+        va_tag = Signal(33, name="va_tag")
         m.d.sync += va_valid.eq(vb["take_row"])
         with m.If(vb["take_row"]):
-            m.d.sync += [va_data.eq(vb["data"]), va_last_beat.eq(vb["last_beat"])]
-        rows_done = Signal(p.position_bits, name="rows_done")
-        with m.If(start):
-            m.d.sync += rows_done.eq(0)
-        with m.Elif(va_valid & va_last_beat):
-            m.d.sync += rows_done.eq(rows_done + 1)
+            m.d.sync += [
+                va_data.eq(vb["data"]),
+                va_end.eq(vb["last_beat"] & vb["last_row"]),
+                va_first_row.eq(vb["first_row"]),
+                va_tag.eq(v_tag),
+            ]
         with m.If(va_valid):
             for g in range(groups):
                 ring = accumulators[g]
                 for i in range(lanes):
-                    head = ring[i]
+                    head = Mux(va_first_row, 0, ring[i])
                     updated = round_shift_right(head * alphas[g], p.prob_frac_bits) + (
                         weights[g] * va_data[i * 8 : (i + 1) * 8].as_signed()
                     )
                     m.d.sync += ring[len(ring) - lanes + i].eq(updated)
                 for j in range(len(ring) - lanes):
                     m.d.sync += ring[j].eq(ring[j + lanes])
-        return rows_done
+        # The copy happens the cycle after the last update; the next request's first update
+        # is at the earliest on that same edge, and reads nothing of the old ring.
+        copy_tag = Signal(33, name="snap_copy_tag")
+        m.d.sync += snap_copy.eq(va_valid & va_end)
+        with m.If(va_valid & va_end):
+            m.d.sync += copy_tag.eq(va_tag)
+        with m.If(snap_copy):
+            m.d.sync += [snap_valid.eq(1), snap_tag.eq(copy_tag)]
+            for g in range(groups):
+                for i in range(p.row_elems):
+                    m.d.sync += snapshot[g][i].eq(accumulators[g][i])
 
     # ------------------------------------------------------------------------------------
     def _output(

@@ -1,0 +1,623 @@
+"""``rnn``: LSTM on a tiled MAC array — parameters, formats, tables, golden model, packing.
+
+The engine (``hw/rnn``) runs the tile program of :mod:`tandem.mappings.rnn.tiling` once per time
+step; this module owns every number format and the bit-exact golden model.
+
+Number formats
+--------------
+State (x, h, c)
+    int16 with ``state_frac`` fraction bits (default 12: range +-8, LSB 2.4e-4). Inputs x are
+    quantized by the host (:func:`quantize_state`), saturating.
+Weights
+    int8 or int16 (``weight_bits``) with one power-of-two scale for the whole ``[W | U]``:
+    ``w_q = round(w * 2**w_frac)``. ``w_frac`` is chosen by :func:`quantize_lstm` (largest that
+    fits the largest weight) and sent to the engine with each sequence.
+Accumulator
+    ``acc = bias_q + sum(w_q * s_q)``: exact, ``acc_bits`` wide, ``w_frac + state_frac``
+    fraction bits. ``bias_q = round((b_ih + b_hh) * 2**(w_frac + state_frac))``.
+Activation input
+    ``a = clamp(round_half_up(acc / 2**w_frac), +-(2**(act_range_bits + state_frac) - 1))``:
+    ``state_frac`` fraction bits, range +-2**act_range_bits (default +-16).
+Activations
+    sigmoid and tanh are piecewise linear over ``|a|`` in ``2**act_segment_bits`` uniform
+    segments (:func:`activation_tables`; the ROMs of the gateware hold the same arrays), with
+    symmetry for negative inputs: ``sigmoid(-a) = 1 - sigmoid(a)``, ``tanh(-a) = -tanh(a)``.
+    Outputs have ``gate_frac`` fraction bits (1.0 is exact).
+Cell update
+    ``c' = sat16(round_half_up((f*c << (gate_frac - state_frac)) + i*g, 2*gate_frac -
+    state_frac))`` and ``h' = sat16(round_half_up(o * tanh(c'), 2*gate_frac - state_frac))``.
+
+Because every accumulation is exact integer arithmetic, the golden model does not depend on the
+tile order: it is a plain quantized LSTM, vectorized over the batch and the units, and the RTL
+must match it bit for bit whatever program it runs.
+
+Cycle behaviour of the engine (what :mod:`tandem.mappings.rnn.schedule` models) is described in
+``hw/rnn/engine.py``; :func:`dependency_latency` is its one timing constant.
+"""
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from tandem.mappings.rnn.tiling import GATES, TileProgram, ceil_div, packed_rows
+
+from tandem.config import ParamError, Params, param
+
+from .fixed import round_shift_right, saturate
+
+__all__ = [
+    "STATE_BITS",
+    "QuantLstm",
+    "RnnParams",
+    "activation_tables",
+    "cmd_fields",
+    "cmd_payload",
+    "decode_outputs",
+    "dependency_latency",
+    "lstm_accuracy",
+    "lstm_golden",
+    "out_fields",
+    "pack_fields",
+    "pack_tiles",
+    "quantize_lstm",
+    "quantize_state",
+    "rnn_golden",
+    "sigmoid_fixed",
+    "tanh_fixed",
+    "tile_beats",
+    "tile_fields",
+    "torch_lstm_reference",
+    "unpack_fields",
+    "x_beats",
+]
+
+#: Width of x, h and c.
+STATE_BITS = 16
+#: Cycles from issuing a row block's last tile (for one batch element) to the cycle its h is
+#: written, not counting the adder tree (one register per level): operand read, multiply,
+#: accumulate, rescale, table read, interpolate, cell update, tanh read, interpolate, h = o*tanh.
+ISSUE_TO_WRITE = 9
+
+
+def dependency_latency(tile_cols: int) -> int:
+    """Smallest gap in cycles between issuing a row block's last tile and issuing a tile that
+    reads the h it produces: the write takes ``ISSUE_TO_WRITE + log2(tile_cols)`` cycles, and
+    the reader issues the cycle after the write."""
+    return ISSUE_TO_WRITE + int(math.log2(tile_cols)) + 1
+
+
+@dataclass(frozen=True)
+class RnnParams(Params):
+    """Array shape, capacity and number formats of the ``rnn`` engine.
+
+    The MAC array computes one ``tile_rows x tile_cols`` tile times one ``tile_cols`` operand
+    vector per cycle. ``max_input`` and ``max_hidden`` size the on-chip memories (weights, tile
+    program, x, h and c); a sequence may use any X <= max_input and H <= max_hidden.
+    """
+
+    design = "rnn"
+
+    cell: str = param("lstm", "recurrent cell (LSTM; GRU is planned)", choices=("lstm",))
+    tile_rows: int = param(
+        8,
+        "gate rows per tile: 4 gates of tile_rows/4 hidden units",
+        min=4,
+        max=256,
+        power_of_two=True,
+    )
+    tile_cols: int = param(
+        8,
+        "[x | h] columns per tile (dot-product length per cycle)",
+        min=1,
+        max=256,
+        power_of_two=True,
+    )
+    batch: int = param(
+        2, "sequences run side by side (one per cycle through each tile)", min=1, max=16
+    )
+    max_input: int = param(64, "largest input size X the memories hold", min=1, max=4096)
+    max_hidden: int = param(64, "largest hidden size H the memories hold", min=1, max=4096)
+    weight_bits: int = param(16, "weight width (int8 or int16)", choices=(8, 16))
+    state_frac: int = param(12, "fraction bits of the int16 x, h and c", min=8, max=13)
+    gate_frac: int = param(14, "fraction bits of sigmoid/tanh outputs", min=8, max=14)
+    act_segment_bits: int = param(
+        9,
+        "log2 of the piecewise-linear segments of sigmoid and tanh over |a| < range",
+        min=4,
+        max=12,
+    )
+    act_range_bits: int = param(
+        4, "activation inputs are clamped to +-2**act_range_bits", min=3, max=5
+    )
+    max_steps: int = param(65535, "longest sequence one command may run", min=1, max=65535)
+
+    def check(self) -> None:
+        if self.gate_frac < self.state_frac:
+            raise ParamError(
+                "gate_frac",
+                f"gate_frac must be at least state_frac ({self.state_frac}), "
+                f"not {self.gate_frac!r}",
+            )
+        if self.act_segment_bits > self.act_range_bits + self.state_frac:
+            raise ParamError(
+                "act_segment_bits",
+                f"act_segment_bits must not exceed act_range_bits + state_frac "
+                f"({self.act_range_bits + self.state_frac}), not {self.act_segment_bits!r}",
+            )
+
+    # --- derived sizes -------------------------------------------------------------------
+    @property
+    def units_per_block(self) -> int:
+        """Hidden units one row block finishes (``tile_rows / 4``)."""
+        return self.tile_rows // GATES
+
+    @property
+    def h_word(self) -> int:
+        """Elements per word of the h memory: ``max(tile_cols, units_per_block)``."""
+        return max(self.tile_cols, self.units_per_block)
+
+    @property
+    def max_row_blocks(self) -> int:
+        return ceil_div(self.max_hidden, self.units_per_block)
+
+    @property
+    def max_x_blocks(self) -> int:
+        return ceil_div(self.max_input, self.tile_cols)
+
+    @property
+    def max_h_blocks(self) -> int:
+        return ceil_div(self.max_hidden, self.tile_cols)
+
+    @property
+    def h_words(self) -> int:
+        """h memory words per (buffer, batch element)."""
+        return ceil_div(self.max_hidden, self.h_word)
+
+    @property
+    def max_entries(self) -> int:
+        """Depth of the tile program and weight memories: tiles of one step at full size."""
+        return self.max_row_blocks * (self.max_x_blocks + self.max_h_blocks)
+
+    @property
+    def col_bits(self) -> int:
+        return max(1, (max(self.max_x_blocks, self.max_h_blocks) - 1).bit_length())
+
+    @property
+    def row_bits(self) -> int:
+        return max(1, (self.max_row_blocks - 1).bit_length())
+
+    @property
+    def acc_bits(self) -> int:
+        """Accumulator width: exact for max_input + max_hidden products plus the bias."""
+        terms = self.max_input + self.max_hidden
+        return self.weight_bits + STATE_BITS + (terms - 1).bit_length() + 1
+
+    @property
+    def act_bits(self) -> int:
+        """Width of the signed activation input."""
+        return 1 + self.act_range_bits + self.state_frac
+
+    @property
+    def act_max(self) -> int:
+        """Largest activation input magnitude (inputs are clamped to +-act_max)."""
+        return (1 << (self.act_range_bits + self.state_frac)) - 1
+
+    @property
+    def rem_bits(self) -> int:
+        """Magnitude bits below the segment index: the interpolation variable."""
+        return self.act_range_bits + self.state_frac - self.act_segment_bits
+
+    @property
+    def w_frac_bits(self) -> int:
+        """Width of the ``w_frac`` command field."""
+        return 5
+
+    @property
+    def latency(self) -> int:
+        """:func:`dependency_latency` of this array."""
+        return dependency_latency(self.tile_cols)
+
+    @property
+    def write_stage(self) -> int:
+        """Cycles from a tile's issue to the h write of its row block (last tiles only)."""
+        return self.latency - 1
+
+    @property
+    def step_bits(self) -> int:
+        return max(1, self.max_steps.bit_length())
+
+
+# --- activation tables ---------------------------------------------------------------------
+@cache
+def _tables(segment_bits: int, range_bits: int, state_frac: int, gate_frac: int):
+    segments = 1 << segment_bits
+    width = (1 << range_bits) / segments  # real width of one segment
+    out = {}
+    for name, fn in (("sigmoid", lambda v: 1.0 / (1.0 + np.exp(-v))), ("tanh", np.tanh)):
+        x0 = np.arange(segments) * width
+        y0, y1 = fn(x0), fn(x0 + width)
+        slope = y1 - y0
+        # Both functions are concave on x >= 0: the secant lies below the curve. Raise the base
+        # by half the largest gap so the error is split evenly above and below.
+        t = np.linspace(0.0, 1.0, 65)
+        gap = (fn(x0[:, None] + t[None, :] * width) - (y0[:, None] + slope[:, None] * t)).max(1)
+        base = y0 + gap / 2
+        scale = float(1 << gate_frac)
+        out[name] = (
+            tuple(int(v) for v in np.rint(base * scale)),
+            tuple(int(v) for v in np.rint(slope * scale)),
+        )
+    return out
+
+
+def activation_tables(params: RnnParams) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{"sigmoid": (base, slope), "tanh": (base, slope)}``, ``2**act_segment_bits`` entries
+    each, ``gate_frac`` fraction bits: the ROM contents of the gateware and the golden's tables.
+
+    Segment ``s`` covers magnitudes ``[s, s + 1) * 2**rem_bits`` (input LSBs); inside it the
+    function is ``base[s] + slope[s] * rem / 2**rem_bits``.
+    """
+    raw = _tables(
+        params.act_segment_bits, params.act_range_bits, params.state_frac, params.gate_frac
+    )
+    return {
+        k: (np.array(b, dtype=np.int64), np.array(s, dtype=np.int64)) for k, (b, s) in raw.items()
+    }
+
+
+def _pwl(params: RnnParams, name: str, a) -> tuple[np.ndarray, np.ndarray]:
+    a = np.clip(np.asarray(a, dtype=np.int64), -params.act_max, params.act_max)
+    mag = np.abs(a)
+    base, slope = activation_tables(params)[name]
+    index = mag >> params.rem_bits
+    rem = mag & ((1 << params.rem_bits) - 1)
+    y = base[index] + round_shift_right(slope[index] * rem, params.rem_bits, "half_up")
+    return a, y
+
+
+def sigmoid_fixed(params: RnnParams, a) -> np.ndarray:
+    """Fixed-point sigmoid: ``a`` with ``state_frac`` fraction bits -> ``gate_frac`` bits."""
+    a, y = _pwl(params, "sigmoid", a)
+    return np.where(a < 0, (1 << params.gate_frac) - y, y)
+
+
+def tanh_fixed(params: RnnParams, a) -> np.ndarray:
+    """Fixed-point tanh: ``a`` with ``state_frac`` fraction bits -> ``gate_frac`` bits."""
+    a, y = _pwl(params, "tanh", a)
+    return np.where(a < 0, -y, y)
+
+
+# --- quantized model -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class QuantLstm:
+    """One quantized LSTM layer, rows in PyTorch order (gate blocks i, f, g, o).
+
+    ``w`` (4H, X) and ``u`` (4H, H) are ``weight_bits`` integers with ``w_frac`` fraction bits;
+    ``bias`` (4H,) has ``w_frac + state_frac`` fraction bits.
+    """
+
+    w: np.ndarray
+    u: np.ndarray
+    bias: np.ndarray
+    w_frac: int
+
+    @property
+    def input_size(self) -> int:
+        return self.w.shape[1]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.u.shape[1]
+
+
+def _as_numpy(tensor) -> np.ndarray:
+    if hasattr(tensor, "detach"):
+        tensor = tensor.detach().cpu().double().numpy()
+    return np.asarray(tensor, dtype=np.float64)
+
+
+def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
+    """Quantize layer ``layer`` of a ``torch.nn.LSTM`` ``state_dict`` (tensors or arrays).
+
+    Reads ``weight_ih_l{layer}``, ``weight_hh_l{layer}`` and, when present, ``bias_ih_l{layer}``
+    and ``bias_hh_l{layer}`` (summed in float64 before rounding).
+    """
+    key = f"_l{layer}"
+    try:
+        w = _as_numpy(state_dict["weight_ih" + key])
+        u = _as_numpy(state_dict["weight_hh" + key])
+    except KeyError as exc:
+        raise ValueError(f"state_dict has no {exc.args[0]!r} (an nn.LSTM layer {layer})") from None
+    if f"weight_hr{key}" in state_dict:
+        raise ValueError("LSTMs with projections (proj_size > 0) are not supported")
+    hidden = u.shape[1]
+    if w.shape[0] != GATES * hidden or u.shape[0] != GATES * hidden:
+        raise ValueError(f"weight shapes {w.shape}, {u.shape} are not those of an LSTM")
+    if hidden > params.max_hidden or w.shape[1] > params.max_input:
+        raise ValueError(
+            f"LSTM of X={w.shape[1]}, H={hidden} exceeds max_input={params.max_input}, "
+            f"max_hidden={params.max_hidden}"
+        )
+    bias = np.zeros(GATES * hidden)
+    for name in ("bias_ih", "bias_hh"):
+        if name + key in state_dict:
+            bias = bias + _as_numpy(state_dict[name + key])
+    largest = max(np.abs(w).max(), np.abs(u).max(), 1e-30)
+    qmax = (1 << (params.weight_bits - 1)) - 1
+    w_frac = int(np.clip(math.floor(math.log2(qmax / largest)), 0, (1 << params.w_frac_bits) - 1))
+    bias_limit = 1 << (params.acc_bits - 3)
+    while w_frac > 0 and np.abs(bias).max() * 2.0 ** (w_frac + params.state_frac) >= bias_limit:
+        w_frac -= 1
+    scale = 2.0**w_frac
+    wq = np.clip(np.rint(w * scale), -qmax - 1, qmax).astype(np.int64)
+    uq = np.clip(np.rint(u * scale), -qmax - 1, qmax).astype(np.int64)
+    bq = np.rint(bias * 2.0 ** (w_frac + params.state_frac)).astype(np.int64)
+    if np.abs(bq).max(initial=0) >= bias_limit:
+        raise ValueError("bias too large for the accumulator even with w_frac = 0")
+    return QuantLstm(w=wq, u=uq, bias=bq, w_frac=w_frac)
+
+
+def quantize_state(params: RnnParams, x) -> np.ndarray:
+    """Float x (any shape) to int16 with ``state_frac`` fraction bits, rounded, saturating."""
+    q = np.rint(np.asarray(x, dtype=np.float64) * 2.0**params.state_frac)
+    return saturate(np.clip(q, -(2**40), 2**40).astype(np.int64), STATE_BITS, True)
+
+
+# --- golden model --------------------------------------------------------------------------
+def lstm_golden(
+    params: RnnParams, model: QuantLstm, x, h0=None, c0=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bit-exact model of the engine, vectorized over the batch and the units.
+
+    Parameters
+    ----------
+    x
+        ``(T, B, X)`` int16 inputs (``state_frac`` fraction bits).
+    h0, c0
+        ``(B, H)`` initial state (default zeros: what the engine starts every sequence with).
+
+    Returns
+    -------
+    h, c
+        ``(T, B, H)`` int64 arrays: the hidden and cell state after every step.
+    """
+    p = params
+    x = np.asarray(x, dtype=np.int64)
+    steps, batch, _ = x.shape
+    hidden = model.hidden_size
+    h = np.zeros((batch, hidden), np.int64) if h0 is None else np.asarray(h0, np.int64).copy()
+    c = np.zeros((batch, hidden), np.int64) if c0 is None else np.asarray(c0, np.int64).copy()
+    hs = np.empty((steps, batch, hidden), np.int64)
+    cs = np.empty((steps, batch, hidden), np.int64)
+    wt, ut = model.w.T.copy(), model.u.T.copy()
+    align = p.gate_frac - p.state_frac
+    out_shift = 2 * p.gate_frac - p.state_frac
+    for t in range(steps):
+        acc = x[t] @ wt + h @ ut + model.bias
+        a = np.clip(round_shift_right(acc, model.w_frac, "half_up"), -p.act_max, p.act_max)
+        i = sigmoid_fixed(p, a[:, 0:hidden])
+        f = sigmoid_fixed(p, a[:, hidden : 2 * hidden])
+        g = tanh_fixed(p, a[:, 2 * hidden : 3 * hidden])
+        o = sigmoid_fixed(p, a[:, 3 * hidden :])
+        c = saturate(
+            round_shift_right(((f * c) << align) + i * g, out_shift, "half_up"), STATE_BITS, True
+        )
+        h = saturate(
+            round_shift_right(o * tanh_fixed(p, c), out_shift, "half_up"), STATE_BITS, True
+        )
+        hs[t], cs[t] = h, c
+    return hs, cs
+
+
+def rnn_golden(params: RnnParams, inputs) -> tuple[np.ndarray, np.ndarray]:
+    """Registry entry point: ``inputs = (model, x)``; returns :func:`lstm_golden`'s ``(h, c)``."""
+    model, x = inputs
+    return lstm_golden(params, model, x)
+
+
+# --- packing: tiles, beats, outputs ---------------------------------------------------------
+def pack_tiles(params: RnnParams, model: QuantLstm, program: TileProgram):
+    """Tiles ``(entries, tile_rows, tile_cols)`` and biases ``(row_blocks, tile_rows)``.
+
+    Tile ``e`` holds the weights entry ``e`` of ``program`` multiplies: its row block's packed
+    rows (unit-interleaved, see :func:`tandem.mappings.rnn.tiling.packed_rows`) times its x or
+    h column block, zero-padded.
+    """
+    tr, tc = program.tile_rows, program.tile_cols
+    if (tr, tc) != (params.tile_rows, params.tile_cols):
+        raise ValueError(
+            f"program tile {tr}x{tc} does not match the engine's "
+            f"{params.tile_rows}x{params.tile_cols}"
+        )
+    nx_in, nh_in = program.input_size, program.hidden_size
+    if (model.input_size, model.hidden_size) != (nx_in, nh_in):
+        raise ValueError("program and model sizes differ")
+    rows = packed_rows(nh_in, tr)
+    valid = rows >= 0
+    nx, nh = program.x_blocks, program.h_blocks
+    wpad = np.zeros((len(rows), nx * tc), np.int64)
+    upad = np.zeros((len(rows), nh * tc), np.int64)
+    wpad[valid, :nx_in] = model.w[rows[valid]]
+    upad[valid, :nh_in] = model.u[rows[valid]]
+    bias = np.zeros(len(rows), np.int64)
+    bias[valid] = model.bias[rows[valid]]
+    wt = wpad.reshape(program.row_blocks, tr, nx, tc).transpose(0, 2, 1, 3)
+    ut = upad.reshape(program.row_blocks, tr, nh, tc).transpose(0, 2, 1, 3)
+    tiles = np.where(
+        (program.src == 0)[:, None, None],
+        wt[program.row, np.minimum(program.col, nx - 1)],
+        ut[program.row, np.minimum(program.col, nh - 1)],
+    )
+    return tiles, bias.reshape(program.row_blocks, tr)
+
+
+def tile_fields(params: RnnParams) -> list[tuple[str, int]]:
+    """Payload layout of the ``tile_i`` stream, least significant field first."""
+    p = params
+    return [
+        ("weights", p.tile_rows * p.tile_cols * p.weight_bits),
+        ("bias", p.tile_rows * p.acc_bits),
+        ("src", 1),
+        ("col", p.col_bits),
+        ("row", p.row_bits),
+        ("first", 1),
+        ("last", 1),
+        ("wait", 1),
+        ("need", p.row_bits),
+        ("end", 1),
+    ]
+
+
+def cmd_fields(params: RnnParams) -> list[tuple[str, int]]:
+    """Payload layout of the ``cmd_i`` stream."""
+    p = params
+    return [
+        ("steps", p.step_bits),
+        ("x_blocks", p.max_x_blocks.bit_length()),
+        ("row_blocks", p.max_row_blocks.bit_length()),
+        ("w_frac", p.w_frac_bits),
+    ]
+
+
+def out_fields(params: RnnParams) -> list[tuple[str, int]]:
+    """Payload layout of the ``o`` stream: h then c of one row block's units."""
+    return [("h", params.units_per_block * STATE_BITS), ("c", params.units_per_block * STATE_BITS)]
+
+
+def _pack_vector(values, width: int) -> int:
+    word = 0
+    for index, value in enumerate(np.asarray(values, dtype=np.int64).ravel().tolist()):
+        word |= (int(value) & ((1 << width) - 1)) << (index * width)
+    return word
+
+
+def _unpack_vector(word: int, width: int, count: int) -> np.ndarray:
+    mask = (1 << width) - 1
+    raw = np.array([(word >> (i * width)) & mask for i in range(count)], dtype=np.int64)
+    return np.where(raw >> (width - 1) & 1, raw - (1 << width), raw)
+
+
+def pack_fields(fields: list[tuple[str, int]], values: dict) -> int:
+    """One payload integer from named field values (LSB-first, as Amaranth lays out structs)."""
+    word, offset = 0, 0
+    for name, width in fields:
+        word |= (int(values.get(name, 0)) & ((1 << width) - 1)) << offset
+        offset += width
+    return word
+
+
+def unpack_fields(fields: list[tuple[str, int]], word: int) -> dict[str, int]:
+    """Inverse of :func:`pack_fields` (unsigned field values)."""
+    out, offset = {}, 0
+    for name, width in fields:
+        out[name] = (word >> offset) & ((1 << width) - 1)
+        offset += width
+    return out
+
+
+def tile_beats(params: RnnParams, program: TileProgram, tiles, biases) -> list[int]:
+    """``tile_i`` payloads: one per program entry (weights row-major, the entry's bias block
+    on ``first`` entries)."""
+    layout = tile_fields(params)
+    beats = []
+    for e in range(program.entries):
+        values = {
+            name: int(getattr(program, name)[e])
+            for name in ("src", "col", "row", "first", "last", "wait", "need", "end")
+        }
+        values["weights"] = _pack_vector(tiles[e], params.weight_bits)
+        values["bias"] = _pack_vector(biases[program.row[e]], params.acc_bits)
+        beats.append(pack_fields(layout, values))
+    return beats
+
+
+def x_beats(params: RnnParams, program: TileProgram, x) -> list[int]:
+    """``x_i`` payloads for ``x`` of shape ``(T, B, X)``: step, batch, column block order."""
+    x = np.asarray(x, dtype=np.int64)
+    steps, batch, width = x.shape
+    tc = params.tile_cols
+    padded = np.zeros((steps, batch, program.x_blocks * tc), np.int64)
+    padded[:, :, :width] = x
+    blocks = padded.reshape(steps, batch, program.x_blocks, tc)
+    return [
+        _pack_vector(blocks[t, b, j], STATE_BITS)
+        for t in range(steps)
+        for b in range(batch)
+        for j in range(program.x_blocks)
+    ]
+
+
+def cmd_payload(params: RnnParams, program: TileProgram, steps: int, w_frac: int) -> int:
+    """``cmd_i`` payload that runs ``steps`` steps of ``program``."""
+    if not 1 <= steps <= params.max_steps:
+        raise ValueError(f"steps must be 1..{params.max_steps}, not {steps}")
+    return pack_fields(
+        cmd_fields(params),
+        {
+            "steps": steps,
+            "x_blocks": program.x_blocks,
+            "row_blocks": program.row_blocks,
+            "w_frac": w_frac,
+        },
+    )
+
+
+def decode_outputs(params: RnnParams, program: TileProgram, beats, steps: int):
+    """``(h, c)`` of shape ``(T, B, H)`` from the ``o`` payloads (step, row block, batch
+    order)."""
+    ub, batch, hidden = params.units_per_block, params.batch, program.hidden_size
+    expected = steps * program.row_blocks * batch
+    if len(beats) != expected:
+        raise ValueError(f"expected {expected} output beats, got {len(beats)}")
+    h = np.zeros((steps, batch, program.row_blocks * ub), np.int64)
+    c = np.zeros_like(h)
+    layout = out_fields(params)
+    index = 0
+    for t in range(steps):
+        for k in range(program.row_blocks):
+            for b in range(batch):
+                f = unpack_fields(layout, int(beats[index]))
+                h[t, b, k * ub : (k + 1) * ub] = _unpack_vector(f["h"], STATE_BITS, ub)
+                c[t, b, k * ub : (k + 1) * ub] = _unpack_vector(f["c"], STATE_BITS, ub)
+                index += 1
+    return h[:, :, :hidden], c[:, :, :hidden]
+
+
+# --- accuracy against torch ------------------------------------------------------------------
+def torch_lstm_reference(module, x) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``h`` and ``c`` of every step from a single-layer ``torch.nn.LSTM`` run one step
+    at a time; ``x`` is ``(T, B, X)``."""
+    import torch
+
+    with torch.no_grad():
+        xt = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        if getattr(module, "batch_first", False):
+            xt = xt.transpose(0, 1)
+        state = None
+        hs, cs = [], []
+        for t in range(xt.shape[0]):
+            _, state = module(xt[t : t + 1], state)
+            hs.append(state[0][-1].numpy().copy())
+            cs.append(state[1][-1].numpy().copy())
+    return np.stack(hs), np.stack(cs)
+
+
+def lstm_accuracy(params: RnnParams, module, x) -> dict[str, float]:
+    """Max and mean abs error of h and c of the fixed-point engine against float32 torch.
+
+    ``module`` is a one-layer ``torch.nn.LSTM``; its ``state_dict`` is quantized with
+    :func:`quantize_lstm`, ``x`` (float, ``(T, B, X)``) with :func:`quantize_state`.
+    """
+    model = quantize_lstm(params, module.state_dict())
+    hq, cq = lstm_golden(params, model, quantize_state(params, x))
+    href, cref = torch_lstm_reference(module, x)
+    scale = 2.0**-params.state_frac
+    dh, dc = np.abs(hq * scale - href), np.abs(cq * scale - cref)
+    return {
+        "h_max": float(dh.max()),
+        "h_mean": float(dh.mean()),
+        "c_max": float(dc.max()),
+        "c_mean": float(dc.mean()),
+        "w_frac": model.w_frac,
+    }

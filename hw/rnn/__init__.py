@@ -1,0 +1,1 @@
+"""rnn gateware: the LSTM tile dispatcher engine."""

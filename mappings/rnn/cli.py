@@ -1,0 +1,199 @@
+"""``tandem map rnn``: tile program, dispatch schedule and predicted utilization of an LSTM.
+
+Prints the chosen tile shape and why, the predicted cycles per step and MAC utilization of the
+overlapped schedule and of the naive one (every step waits for all of h), and writes into
+``-o DIR``: ``<name>.schedule.yaml``, ``<name>.program.npz`` and ``<name>.utilization.png``
+(utilization against hidden size at the same input size, array and batch).
+"""
+
+import argparse
+import re
+
+from tandem.errors import UserError
+
+__all__ = ["add_arguments", "run"]
+
+SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def _array(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    if not match or int(match[1]) < 1 or int(match[2]) < 1:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS such as 64x64, not {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cell", choices=("lstm",), default="lstm", help="recurrent cell (GRU is planned)"
+    )
+    parser.add_argument("--input", type=int, metavar="X", help="input size X")
+    parser.add_argument("--hidden", type=int, metavar="H", help="hidden size H")
+    parser.add_argument(
+        "--array",
+        type=_array,
+        default=(64, 64),
+        metavar="RxC",
+        help="MAC array, rows x columns (default 64x64)",
+    )
+    parser.add_argument("--batch", type=int, default=1, help="sequences side by side (default 1)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=100,
+        help="sequence length for the whole-sequence figures (default 100)",
+    )
+    parser.add_argument(
+        "--state-dict",
+        metavar="FILE",
+        help="torch.nn.LSTM state_dict (torch.save) to pack into the npz",
+    )
+    parser.add_argument(
+        "--weight-bits",
+        type=int,
+        choices=(8, 16),
+        default=16,
+        help="weight width used to pack --state-dict (default 16)",
+    )
+    parser.add_argument("--no-plot", action="store_true", help="skip the utilization plot")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+
+
+def _load_state_dict(path: str):
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except Exception as exc:  # torch raises many kinds for a bad file
+        raise UserError(f"{path}: cannot read a torch state_dict: {exc}".splitlines()[0]) from None
+    if hasattr(obj, "state_dict"):
+        obj = obj.state_dict()
+    if not isinstance(obj, dict) or "weight_ih_l0" not in obj:
+        raise UserError(f"{path}: not an nn.LSTM state_dict (no 'weight_ih_l0')")
+    return obj
+
+
+def plot_utilization(path, input_size, array, batch, steps, marker=None) -> None:
+    """Utilization against hidden size (overlapped with the chosen shape, the array's own shape
+    without reconfiguration, and naive), reproducible PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .schedule import choose_shape, predict
+    from .tiling import build_program
+
+    chosen, fixed, naive = [], [], []
+    for h in SWEEP:
+        x = input_size if input_size else h
+        choice = choose_shape(x, h, array[0], array[1], batch, steps)
+        chosen.append(choice.prediction.utilization)
+        naive.append(choice.naive.utilization)
+        if array[0] % 4 == 0 and array[0] <= 256 and array[1] <= 256:
+            fixed.append(predict(build_program(x, h, array[0], array[1]), batch, steps).utilization)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    ax.plot(SWEEP, chosen, "o-", label="overlapped, tile shape chosen per H")
+    if fixed:
+        ax.plot(SWEEP, fixed, "s--", label=f"overlapped, fixed {array[0]}x{array[1]} tile")
+    ax.plot(SWEEP, naive, "^:", label="naive (waits for all of h), chosen shape")
+    if marker is not None:
+        ax.plot([marker[0]], [marker[1]], "k*", markersize=12, label="this model")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("hidden size H")
+    ax.set_ylabel(f"MAC utilization over {steps} steps")
+    xdesc = f"X = {input_size}" if input_size else "X = H"
+    ax.set_title(f"LSTM on a {array[0]}x{array[1]} MAC array, {xdesc}, batch {batch}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from tandem.host.rnn import RnnParams, pack_tiles, quantize_lstm
+
+    from .schedule import candidate_shapes, choose_shape
+    from .tiling import build_program
+    from .writer import program_arrays, summary, write_schedule
+
+    state_dict = _load_state_dict(args.state_dict) if args.state_dict else None
+    x, h = args.input, args.hidden
+    if state_dict is not None:
+        sd_h = int(state_dict["weight_hh_l0"].shape[1])
+        sd_x = int(state_dict["weight_ih_l0"].shape[1])
+        if (x is not None and x != sd_x) or (h is not None and h != sd_h):
+            raise UserError(
+                f"--input/--hidden ({x}, {h}) disagree with the state_dict (X={sd_x}, H={sd_h})"
+            )
+        x, h = sd_x, sd_h
+    if x is None or h is None:
+        raise UserError("--input and --hidden are required (or give --state-dict)")
+    for name, value, top in (("--input", x, 4096), ("--hidden", h, 4096)):
+        if not 1 <= value <= top:
+            raise UserError(f"{name} must be between 1 and {top}, not {value}")
+    if not 1 <= args.batch <= 16:
+        raise UserError(f"--batch must be between 1 and 16, not {args.batch}")
+    if not 1 <= args.steps <= 65535:
+        raise UserError(f"--steps must be between 1 and 65535, not {args.steps}")
+    rows, cols = args.array
+    if not candidate_shapes(rows, cols):
+        raise UserError(
+            f"--array {rows}x{cols}: no tile shape of {rows * cols} MACs has a "
+            "power-of-two row count that is a multiple of 4 (at most 256x256)"
+        )
+
+    choice = choose_shape(x, h, rows, cols, args.batch, args.steps)
+    program = build_program(x, h, choice.tile_rows, choice.tile_cols)
+    arrays = program_arrays(program)
+    extra = {}
+    if state_dict is not None:
+        params = RnnParams(
+            tile_rows=choice.tile_rows,
+            tile_cols=choice.tile_cols,
+            batch=args.batch,
+            max_input=x,
+            max_hidden=h,
+            weight_bits=args.weight_bits,
+        )
+        try:
+            model = quantize_lstm(params, state_dict)
+        except ValueError as exc:
+            raise UserError(f"{args.state_dict}: {exc}") from None
+        tiles, biases = pack_tiles(params, model, program)
+        arrays.update(tiles=tiles, biases=biases, w_frac=__import__("numpy").array(model.w_frac))
+        extra["weights"] = {"bits": args.weight_bits, "w_frac": model.w_frac}
+    name = f"{args.cell}_x{x}_h{h}"
+    data = summary(
+        choice, program, array=(rows, cols), batch=args.batch, cell=args.cell, extra=extra
+    )
+    paths = write_schedule(args.output, name, data, arrays)
+    p, n = choice.prediction, choice.naive
+    print(f"{args.cell.upper()} X={x} H={h} batch {args.batch} on a {rows}x{cols} MAC array")
+    print(f"tile {choice.tile_rows}x{choice.tile_cols}: {choice.reason}")
+    print(f"{'schedule':<12}{'cycles/step':>12}{'stall/step':>12}{'cycles':>12}{'MAC util':>10}")
+    for label, q in (("overlapped", p), ("naive", n)):
+        print(
+            f"{label:<12}{q.cycles_per_step:>12}{q.stall_per_step:>12}{q.cycles:>12}"
+            f"{q.utilization:>10.4f}"
+        )
+    print(f"speed-up over naive: {n.cycles / p.cycles:.3f}x over {args.steps} steps")
+    print(
+        f"generate with: --set tile_rows={choice.tile_rows} --set tile_cols={choice.tile_cols}"
+        f" --set batch={args.batch} --set max_input={x} --set max_hidden={h}"
+    )
+    if not args.no_plot:
+        plot_path = Path(args.output) / f"{name}.utilization.png"
+        plot_utilization(
+            plot_path, x, (rows, cols), args.batch, args.steps, marker=(h, p.utilization)
+        )
+        paths.append(plot_path)
+    for path in paths:
+        print(path)
+    return 0

@@ -243,6 +243,7 @@ def _tables(segment_bits: int, range_bits: int, state_frac: int, gate_frac: int)
         t = np.linspace(0.0, 1.0, 65)
         gap = (fn(x0[:, None] + t[None, :] * width) - (y0[:, None] + slope[:, None] * t)).max(1)
         base = y0 + gap / 2
+        base[0] = y0[0]  # f(0) exact, so sigmoid(0) = 1/2 and tanh stays odd through 0
         scale = float(1 << gate_frac)
         out[name] = (
             tuple(int(v) for v in np.rint(base * scale)),

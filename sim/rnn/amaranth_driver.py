@@ -8,6 +8,7 @@ coroutine plays every peer each cycle: the tile loader, the command source, the 
 from dataclasses import dataclass, field
 
 import numpy as np
+from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 from tandem.host.rnn import (
     QuantLstm,
@@ -73,9 +74,9 @@ def run_sequences(
         ctx.set(dut.tile_i.valid, 0)
         for index, x in enumerate(xs):
             if reset_between and index:
-                ctx.set(dut.rst, 1)
+                ctx.set(domain.rst, 1)
                 await tick()
-                ctx.set(dut.rst, 0)
+                ctx.set(domain.rst, 0)
             steps = x.shape[0]
             xw = list(x_beats(params, program, x))
             expected = steps * program.row_blocks * params.batch
@@ -115,7 +116,10 @@ def run_sequences(
             while not ctx.get(dut.cmd_i.ready):
                 await tick()
 
-    sim = Simulator(dut)
+    top = Module()
+    top.domains.sync = domain = ClockDomain()
+    top.submodules.dut = dut
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()

@@ -4,11 +4,19 @@ from tandem.host.arith import AdderTreeParams, MacParams, adder_tree_golden, mac
 from tandem.host.exp2 import Exp2Params, exp2_golden
 from tandem.host.hpu import HpuParams, hpu_golden
 from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden
+from tandem.host.spmm import (
+    SparseEngineParams,
+    SystolicParams,
+    sparse_engine_golden,
+    systolic_golden,
+)
 from tandem.hw.common.adder_tree import AdderTree
 from tandem.hw.common.exp2 import Exp2
 from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
 from tandem.hw.hpu.engine import Hpu
+from tandem.hw.spmm.sparse_engine import SparseEngine
+from tandem.hw.spmm.systolic import Systolic
 
 from .registry import Design, register
 
@@ -64,5 +72,27 @@ register(
         generator=Hpu,
         golden=hpu_golden,
         testbench="tandem.sim.hpu.hpu_tb",
+    )
+)
+
+register(
+    Design(
+        name="systolic",
+        summary="output-stationary R x C systolic array for dense GCN adjacency tiles",
+        params=SystolicParams,
+        generator=Systolic,
+        golden=systolic_golden,
+        testbench="tandem.sim.spmm.systolic_tb",
+    )
+)
+
+register(
+    Design(
+        name="sparse-engine",
+        summary="streaming COO SpMM engine: gathered feature rows, row sums without stalls",
+        params=SparseEngineParams,
+        generator=SparseEngine,
+        golden=sparse_engine_golden,
+        testbench="tandem.sim.spmm.sparse_engine_tb",
     )
 )

@@ -1,0 +1,146 @@
+"""``tandem map spmm``: tile a GCN adjacency for the systolic array and the sparse engine.
+
+Writes ``mapping.yaml`` (summary), ``mapping.npz`` (tile lists, engine orders, node order) and
+``heatmap.png`` into ``-o DIR`` and prints the summary as a table. Heavy imports stay inside
+:func:`run` so that ``tandem --help`` stays fast.
+"""
+
+import argparse
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tandem map spmm``."""
+    parser.add_argument(
+        "--graph",
+        required=True,
+        metavar="FILE",
+        help="graph: .mtx, edge list, METIS .graph, scipy .npz (text may be .gz)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("mtx", "edges", "metis", "npz"),
+        help="file format (default: from the suffix)",
+    )
+    parser.add_argument(
+        "--features",
+        required=True,
+        type=int,
+        metavar="F",
+        help="feature columns of X·W (the layer's output width)",
+    )
+    parser.add_argument(
+        "--tile",
+        type=int,
+        metavar="T",
+        help="tile edge, a power of two (default: the sparse engine's tile)",
+    )
+    parser.add_argument("--board", default="vck190", help="board file (default vck190)")
+    parser.add_argument(
+        "--reorder",
+        choices=("partition", "none"),
+        default="partition",
+        help="node order: three-subgraph partition (default) or the file's",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        metavar="DENSITY",
+        help="density of the fixed-threshold baseline (default: break-even)",
+    )
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="YAML with 'systolic:' and 'sparse-engine:' parameter sections",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="DESIGN.KEY=VALUE",
+        help="engine parameter, e.g. systolic.rows=16 (repeatable)",
+    )
+    parser.add_argument("--no-heatmap", action="store_true", help="skip heatmap.png")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+
+
+def engine_params(config: str | None, overrides: list[str]):
+    """The two engines' parameter sets from ``-c`` and ``--set systolic.KEY=VALUE``."""
+    from pathlib import Path
+
+    import yaml
+    from tandem.host.spmm import SparseEngineParams, SystolicParams
+
+    from tandem.config import resolve_params
+    from tandem.errors import UserError
+
+    designs = {"systolic": SystolicParams, "sparse-engine": SparseEngineParams}
+    sections: dict = {}
+    if config:
+        try:
+            data = yaml.safe_load(Path(config).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UserError(f"{config}: cannot read engine config ({exc})") from None
+        if not isinstance(data, dict) or set(data) - set(designs):
+            raise UserError(
+                f"{config}: expected sections 'systolic' and/or 'sparse-engine', "
+                f"got {sorted(data) if isinstance(data, dict) else type(data).__name__}"
+            )
+        sections = data
+    flags: dict[str, list[str]] = {name: [] for name in designs}
+    for item in overrides:
+        name, _, rest = item.partition(".")
+        if name not in designs or "=" not in rest:
+            raise UserError(
+                f"--set {item!r}: expected systolic.KEY=VALUE or sparse-engine.KEY=VALUE"
+            )
+        flags[name].append(rest)
+    params = {}
+    for name, cls in designs.items():
+        section = sections.get(name) or {}
+        if not isinstance(section, dict):
+            raise UserError(f"{config}: section {name!r} must be a mapping")
+        merged = [f"{k}={v}" for k, v in section.items()] + flags[name]
+        params[name] = resolve_params(cls, None, merged, design=name)
+    return params["systolic"], params["sparse-engine"]
+
+
+def run(args) -> int:
+    """Read, normalize, tile, classify, balance; write and print the mapping."""
+    from pathlib import Path
+
+    from tandem.boards import load_board
+    from tandem.errors import UserError
+
+    from .cost import CostModel
+    from .graph import gcn_normalize
+    from .mapper import map_adjacency, summary_table, write_mapping
+    from .readers import read_graph
+
+    systolic, sparse = engine_params(args.config, args.overrides)
+    tile = args.tile if args.tile is not None else sparse.tile
+    if tile < 2 or tile & (tile - 1):
+        raise UserError(f"--tile must be a power of two >= 2, not {tile}")
+    if tile > sparse.tile:
+        sparse = sparse.replace(tile=tile)
+    if args.threshold is not None and not 0.0 < args.threshold <= 1.0:
+        raise UserError(f"--threshold must be in (0, 1], not {args.threshold}")
+    board = load_board(args.board)
+    model = CostModel(systolic, sparse, board, tile, args.features)
+    adjacency = gcn_normalize(read_graph(args.graph, args.format), source=args.graph)
+    mapping = map_adjacency(
+        adjacency,
+        model,
+        reorder=args.reorder,
+        threshold=args.threshold,
+        source=Path(args.graph).name,
+    )
+    paths = write_mapping(mapping, args.output, heatmap=not args.no_heatmap)
+    print(summary_table(mapping.summary()))
+    print()
+    for path in paths:
+        print(path)
+    return 0

@@ -1,0 +1,142 @@
+"""Cost model of the two engines, from their parameter sets and the board file.
+
+Per tile, with T the tile edge and F the feature count (see :mod:`tandem.host.spmm` for the
+engines' documented cycle behaviour, which the RTL follows and
+``benchmarks/spmm_cost_model.py`` measures):
+
+* dense, on ``systolic``: ``ceil(T/R) * ceil(F/C) * T`` cycles, whatever the density;
+* sparse, on ``sparse-engine``: ``ceil(F/L) * (distinct columns + non-zeros)`` cycles.
+
+Each engine runs its tiles back to back and pays its pipeline fill once. The engines run
+concurrently and share the board's fastest memory; its bandwidth at the board's default clock
+gives a third bound, the cycles needed to move every byte both engines read and write. The
+makespan is the largest of the three. The board also bounds the multipliers: ``R * C + L``
+must fit its DSP count.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from tandem.host.spmm import SparseEngineParams, SystolicParams, check_formats_match
+
+from tandem.boards import Board
+from tandem.config import ParamError
+from tandem.errors import UserError
+
+from .tiling import TileStats
+
+__all__ = ["CostModel", "Totals"]
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Predicted cycles of one assignment of tiles to engines."""
+
+    systolic_cycles: int
+    sparse_cycles: int
+    memory_cycles: int
+
+    @property
+    def makespan(self) -> int:
+        """Cycles until both engines are done and every byte has moved."""
+        return max(self.systolic_cycles, self.sparse_cycles, self.memory_cycles)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Cycles and bytes of tiles on either engine.
+
+    Parameters
+    ----------
+    systolic, sparse
+        The engines' parameter sets (the same ones the RTL and golden models read).
+    board
+        Target board: clock and memory bandwidth.
+    tile, features
+        Tile edge T and feature count F of the layer.
+    """
+
+    systolic: SystolicParams
+    sparse: SparseEngineParams
+    board: Board
+    tile: int
+    features: int
+
+    def __post_init__(self) -> None:
+        check_formats_match(self.systolic, self.sparse)
+        if self.tile > self.sparse.tile:
+            raise ParamError(
+                "tile",
+                f"tile {self.tile} exceeds the sparse engine's feature buffer "
+                f"(sparse-engine tile = {self.sparse.tile})",
+            )
+        if self.tile < self.systolic.rows:
+            raise ParamError(
+                "tile", f"tile {self.tile} is shorter than the systolic rows ({self.systolic.rows})"
+            )
+        if self.features < 1:
+            raise UserError(f"--features must be at least 1, not {self.features}")
+        dsp = self.board.capacity("dsp")
+        needed = self.systolic.rows * self.systolic.cols + self.sparse.lanes
+        if dsp is not None and needed > dsp:
+            raise UserError(
+                f"systolic {self.systolic.rows}x{self.systolic.cols} plus {self.sparse.lanes} "
+                f"sparse lanes need {needed} multipliers; {self.board.name} has {dsp} DSPs"
+            )
+
+    @property
+    def clock_mhz(self) -> float:
+        """Clock of both engines: the board's default clock."""
+        return float(self.board.default_clock_mhz)
+
+    @property
+    def bytes_per_cycle(self) -> float:
+        """Bytes per engine clock of the board's fastest memory."""
+        bandwidth = float(self.board.memory[0]["bandwidth_gb_s"]) * 1e9
+        return bandwidth / (self.clock_mhz * 1e6)
+
+    @property
+    def dense_cycles(self) -> int:
+        """Cycles of one tile on the systolic array."""
+        return self.systolic.tile_cycles(self.tile, self.features)
+
+    @property
+    def dense_bytes(self) -> int:
+        """Bytes one dense tile moves."""
+        return self.systolic.tile_bytes(self.tile, self.features)
+
+    def sparse_cycles(self, stats: TileStats) -> np.ndarray:
+        """Cycles of every tile of ``stats`` on the sparse engine."""
+        return self.sparse.tile_cycles(stats.nnz, stats.cols, self.features)
+
+    def sparse_bytes(self, stats: TileStats) -> np.ndarray:
+        """Bytes every tile of ``stats`` moves on the sparse engine."""
+        return self.sparse.tile_bytes(stats.nnz, stats.cols, stats.rows, self.features)
+
+    def break_even_density(self) -> float:
+        """Density at which a tile with one non-zero per column costs the same on both engines.
+
+        The fixed-threshold baseline sends tiles at or above it to the systolic array.
+        """
+        passes = self.sparse.passes(self.features)
+        nnz = self.dense_cycles / passes - self.tile  # cols = T once a tile has T non-zeros
+        return float(min(1.0, max(nnz, 1) / (self.tile * self.tile)))
+
+    def totals(self, stats: TileStats, dense: np.ndarray) -> Totals:
+        """Predicted cycles when the tiles where ``dense`` is True go to the systolic array."""
+        dense = np.asarray(dense, bool)
+        n_dense = int(dense.sum())
+        sparse_cycles = self.sparse_cycles(stats)[~dense].sum()
+        n_sparse = dense.size - n_dense
+        moved = n_dense * self.dense_bytes + int(self.sparse_bytes(stats)[~dense].sum())
+        return Totals(
+            systolic_cycles=n_dense * self.dense_cycles
+            + (self.systolic.fill_cycles if n_dense else 0),
+            sparse_cycles=int(sparse_cycles) + (self.sparse.fill_cycles if n_sparse else 0),
+            memory_cycles=math.ceil(moved / self.bytes_per_cycle),
+        )
+
+    def microseconds(self, cycles: int) -> float:
+        """``cycles`` at the board clock, in microseconds."""
+        return cycles / self.clock_mhz

@@ -1,0 +1,163 @@
+"""GCN normalization, the three-way partition by degree heterogeneity, and node reordering.
+
+Partition (H-GCN splits the graph "by its heterogeneity"; tandem's rule, measured in
+``benchmarks/spmm_mapping.py``): with ``d`` the node degrees of ``A + I`` and ``mean`` their
+mean,
+
+* **hubs**: ``d >= hub_factor * mean`` (default 4x). Their rows and columns hold the heavy tail
+  of a power-law graph; put next to each other (by degree, largest first) they form the dense
+  tiles of the top-left corner and dense strips along the top and the left.
+* **tail**: ``d <= tail_factor * mean`` (default 1/4, at least degree 2 = one edge plus the
+  self loop). Placed next to their first already-placed neighbour, so a hub's leaves share
+  its columns.
+* **body**: the rest, ordered by reverse Cuthill-McKee on the body's own subgraph (a band
+  around the diagonal for meshes, which are all body).
+
+Each subgraph starts on a tile boundary (the node order is padded with empty positions), so
+every tile belongs to one (row subgraph, column subgraph) pair.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+from .readers import GraphError
+
+__all__ = ["SUBGRAPHS", "Ordering", "gcn_normalize", "identity_ordering", "partition_ordering"]
+
+SUBGRAPHS = ("hubs", "body", "tail")
+
+
+def gcn_normalize(adjacency: sp.spmatrix, *, source: str = "graph") -> sp.csr_matrix:
+    """``D_r^-1/2 (A + I) D_c^-1/2`` (Kipf and Welling), CSR, float64, canonical.
+
+    ``D_r``/``D_c`` are the row/column sums of ``A + I`` (equal for an undirected graph).
+    A node whose degree is not positive (possible with negative edge weights) is an error
+    naming ``source`` and the node.
+    """
+    a = sp.csr_matrix(adjacency, dtype=np.float64)
+    n = a.shape[0]
+    if n == 0:
+        raise GraphError(f"{source}: empty graph (no nodes)")
+    a = (a + sp.identity(n, dtype=np.float64, format="csr")).tocsr()
+    a.sum_duplicates()
+    a.eliminate_zeros()
+    d_row = np.asarray(a.sum(axis=1)).ravel()
+    d_col = np.asarray(a.sum(axis=0)).ravel()
+    for name, d in (("row", d_row), ("column", d_col)):
+        bad = np.flatnonzero(~(d > 0))
+        if bad.size:
+            raise GraphError(
+                f"{source}: node {int(bad[0])} has {name} degree {d[bad[0]]:g} after adding the "
+                "self loop; GCN normalization needs positive degrees"
+            )
+    rows = np.repeat(np.arange(n), np.diff(a.indptr))
+    a.data *= (d_row[rows] ** -0.5) * (d_col[a.indices] ** -0.5)
+    return a
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """Where every node goes in the tiled matrix.
+
+    Attributes
+    ----------
+    position
+        ``(n,)`` new index of each node.
+    size
+        Rows (and columns) of the reordered matrix, padding included.
+    node_class
+        ``(n,)`` subgraph of each node: index into :data:`SUBGRAPHS`, or all 1 (body) for
+        no partition.
+    bounds
+        ``(4,)`` first padded position of hubs, body, tail, and the end (tile multiples when
+        partitioned).
+    method
+        ``"partition"`` or ``"none"``.
+    """
+
+    position: np.ndarray
+    size: int
+    node_class: np.ndarray
+    bounds: np.ndarray
+    method: str
+
+    def order(self) -> np.ndarray:
+        """``(size,)`` node at each position, -1 for padding."""
+        order = np.full(self.size, -1, np.int64)
+        order[self.position] = np.arange(self.position.size)
+        return order
+
+
+def identity_ordering(n: int) -> Ordering:
+    """The file's own node order, no partition, no padding."""
+    return Ordering(
+        position=np.arange(n, dtype=np.int64),
+        size=n,
+        node_class=np.ones(n, np.int8),
+        bounds=np.array([0, 0, n, n]),
+        method="none",
+    )
+
+
+def classify_nodes(
+    adjacency: sp.csr_matrix, *, hub_factor: float = 4.0, tail_factor: float = 0.25
+) -> np.ndarray:
+    """Subgraph of each node (0 hubs, 1 body, 2 tail) from its degree in ``adjacency``."""
+    degree = np.diff(adjacency.indptr)
+    mean = degree.mean()
+    cls = np.ones(degree.size, np.int8)
+    cls[degree >= hub_factor * mean] = 0
+    cls[(degree <= max(tail_factor * mean, 2)) & (cls != 0)] = 2
+    return cls
+
+
+def partition_ordering(
+    adjacency: sp.csr_matrix, tile: int, *, hub_factor: float = 4.0, tail_factor: float = 0.25
+) -> Ordering:
+    """Three-way partition and the order that concentrates non-zeros (see module docstring).
+
+    ``adjacency`` is the normalized (or any) square CSR matrix; only its pattern is read.
+    """
+    a = adjacency
+    n = a.shape[0]
+    pattern = sp.csr_matrix((np.ones(a.nnz, np.int8), a.indices, a.indptr), shape=a.shape)
+    sym = (pattern + pattern.T).tocsr()
+    sym.sum_duplicates()
+    cls = classify_nodes(sym, hub_factor=hub_factor, tail_factor=tail_factor)
+    degree = np.diff(sym.indptr)
+    hubs = np.flatnonzero(cls == 0)
+    hubs = hubs[np.lexsort((hubs, -degree[hubs]))]
+    body = np.flatnonzero(cls == 1)
+    if body.size:
+        sub = sym[body][:, body]
+        body = body[reverse_cuthill_mckee(sub.tocsr(), symmetric_mode=True)]
+    tail = np.flatnonzero(cls == 2)
+
+    def padded(count):
+        return -(-count // tile) * tile
+
+    bounds = np.cumsum([0, padded(hubs.size), padded(body.size), padded(tail.size)])
+    position = np.empty(n, np.int64)
+    position[hubs] = bounds[0] + np.arange(hubs.size)
+    position[body] = bounds[1] + np.arange(body.size)
+    if tail.size:
+        # Key of a tail node: the smallest position among its hub/body neighbours, so leaves
+        # line up under the columns of what they hang off; tails among themselves come last.
+        placed = np.full(n, np.iinfo(np.int64).max, np.int64)
+        placed[hubs] = position[hubs]
+        placed[body] = position[body]
+        sub = sym[tail]
+        lengths = np.diff(sub.indptr)
+        neighbor_pos = placed[sub.indices]
+        key = np.full(tail.size, np.iinfo(np.int64).max, np.int64)
+        nonempty = np.flatnonzero(lengths > 0)
+        if nonempty.size:
+            key[nonempty] = np.minimum.reduceat(neighbor_pos, sub.indptr[nonempty])
+        tail = tail[np.lexsort((tail, key))]
+        position[tail] = bounds[2] + np.arange(tail.size)
+    return Ordering(
+        position=position, size=int(bounds[3]), node_class=cls, bounds=bounds, method="partition"
+    )

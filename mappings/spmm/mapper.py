@@ -1,0 +1,359 @@
+"""Classification of tiles (empty / sparse / dense), load balancing, baselines, outputs.
+
+Balancing. A dense tile costs the systolic array the same ``D`` cycles whatever it holds; a
+sparse tile ``i`` costs the sparse engine ``s_i``. For a given number ``k`` of dense tiles the
+systolic array takes ``k * D`` and the sparse engine is fastest when the ``k`` tiles it gives
+away are its ``k`` most expensive ones, so the best plan is a prefix of the tiles sorted by
+``s_i``. The mapper evaluates the makespan (largest of systolic, sparse and memory cycles,
+:class:`~.cost.Totals`) of every prefix ``k = 0 .. m`` at once with cumulative sums, for two
+orders (by sparse cost and by density), and keeps the best. It then evaluates the three
+baselines with the same cost model (all dense, all sparse, fixed density threshold) and never
+returns a plan worse than the best of them: the result is at least as good by construction.
+"""
+
+import io
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .cost import CostModel, Totals
+from .graph import SUBGRAPHS, Ordering, identity_ordering, partition_ordering
+from .tiling import TileStats, tile_stats
+
+__all__ = ["Mapping", "balance", "map_adjacency", "npz_bytes", "write_mapping"]
+
+EMPTY, SPARSE, DENSE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One assignment of the non-empty tiles and its predicted cycles."""
+
+    name: str
+    dense: np.ndarray
+    totals: Totals
+    extra: dict = field(default_factory=dict)
+
+
+def _prefix_makespans(model: CostModel, s: np.ndarray, b: np.ndarray, order: np.ndarray):
+    """Makespan of sending the first ``k`` tiles of ``order`` to the systolic array, all k.
+
+    ``s`` and ``b`` are every tile's sparse-engine cycles and bytes.
+    """
+    m = order.size
+    k = np.arange(m + 1, dtype=np.int64)
+    left = np.empty(m + 1, np.int64)
+    left[0] = 0
+    np.cumsum(s[order], out=left[1:])
+    span = left[m] - left  # sparse-engine cycles of the tiles it keeps
+    span[:m] += model.sparse.fill_cycles
+    systolic = k * model.dense_cycles
+    systolic[1:] += model.systolic.fill_cycles
+    np.maximum(span, systolic, out=span)
+    np.cumsum(b[order], out=left[1:])
+    moved = (left[m] - left) + k * model.dense_bytes
+    memory = np.ceil(moved / model.bytes_per_cycle).astype(np.int64)
+    return np.maximum(span, memory, out=span)
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """Stable order of ``values`` from largest to smallest (radix sort when it fits 16 bits)."""
+    top = int(values.max(initial=0))
+    if top < 1 << 16:
+        return np.argsort((top - values).astype(np.uint16), kind="stable")
+    return np.argsort(top - values, kind="stable")
+
+
+def balance(model: CostModel, stats: TileStats) -> Plan:
+    """Best prefix plan over the orders by sparse cost and by density (see module docstring)."""
+    m = stats.count
+    s = model.sparse_cycles(stats)
+    b = model.sparse_bytes(stats)
+    orders = {"sparse cost": _descending(s), "density": _descending(stats.nnz)}
+    best = None
+    for name, order in orders.items():
+        spans = _prefix_makespans(model, s, b, order)
+        k = int(np.argmin(spans))
+        if best is None or spans[k] < best[0]:
+            best = (int(spans[k]), name, order, k)
+    _, name, order, k = best
+    dense = np.zeros(m, bool)
+    dense[order[:k]] = True
+    return Plan("density-aware", dense, model.totals(stats, dense), {"order": name})
+
+
+def baselines(model: CostModel, stats: TileStats, threshold: float | None = None):
+    """The three reference plans, costed by the same model."""
+    m = stats.count
+    theta = model.break_even_density() if threshold is None else float(threshold)
+    plans = {}
+    for name, dense in (
+        ("all_dense", np.ones(m, bool)),
+        ("all_sparse", np.zeros(m, bool)),
+        ("threshold", stats.density >= theta),
+    ):
+        plans[name] = Plan(name, dense, model.totals(stats, dense))
+    plans["threshold"].extra["density"] = theta
+    return plans
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """The tiles of one adjacency, where each runs, in which order, and what it costs."""
+
+    source: str
+    nodes: int
+    nnz: int
+    model: CostModel
+    ordering: Ordering
+    stats: TileStats
+    plan: Plan
+    baselines: dict
+
+    @property
+    def dense(self) -> np.ndarray:
+        """``(m,)`` True where a non-empty tile goes to the systolic array."""
+        return self.plan.dense
+
+    def engine_orders(self) -> tuple[np.ndarray, np.ndarray]:
+        """Indices into the tile list, in the order the systolic / sparse engine runs them.
+
+        Both engines walk their tiles by tile row, then tile column, so the partial sums of
+        one block of output rows are complete as early as possible.
+        """
+        return np.flatnonzero(self.dense), np.flatnonzero(~self.dense)
+
+    def subgraph_table(self) -> list[dict]:
+        """Nodes, non-zeros and tiles per class of each row subgraph (partitioned orders)."""
+        if self.ordering.method != "partition":
+            return []
+        bounds = self.ordering.bounds // self.stats.tile
+        band_class = np.searchsorted(bounds[1:], self.stats.tile_row, side="right")
+        counts = np.bincount(self.ordering.node_class, minlength=3)
+        table = []
+        for k, name in enumerate(SUBGRAPHS):
+            mine = band_class == k
+            bands = int(bounds[k + 1] - bounds[k])
+            dense = int((mine & self.dense).sum())
+            sparse = int((mine & ~self.dense).sum())
+            table.append(
+                {
+                    "name": name,
+                    "nodes": int(counts[k]),
+                    "nonzeros": int(self.stats.nnz[mine].sum()),
+                    "tiles": {
+                        "dense": dense,
+                        "sparse": sparse,
+                        "empty": bands * self.stats.bands - dense - sparse,
+                    },
+                }
+            )
+        return table
+
+    def summary(self) -> dict:
+        """The ``mapping.yaml`` content: plain Python types, stable order."""
+        stats, model, dense = self.stats, self.model, self.dense
+        totals = self.plan.totals
+        best_name = min(self.baselines, key=lambda k: self.baselines[k].totals.makespan)
+        best = self.baselines[best_name].totals.makespan
+        return {
+            "graph": {
+                "source": self.source,
+                "nodes": self.nodes,
+                "nonzeros": self.nnz,
+                "padded_nodes": self.ordering.size,
+                "reorder": self.ordering.method,
+            },
+            "tile": stats.tile,
+            "features": model.features,
+            "board": {
+                "name": model.board.name,
+                "clock_mhz": model.clock_mhz,
+                "memory": model.board.memory[0]["kind"],
+                "bytes_per_cycle": round(model.bytes_per_cycle, 3),
+            },
+            "engines": {
+                "systolic": model.systolic.to_dict(),
+                "sparse-engine": model.sparse.to_dict(),
+            },
+            "cost": {
+                "dense_tile_cycles": model.dense_cycles,
+                "sparse_tile_cycles": "passes * (distinct columns + non-zeros)",
+                "sparse_passes": model.sparse.passes(model.features),
+            },
+            "subgraphs": self.subgraph_table(),
+            "tiles": {
+                "total": stats.total,
+                "empty": stats.total - stats.count,
+                "sparse": int((~dense).sum()),
+                "dense": int(dense.sum()),
+            },
+            "nonzeros": {
+                "systolic": int(stats.nnz[dense].sum()),
+                "sparse-engine": int(stats.nnz[~dense].sum()),
+            },
+            "cycles": {
+                "systolic": totals.systolic_cycles,
+                "sparse-engine": totals.sparse_cycles,
+                "memory": totals.memory_cycles,
+                "makespan": totals.makespan,
+            },
+            "makespan_us": round(model.microseconds(totals.makespan), 3),
+            "plan": self.plan.name,
+            "baselines": {
+                name: {"makespan": plan.totals.makespan, **_rounded(plan.extra)}
+                for name, plan in self.baselines.items()
+            },
+            "speedup_vs_best_baseline": round(best / max(totals.makespan, 1), 4),
+        }
+
+
+def _rounded(extra: dict) -> dict:
+    return {k: round(float(v), 6) for k, v in extra.items()}
+
+
+def map_adjacency(
+    adjacency: sp.csr_matrix,
+    model: CostModel,
+    *,
+    reorder: str = "partition",
+    threshold: float | None = None,
+    source: str = "graph",
+) -> Mapping:
+    """Tile, classify and balance a (GCN-normalized) adjacency on the two engines.
+
+    Parameters
+    ----------
+    adjacency
+        Square CSR matrix, canonical (sorted, no duplicates).
+    model
+        Cost model; its ``tile`` is the tile edge.
+    reorder
+        ``"partition"`` (three subgraphs, see :mod:`.graph`) or ``"none"`` (file order).
+    threshold
+        Density of the fixed-threshold baseline; default the break-even density.
+    """
+    n = adjacency.shape[0]
+    if reorder == "partition":
+        ordering = partition_ordering(adjacency, model.tile)
+    elif reorder == "none":
+        ordering = identity_ordering(n)
+    else:
+        raise ValueError(f"reorder must be 'partition' or 'none', not {reorder!r}")
+    stats = tile_stats(adjacency, ordering, model.tile)
+    plan = balance(model, stats)
+    refs = baselines(model, stats, threshold)
+    best = min(refs.values(), key=lambda p: p.totals.makespan)
+    if best.totals.makespan < plan.totals.makespan:
+        plan = Plan(best.name, best.dense, best.totals, dict(best.extra))
+    return Mapping(
+        source=source,
+        nodes=n,
+        nnz=int(adjacency.nnz),
+        model=model,
+        ordering=ordering,
+        stats=stats,
+        plan=plan,
+        baselines=refs,
+    )
+
+
+def npz_bytes(arrays: dict) -> bytes:
+    """An ``.npz`` archive (readable by ``numpy.load``) with fixed timestamps: reproducible."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            payload = io.BytesIO()
+            np.lib.format.write_array(payload, np.ascontiguousarray(array), allow_pickle=False)
+            archive.writestr(info, payload.getvalue())
+    return buffer.getvalue()
+
+
+def mapping_arrays(mapping: Mapping) -> dict:
+    """Arrays of ``mapping.npz``: the tile list, each engine's run order, the node order."""
+    stats = mapping.stats
+    cls = np.where(mapping.dense, DENSE, SPARSE).astype(np.int8)
+    systolic_order, sparse_order = mapping.engine_orders()
+    return {
+        "tile_row": stats.tile_row,
+        "tile_col": stats.tile_col,
+        "nnz": stats.nnz,
+        "rows": stats.rows,
+        "cols": stats.cols,
+        "tile_class": cls,
+        "systolic_order": systolic_order.astype(np.int64),
+        "sparse_order": sparse_order.astype(np.int64),
+        "position": mapping.ordering.position,
+        "node_class": mapping.ordering.node_class,
+        "subgraph_bounds": mapping.ordering.bounds.astype(np.int64),
+        "tile": np.int64(stats.tile),
+        "bands": np.int64(stats.bands),
+    }
+
+
+def write_mapping(mapping: Mapping, out_dir, *, heatmap: bool = True) -> list[Path]:
+    """Write ``mapping.yaml``, ``mapping.npz`` and ``heatmap.png`` into ``out_dir``.
+
+    Every file is rendered in memory first and then renamed into place, so an error leaves no
+    half-written output.
+    """
+    import yaml
+
+    from .plot import heatmap_png
+
+    out_dir = Path(out_dir)
+    files = {
+        "mapping.yaml": yaml.safe_dump(mapping.summary(), sort_keys=False).encode(),
+        "mapping.npz": npz_bytes(mapping_arrays(mapping)),
+    }
+    if heatmap:
+        files["heatmap.png"] = heatmap_png(mapping)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_bytes(content)
+        written.append((tmp, out_dir / name))
+    for tmp, final in written:
+        tmp.replace(final)
+    return [final for _, final in written]
+
+
+def summary_table(summary: dict) -> str:
+    """``mapping.yaml`` as a short table for the terminal."""
+    t, c, nz = summary["tiles"], summary["cycles"], summary["nonzeros"]
+    lines = [
+        f"graph {summary['graph']['source']}: {summary['graph']['nodes']} nodes, "
+        f"{summary['graph']['nonzeros']} non-zeros (normalized, self loops), "
+        f"reorder {summary['graph']['reorder']}",
+        f"tile {summary['tile']}, features {summary['features']}, board "
+        f"{summary['board']['name']} at {summary['board']['clock_mhz']:g} MHz",
+        "",
+        f"{'':<15}{'tiles':>10}{'non-zeros':>14}{'cycles':>14}",
+        f"{'systolic':<15}{t['dense']:>10}{nz['systolic']:>14}{c['systolic']:>14}",
+        f"{'sparse-engine':<15}{t['sparse']:>10}{nz['sparse-engine']:>14}{c['sparse-engine']:>14}",
+        f"{'empty':<15}{t['empty']:>10}{'':>14}{'':>14}",
+        f"{'memory bound':<15}{'':>10}{'':>14}{c['memory']:>14}",
+        f"{'makespan':<15}{'':>10}{'':>14}{c['makespan']:>14}"
+        f"  ({summary['makespan_us']:g} us, plan: {summary['plan']})",
+        "",
+        "baselines (same cost model):",
+    ]
+    for name, b in summary["baselines"].items():
+        extra = f"  (density >= {b['density']:.4g})" if "density" in b else ""
+        lines.append(f"  {name:<13}{b['makespan']:>14}{extra}")
+    lines.append(f"speed-up vs best baseline: {summary['speedup_vs_best_baseline']:.3f}x")
+    if summary["subgraphs"]:
+        lines += ["", f"{'subgraph':<10}{'nodes':>10}{'non-zeros':>12}{'dense':>8}{'sparse':>8}"]
+        for s in summary["subgraphs"]:
+            lines.append(
+                f"{s['name']:<10}{s['nodes']:>10}{s['nonzeros']:>12}"
+                f"{s['tiles']['dense']:>8}{s['tiles']['sparse']:>8}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""cocotb testbenches of the SpMM engines (``systolic``, ``sparse-engine``)."""

@@ -1,0 +1,373 @@
+"""SpMM mapper: readers, GCN normalization, partition, tile statistics, cost model, balancing,
+outputs and the ``tandem map spmm`` command."""
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import yaml
+from tandem.host.spmm import SparseEngineParams, SystolicParams
+from tandem.mappings.spmm.cost import CostModel
+from tandem.mappings.spmm.graph import (
+    gcn_normalize,
+    identity_ordering,
+    partition_ordering,
+)
+from tandem.mappings.spmm.mapper import baselines, map_adjacency, write_mapping
+from tandem.mappings.spmm.readers import GraphError, read_graph
+from tandem.mappings.spmm.tiling import tile_stats
+
+from tandem.boards import load_board
+from tandem.cli import main
+
+DATA = Path(__file__).parent / "data"
+FOUR_ELT = DATA / "spmm_4elt.graph.gz"
+MGRAPH = DATA / "spmm_test.mgraph"
+WORMNET = DATA / "spmm_wormnet_head.txt"
+
+
+def model(tile=16, features=16, **kw):
+    systolic = SystolicParams(rows=kw.get("rows", 4), cols=kw.get("cols", 4))
+    sparse = SparseEngineParams(lanes=kw.get("lanes", 4), tile=max(tile, 16))
+    return CostModel(systolic, sparse, load_board(kw.get("board", "vck190")), tile, features)
+
+
+def power_law(n, m, seed=0, exponent=0.9):
+    rng = np.random.default_rng(seed)
+    w = np.arange(1, n + 1, dtype=np.float64) ** -exponent
+    w /= w.sum()
+    r, c = rng.choice(n, m, p=w), rng.choice(n, m, p=w)
+    a = sp.csr_matrix((np.ones(m), (r, c)), shape=(n, n))
+    a = ((a + a.T) > 0).astype(np.float64)
+    perm = rng.permutation(n)
+    return sp.csr_matrix(a[perm][:, perm])
+
+
+# ---------------------------------------------------------------------------------- readers
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_real_metis_meshes_and_edge_list_read():
+    a = read_graph(FOUR_ELT)
+    assert a.shape == (7434, 7434) and a.nnz == 2 * 43031
+    assert (a != a.T).nnz == 0 and a.diagonal().sum() == 0
+    m = read_graph(MGRAPH)  # fmt 010 with two vertex weights per line
+    assert m.shape == (766, 766) and m.nnz == 2 * 1314
+    w = read_graph(WORMNET)
+    assert w.shape[0] > 100 and (w != w.T).nnz == 0
+
+
+def test_formats_agree_on_one_graph(tmp_path):
+    edges = [(1, 2), (2, 3), (3, 1), (3, 4)]
+    n = 4
+    mtx = "%%MatrixMarket matrix coordinate pattern symmetric\n% comment\n4 4 4\n"
+    mtx += "".join(f"{max(u, v)} {min(u, v)}\n" for u, v in edges)
+    metis = "% c\n4 4\n2 3\n1 3\n1 2 4\n3\n"
+    edge_list = "# source target\n" + "".join(f"{u} {v}\n" for u, v in edges)
+    dense = np.zeros((n, n))
+    for u, v in edges:
+        dense[u - 1, v - 1] = dense[v - 1, u - 1] = 1
+    sp.save_npz(tmp_path / "g.npz", sp.csr_matrix(dense))
+    for path in (
+        write(tmp_path, "g.mtx", mtx),
+        write(tmp_path, "g.graph", metis),
+        write(tmp_path, "g.txt", edge_list),
+        tmp_path / "g.npz",
+    ):
+        assert np.array_equal(read_graph(path).toarray(), dense), path
+    gz = tmp_path / "g.mtx.gz"
+    gz.write_bytes(gzip.compress(mtx.encode()))
+    assert np.array_equal(read_graph(gz).toarray(), dense)
+
+
+def test_metis_edge_weights_and_edge_list_weights(tmp_path):
+    a = read_graph(write(tmp_path, "w.graph", "3 2 1\n2 5\n1 5 3 7\n2 7\n"))
+    assert a[0, 1] == 5 and a[1, 2] == 7 and a.nnz == 4
+    b = read_graph(write(tmp_path, "w.edges", "a b 2.5\nb c 1\nb a 2.5\n"))
+    assert b.shape == (3, 3) and b[0, 1] == 2.5 and b.nnz == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            "bad.mtx",
+            "%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 1 2.0\n",
+            r"bad.mtx:4: row index 4 out of range 1..3",
+        ),
+        (
+            "nan.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1.0\n2 1 nan\n",
+            r"nan.mtx:4: value nan is not finite",
+        ),
+        (
+            "word.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 x 1.0\n",
+            r"word.mtx:3: entry 'x' is not a number",
+        ),
+        (
+            "count.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 1.0\n",
+            r"count.mtx:3: size line promises 3 entries, file has 1",
+        ),
+        ("head.mtx", "hello\n", r"head.mtx:1: not a Matrix Market file"),
+        (
+            "empty.mtx",
+            "%%MatrixMarket matrix coordinate real general\n0 0 0\n",
+            r"empty.mtx:2: empty graph",
+        ),
+        (
+            "rect.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 3 1\n1 1 1\n",
+            r"rect.mtx:2: adjacency must be square",
+        ),
+        (
+            "range.graph",
+            "% m\n3 2\n2 4\n1\n\n",
+            r"range.graph:3: neighbour index 4 out of range 1..3",
+        ),
+        ("lines.graph", "3 1\n2\n1\n", r"lines.graph:3: header says 3 vertices, file has 2"),
+        ("head.graph", "3 x\n", r"head.graph:1: header must be"),
+        ("edges.graph", "2 2\n2\n1\n", r"edges.graph:1: header says 2 edges"),
+        ("nan.graph", "2 1 1\n2 nan\n1 nan\n", r"nan.graph:2: value nan is not finite"),
+        ("short.txt", "# x\n1 2\n3\n", r"short.txt:3: expected 'u v' or 'u v weight'"),
+        ("neg.txt", "1 2\n-1 2\n", r"neg.txt:2: node id -1 is negative"),
+        ("nanw.txt", "1 2 1.0\n2 3 inf\n", r"nanw.txt:2: value inf is not finite"),
+        ("void.txt", "# nothing\n\n", r"void.txt: empty graph"),
+    ],
+)
+def test_malformed_files_name_file_and_line(tmp_path, name, text, message):
+    path = write(tmp_path, name, text)
+    with pytest.raises(GraphError, match=message):
+        read_graph(path)
+
+
+def test_npz_errors(tmp_path):
+    bad = sp.csr_matrix(np.array([[0, np.nan], [1, 0]]))
+    sp.save_npz(tmp_path / "nan.npz", bad)
+    with pytest.raises(GraphError, match=r"nan.npz: entry \(0, 1\) is nan"):
+        read_graph(tmp_path / "nan.npz")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(GraphError, match=r"junk\.npz: not a scipy sparse"):
+        read_graph(tmp_path / "junk.npz")
+    with pytest.raises(GraphError, match="cannot read"):
+        read_graph(tmp_path / "missing.mtx")
+
+
+# ---------------------------------------------------------------------- normalization, order
+
+
+def test_gcn_normalization_matches_dense_formula():
+    a = read_graph(MGRAPH)
+    norm = gcn_normalize(a).toarray()
+    tilde = a.toarray() + np.eye(a.shape[0])
+    d = tilde.sum(axis=1) ** -0.5
+    np.testing.assert_allclose(norm, d[:, None] * tilde * d[None, :], rtol=1e-12)
+    with pytest.raises(GraphError, match="node 0 has row degree -2"):
+        gcn_normalize(sp.csr_matrix(np.array([[0.0, -3.0], [-3.0, 0.0]])), source="neg")
+
+
+def test_partition_is_a_permutation_with_aligned_subgraphs():
+    a = gcn_normalize(power_law(3000, 20000))
+    order = partition_ordering(a, 32)
+    assert order.size % 32 == 0 and np.all(order.bounds % 32 == 0)
+    assert np.unique(order.position).size == a.shape[0]
+    for k in range(3):
+        members = order.position[order.node_class == k]
+        assert np.all((members >= order.bounds[k]) & (members < order.bounds[k + 1]))
+    degree = np.diff(a.indptr)
+    hubs = order.node_class == 0
+    assert hubs.any() and degree[hubs].min() > degree[~hubs].max() / 4
+
+
+def test_reordering_concentrates_nonzeros():
+    """Measured, not assumed: fewer non-empty tiles and a shorter makespan than file order."""
+    for a in (gcn_normalize(read_graph(FOUR_ELT)), gcn_normalize(power_law(4000, 30000))):
+        cm = model(tile=32)
+        plain = map_adjacency(a, cm, reorder="none")
+        ordered = map_adjacency(a, cm, reorder="partition")
+        assert ordered.stats.count < plain.stats.count
+        assert ordered.plan.totals.makespan < plain.plan.totals.makespan
+
+
+# ------------------------------------------------------------------------------ tile stats
+
+
+def brute_stats(a, ordering, tile):
+    n = ordering.size
+    dense = np.zeros((n, n), bool)
+    coo = a.tocoo()
+    dense[ordering.position[coo.row], ordering.position[coo.col]] = True
+    out = {}
+    bands = -(-n // tile)
+    for i in range(bands):
+        for j in range(bands):
+            block = dense[i * tile : (i + 1) * tile, j * tile : (j + 1) * tile]
+            if block.any():
+                out[(i, j)] = (block.sum(), block.any(1).sum(), block.any(0).sum())
+    return out
+
+
+@pytest.mark.parametrize("tile", [4, 64, 128])
+def test_tile_stats_match_a_loop_over_tiles(tile):
+    a = gcn_normalize(power_law(700, 4000, seed=tile))
+    for ordering in (identity_ordering(700), partition_ordering(a, tile)):
+        stats = tile_stats(a, ordering, tile)
+        want = brute_stats(a, ordering, tile)
+        got = {
+            (int(i), int(j)): (int(z), int(r), int(c))
+            for i, j, z, r, c in zip(
+                stats.tile_row, stats.tile_col, stats.nnz, stats.rows, stats.cols
+            )
+        }
+        assert got == want
+        assert stats.nnz.sum() == a.nnz
+        keys = stats.tile_row.astype(np.int64) * stats.bands + stats.tile_col
+        assert np.all(np.diff(keys) > 0)
+
+
+# ------------------------------------------------------------------------ cost and balance
+
+
+def test_cost_model_reads_engine_params_and_board():
+    cm = model(tile=32, features=20, rows=4, cols=8, lanes=8)
+    assert cm.dense_cycles == (32 // 4) * 3 * 32
+    stats = tile_stats(gcn_normalize(read_graph(MGRAPH)), identity_ordering(766), 32)
+    np.testing.assert_array_equal(cm.sparse_cycles(stats), 3 * (stats.cols + stats.nnz))
+    board = load_board("vck190")
+    assert cm.bytes_per_cycle == pytest.approx(
+        board.memory[0]["bandwidth_gb_s"] * 1e9 / (board.default_clock_mhz * 1e6)
+    )
+    slow = model(tile=32, board="u280")
+    assert slow.clock_mhz == load_board("u280").default_clock_mhz
+    with pytest.raises(Exception, match="multipliers"):
+        CostModel(SystolicParams(rows=64, cols=64), SparseEngineParams(), board, 64, 16)
+    with pytest.raises(Exception, match="feature buffer"):
+        CostModel(SystolicParams(), SparseEngineParams(tile=32), board, 64, 16)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_density_aware_never_worse_than_any_baseline(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(200, 3000))
+    a = gcn_normalize(power_law(n, int(n * rng.integers(2, 30)), seed=seed))
+    cm = model(tile=int(rng.choice([16, 32, 64])), features=int(rng.integers(1, 64)))
+    for reorder in ("none", "partition"):
+        for threshold in (None, float(rng.uniform(0.01, 0.9))):
+            mapping = map_adjacency(a, cm, reorder=reorder, threshold=threshold)
+            best = min(p.totals.makespan for p in mapping.baselines.values())
+            assert mapping.plan.totals.makespan <= best
+            # The engines finish close together unless one tile dominates.
+            t = mapping.plan.totals
+            assert mapping.plan.totals == cm.totals(mapping.stats, mapping.dense)
+            if t.memory_cycles < t.makespan and mapping.dense.any() and (~mapping.dense).any():
+                gap = abs(t.systolic_cycles - t.sparse_cycles)
+                largest = max(cm.dense_cycles, int(cm.sparse_cycles(mapping.stats).max()))
+                assert gap <= largest + cm.systolic.fill_cycles + cm.sparse.fill_cycles
+
+
+def test_balance_is_optimal_on_a_small_case():
+    """Exhaustive search over every assignment of a few tiles agrees with the mapper."""
+    a = gcn_normalize(power_law(60, 200, seed=3))
+    cm = model(tile=16, features=8)
+    mapping = map_adjacency(a, cm, reorder="none")
+    m = mapping.stats.count
+    assert m <= 16
+    best = min(
+        cm.totals(mapping.stats, np.array([(k >> i) & 1 for i in range(m)], bool)).makespan
+        for k in range(1 << m)
+    )
+    assert mapping.plan.totals.makespan == best
+
+
+def test_threshold_baseline_uses_its_density():
+    a = gcn_normalize(read_graph(MGRAPH))
+    cm = model(tile=16)
+    stats = tile_stats(a, identity_ordering(766), 16)
+    plans = baselines(cm, stats, 0.05)
+    assert np.array_equal(plans["threshold"].dense, stats.density >= 0.05)
+    assert not plans["all_sparse"].dense.any() and plans["all_dense"].dense.all()
+
+
+# ---------------------------------------------------------------------------------- outputs
+
+
+def test_outputs_are_reproducible_and_complete(tmp_path):
+    a = gcn_normalize(read_graph(WORMNET))
+    mapping = map_adjacency(a, model(tile=32), source="wormnet")
+    first = write_mapping(mapping, tmp_path / "a")
+    second = write_mapping(map_adjacency(a, model(tile=32), source="wormnet"), tmp_path / "b")
+    for x, y in zip(first, second):
+        assert x.read_bytes() == y.read_bytes(), x.name
+    summary = yaml.safe_load((tmp_path / "a" / "mapping.yaml").read_text())
+    tiles = summary["tiles"]
+    assert tiles["empty"] + tiles["sparse"] + tiles["dense"] == tiles["total"]
+    assert summary["nonzeros"]["systolic"] + summary["nonzeros"]["sparse-engine"] == a.nnz
+    assert summary["cycles"]["makespan"] <= min(
+        b["makespan"] for b in summary["baselines"].values()
+    )
+    arrays = np.load(tmp_path / "a" / "mapping.npz")
+    both = np.sort(np.r_[arrays["systolic_order"], arrays["sparse_order"]])
+    assert np.array_equal(both, np.arange(arrays["nnz"].size))
+    assert np.all(arrays["tile_class"][arrays["systolic_order"]] == 2)
+    assert (tmp_path / "a" / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list((tmp_path / "a").glob(".*.tmp"))
+
+
+def test_cli_map_spmm(tmp_path, capsys):
+    out = tmp_path / "out"
+    status = main(
+        [
+            "map",
+            "spmm",
+            "--graph",
+            str(MGRAPH),
+            "--features",
+            "24",
+            "--tile",
+            "32",
+            "--set",
+            "systolic.rows=4",
+            "-o",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert status == 0 and "makespan" in text and "baselines" in text
+    summary = yaml.safe_load((out / "mapping.yaml").read_text())
+    assert summary["engines"]["systolic"]["rows"] == 4 and summary["tile"] == 32
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tile", "48"], "--tile must be a power of two"),
+        (["--set", "systolic.rows=0"], "rows"),
+        (["--set", "rows=4"], "expected systolic.KEY=VALUE"),
+        (["--board", "vck19"], "unknown board"),
+        (["--threshold", "2"], "--threshold must be in"),
+        (["--features", "0"], "--features must be at least 1"),
+    ],
+)
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, message):
+    out = tmp_path / "out"
+    args = ["map", "spmm", "--graph", str(MGRAPH), "--features", "8", "-o", str(out)]
+    status = main(args + argv)
+    err = capsys.readouterr().err
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_bad_graph_names_the_line(tmp_path, capsys):
+    bad = write(tmp_path, "bad.graph", "3 1\n2\n1\n")
+    status = main(
+        ["map", "spmm", "--graph", str(bad), "--features", "8", "-o", str(tmp_path / "o")]
+    )
+    assert status == 2 and "bad.graph:3:" in capsys.readouterr().err

@@ -1,13 +1,13 @@
 """Stream efficiency of the ``hpu`` RTL against sequence length and memory read latency.
 
 Run: ``python benchmarks/hpu_stream_efficiency.py [--set key=value ...] [--simulator verilator]
-[--lengths 64 128 ...] [--latencies 0 100] [--out DIR] [--seed N]``.
+[--lengths 64 128 ...] [--latencies 0 100] [--batch 8] [--out DIR] [--seed N]``.
 
 Builds the ``hpu`` Verilog with the given parameters (defaults, then ``--set`` flags as in
-``tandem generate``; ``max_seq_len`` defaults to 8192 here so the whole sweep fits), runs the
-cocotb test ``stream_efficiency_sweep`` of :mod:`tandem.sim.hpu.hpu_tb` (defined only when this
-script sets ``TANDEM_HPU_SWEEP``) and reports, per read latency and length, the stream
-efficiency
+``tandem generate``; ``max_seq_len`` defaults to the longest length), runs the cocotb test
+``stream_efficiency_sweep`` of :mod:`tandem.sim.hpu.hpu_tb` (defined only when this script
+passes its plusargs) and reports, per read latency and length, for one request alone and for
+``--batch`` requests queued back to back, the stream efficiency
 
     bytes taken on both R channels
     / (cycles from the first AR handshake through the last R handshake x 2 ports x beat bytes)
@@ -43,26 +43,24 @@ PAPER_EFFICIENCY_2K = 0.73
 TESTCASE = "stream_efficiency_sweep"
 
 
-def _table(rows, lengths, latencies) -> str:
-    by = {(r["latency"], r["tokens"]): r for r in rows}
+def _table(rows, lengths, latencies, batch) -> str:
+    by = {(r["latency"], r["tokens"], r["batch"]): r for r in rows}
     head = f"{'tokens':>7}" + "".join(
-        f"  {'eff @ lat ' + str(lat):>14}  {'cycles':>8}" for lat in latencies
+        f"  {'lat ' + str(lat) + ' alone':>13}  {'lat ' + str(lat) + ' x' + str(batch):>13}"
+        for lat in latencies
     )
     lines = [head]
     for n in lengths:
         line = f"{n:>7}"
         for lat in latencies:
-            r = by.get((lat, n))
-            line += (
-                f"  {r['efficiency']:>14.4f}  {r['read_cycles']:>8}"
-                if r
-                else f"  {'-':>14}  {'-':>8}"
-            )
+            for b in (1, batch):
+                r = by.get((lat, n, b))
+                line += f"  {r['efficiency']:>13.4f}" if r else f"  {'-':>13}"
         lines.append(line)
     return "\n".join(lines)
 
 
-def _plot(rows, latencies, path: Path) -> bool:
+def _plot(rows, latencies, batch, path: Path) -> bool:
     try:
         import matplotlib
 
@@ -72,9 +70,15 @@ def _plot(rows, latencies, path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for lat in latencies:
-        points = sorted((r["tokens"], r["efficiency"]) for r in rows if r["latency"] == lat)
-        label = f"read latency {max(lat, MODEL_LATENCY)} cycles"
-        ax.plot(*zip(*points), marker="o", label=label)
+        for b in sorted({1, batch}):
+            points = sorted(
+                (r["tokens"], r["efficiency"])
+                for r in rows
+                if r["latency"] == lat and r["batch"] == b
+            )
+            what = "one request" if b == 1 else f"{b} queued"
+            label = f"latency {max(lat, MODEL_LATENCY)}, {what}"
+            ax.plot(*zip(*points), marker="o" if b == 1 else "s", label=label)
     ax.axhline(PAPER_EFFICIENCY_2K, color="grey", linestyle="--", label="HPU paper, 2K tokens")
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.05)
@@ -95,13 +99,16 @@ def main(argv=None) -> int:
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
     parser.add_argument("--latencies", type=int, nargs="+", default=list(DEFAULT_LATENCIES))
+    parser.add_argument(
+        "--batch", type=int, default=8, help="requests queued back to back (besides one alone)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
     args = parser.parse_args(argv)
     design = get_design("hpu")
-    if min(args.lengths) < 1 or min(args.latencies) < 0:
+    if min(args.lengths) < 1 or min(args.latencies) < 0 or args.batch < 1:
         print(
-            "hpu_stream_efficiency: error: --lengths must be >= 1 and --latencies >= 0",
+            "hpu_stream_efficiency: error: --lengths and --batch must be >= 1, --latencies >= 0",
             file=sys.stderr,
         )
         return 2
@@ -121,6 +128,7 @@ def main(argv=None) -> int:
     sweep = (
         f"+tandem_hpu_sweep_lengths={','.join(map(str, lengths))}",
         f"+tandem_hpu_sweep_latencies={','.join(map(str, args.latencies))}",
+        f"+tandem_hpu_sweep_batch={args.batch}",
     )
     start = time.perf_counter()
     result = run_regression(
@@ -144,14 +152,17 @@ def main(argv=None) -> int:
         f" {elapsed:.0f} s; efficiency = R bytes / (read-window cycles x 2 ports x "
         f"{params.beat_bytes} B)"
     )
-    print(_table(rows, lengths, args.latencies))
+    print(_table(rows, lengths, args.latencies, args.batch))
     if min(args.latencies) < MODEL_LATENCY:
         print(
             f"(latency below {MODEL_LATENCY} runs at the memory model's minimum, {MODEL_LATENCY})"
         )
     paper = {}
     for lat in args.latencies:
-        at_2k = next((r for r in rows if r["latency"] == lat and r["tokens"] == 2048), None)
+        at_2k = next(
+            (r for r in rows if r["latency"] == lat and r["tokens"] == 2048 and r["batch"] == 1),
+            None,
+        )
         if at_2k is not None:
             paper[lat] = at_2k["efficiency"] / PAPER_EFFICIENCY_2K
             print(
@@ -165,6 +176,7 @@ def main(argv=None) -> int:
         "seed": args.seed,
         "definition": "R-channel bytes / ((last R cycle - first AR cycle + 1) * 2 * beat_bytes)",
         "model_min_latency": MODEL_LATENCY,
+        "batch": args.batch,
         "rows": rows,
         "paper_efficiency_2k": PAPER_EFFICIENCY_2K,
         "ratio_to_paper_2k": {str(k): v for k, v in paper.items()},
@@ -173,7 +185,7 @@ def main(argv=None) -> int:
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {json_path}")
     png = args.out / "hpu_stream_efficiency.png"
-    if _plot(rows, args.latencies, png):
+    if _plot(rows, args.latencies, args.batch, png):
         print(f"wrote {png}")
     else:
         print("note: matplotlib is not installed; no plot (pip install matplotlib)")

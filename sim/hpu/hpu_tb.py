@@ -820,6 +820,7 @@ async def memory_latency(dut):
 # --- benchmark sweep (benchmarks/hpu_stream_efficiency.py) ---------------------------------
 SWEEP_LENGTHS = "tandem_hpu_sweep_lengths"
 SWEEP_LATENCIES = "tandem_hpu_sweep_latencies"
+SWEEP_BATCH = "tandem_hpu_sweep_batch"
 
 
 def _plusarg_ints(name: str) -> list[int]:
@@ -830,10 +831,15 @@ if SWEEP_LENGTHS in cocotb.plusargs:
 
     @cocotb.test()
     async def stream_efficiency_sweep(dut):
-        """Stream efficiency against sequence length and read latency (no backpressure)."""
+        """Stream efficiency against sequence length and read latency (no backpressure).
+
+        Each (latency, length) point runs one request alone, then ``batch`` requests queued
+        back to back (a decode step's requests), measured over the whole read window.
+        """
         config = {
             "lengths": _plusarg_ints(SWEEP_LENGTHS),
             "latencies": _plusarg_ints(SWEEP_LATENCIES),
+            "batch": _plusarg_ints(SWEEP_BATCH)[0] if SWEEP_BATCH in cocotb.plusargs else 1,
         }
         tb = HpuTestbench(dut, regions=1, fill=False)
         await tb.reset()
@@ -844,25 +850,29 @@ if SWEEP_LENGTHS in cocotb.plusargs:
         for latency in config["latencies"]:
             tb.set_traffic(latency=latency)
             for n in lengths:
-                tb.memory.clear_records()
-                for bursts in tb.expected_bursts.values():
-                    bursts.clear()
-                tb.submit(seq, length=n)
-                await tb.check_results()
-                tb.check_bursts()
-                window = tb.memory.read_window()
-                rows.append(
-                    {
-                        "latency": latency,
-                        "tokens": n,
-                        "efficiency": tb.memory.stream_efficiency(),
-                        "read_cycles": window[1] - window[0] + 1,
-                        "read_bytes": tb.memory.read_bytes(),
-                        "request_cycles": tb.done[-1].done_cycle - tb.done[-1].sent_cycle,
-                        "in_flight_max": max(
-                            port.stats.in_flight_max for port in tb.memory.read.values()
-                        ),
-                    }
-                )
-                await ClockCycles(tb.clock, 10)
+                for batch in sorted({1, config["batch"]}):
+                    tb.memory.clear_records()
+                    for bursts in tb.expected_bursts.values():
+                        bursts.clear()
+                    sent = tb.now_cycles()
+                    for _ in range(batch):
+                        tb.submit(seq, length=n)
+                    await tb.check_results()
+                    tb.check_bursts()
+                    window = tb.memory.read_window()
+                    rows.append(
+                        {
+                            "latency": latency,
+                            "tokens": n,
+                            "batch": batch,
+                            "efficiency": tb.memory.stream_efficiency(),
+                            "read_cycles": window[1] - window[0] + 1,
+                            "read_bytes": tb.memory.read_bytes(),
+                            "request_cycles": tb.done[-1].done_cycle - sent,
+                            "in_flight_max": max(
+                                port.stats.in_flight_max for port in tb.memory.read.values()
+                            ),
+                        }
+                    )
+                    await ClockCycles(tb.clock, 10)
         tb.record("stream_efficiency_sweep", rows=rows)

@@ -4,6 +4,12 @@ from tandem.host.arith import AdderTreeParams, MacParams, adder_tree_golden, mac
 from tandem.host.exp2 import Exp2Params, exp2_golden
 from tandem.host.hpu import HpuParams, hpu_golden
 from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden
+from tandem.host.sparse_dsp import (
+    SparseDspChainParams,
+    SparseMpeParams,
+    chain_golden,
+    mpe_golden,
+)
 from tandem.host.spmm import (
     SparseEngineParams,
     SystolicParams,
@@ -15,6 +21,8 @@ from tandem.hw.common.exp2 import Exp2
 from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
 from tandem.hw.hpu.engine import Hpu
+from tandem.hw.sparse_dsp.chain import SparseDspChain
+from tandem.hw.sparse_dsp.mpe import SparseMpe
 from tandem.hw.spmm.sparse_engine import SparseEngine
 from tandem.hw.spmm.systolic import Systolic
 
@@ -94,5 +102,27 @@ register(
         generator=SparseEngine,
         golden=sparse_engine_golden,
         testbench="tandem.sim.spmm.sparse_engine_tb",
+    )
+)
+
+register(
+    Design(
+        name="sparse-dsp-chain",
+        summary="N:M sparse DSP48E2 chain: sparse MUX, two int8 MACs per DSP, reduction nodes",
+        params=SparseDspChainParams,
+        generator=SparseDspChain,
+        golden=chain_golden,
+        testbench="tandem.sim.sparse_dsp.chain_tb",
+    )
+)
+
+register(
+    Design(
+        name="sparse-mpe",
+        summary="N:M sparse matrix engine: DSP chains, activation buffer, GEMV and small GEMM",
+        params=SparseMpeParams,
+        generator=SparseMpe,
+        golden=mpe_golden,
+        testbench="tandem.sim.sparse_dsp.mpe_tb",
     )
 )

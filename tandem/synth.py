@@ -8,6 +8,12 @@ mapping (``xcup``) stands in, and the report says so.
 Counting rules. ``lut`` counts LUT1-LUT6 plus the LUTs that LUT RAMs and shift registers
 occupy (``lut_as_memory``, by primitive: RAM32M/RAM64M take 4 LUTs, RAM32X1D/RAM64X1D 2, SRLs
 1). ``bram36`` counts RAMB36 as 1 and RAMB18 as 0.5. ``carry`` counts CARRY4/CARRY8 cells.
+
+Multipliers. ``lut_multipliers`` counts the multipliers yosys builds from LUTs rather than DSPs:
+the ``$mul`` (and ``$macc``) cells still in the netlist right after ``synth_xilinx``'s
+``map_dsp`` step, which are what its later steps turn into LUTs and carry chains. The netlist is
+snapshotted there (``-run :coarse``, ``stat``, then ``-run coarse:``), so one yosys run gives both
+counts.
 """
 
 import json
@@ -102,15 +108,34 @@ def count_resources(cells: dict[str, int]) -> dict[str, float]:
     }
 
 
-def yosys_script(verilog_file: str, top: str, family: str, stat_file: str) -> str:
-    """The yosys commands tandem runs."""
-    return "; ".join(
-        [
-            f"read_verilog -sv {verilog_file}",
-            f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf",
-            f"tee -q -o {stat_file} stat -json",
+_SOFT_MULTIPLIER_CELLS = {"$mul", "$macc", "$macc_v2", "$__soft_mul"}
+
+
+def count_lut_multipliers(cells: dict[str, int]) -> int:
+    """Multipliers left for LUTs: soft multiply cells in a netlist snapshotted after map_dsp."""
+    return sum(n for cell, n in cells.items() if cell in _SOFT_MULTIPLIER_CELLS)
+
+
+def yosys_script(
+    verilog_file: str, top: str, family: str, stat_file: str, dsp_stat_file: str | None = None
+) -> str:
+    """The yosys commands tandem runs.
+
+    With ``dsp_stat_file``, the netlist is also counted right after DSP mapping (see the module
+    docstring), to find multipliers built from LUTs.
+    """
+    synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
+    steps = [f"read_verilog -sv {verilog_file}"]
+    if dsp_stat_file is None:
+        steps.append(synth)
+    else:
+        steps += [
+            f"{synth} -run :coarse",
+            f"tee -q -o {dsp_stat_file} stat -json",
+            f"{synth} -run coarse:",
         ]
-    )
+    steps.append(f"tee -q -o {stat_file} stat -json")
+    return "; ".join(steps)
 
 
 def _yosys_command() -> list[str]:
@@ -158,7 +183,9 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
     with tempfile.TemporaryDirectory(prefix="tandem-synth-") as tmp:
         work = Path(tmp)
         (work / f"{design.top}.v").write_text(generated.verilog)
-        script = yosys_script(f"{design.top}.v", design.top, family, "stat.json")
+        script = yosys_script(
+            f"{design.top}.v", design.top, family, "stat.json", dsp_stat_file="dsp_stat.json"
+        )
         proc = subprocess.run(
             [*_yosys_command(), "-q", "-p", script],
             cwd=work,
@@ -171,13 +198,18 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise RuntimeError("yosys failed:\n" + "\n".join(tail))
         stat = json.loads((work / "stat.json").read_text())
+        dsp_stat = json.loads((work / "dsp_stat.json").read_text())
     cells = {str(cell): int(n) for cell, n in stat["design"].get("num_cells_by_type", {}).items()}
+    after_dsp = {
+        str(cell): int(n) for cell, n in dsp_stat["design"].get("num_cells_by_type", {}).items()
+    }
     used = count_resources(cells)
+    used["lut_multipliers"] = count_lut_multipliers(after_dsp)
     available: dict[str, int | None] = {}
     percent: dict[str, float | None] = {}
     for key in used:
         capacity_key = "lut" if key == "lut_as_memory" else key
-        capacity = None if key == "carry" else board.capacity(capacity_key)
+        capacity = None if key in ("carry", "lut_multipliers") else board.capacity(capacity_key)
         available[key] = capacity
         percent[key] = 100.0 * used[key] / capacity if capacity else None
     return SynthReport(

@@ -1,0 +1,1 @@
+"""cocotb testbenches of ``sparse-dsp-chain`` and ``sparse-mpe``."""

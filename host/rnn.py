@@ -69,6 +69,7 @@ __all__ = [
     "tile_fields",
     "torch_lstm_reference",
     "unpack_fields",
+    "weight_beats",
     "x_beats",
 ]
 
@@ -119,6 +120,12 @@ class RnnParams(Params):
     max_input: int = param(64, "largest input size X the memories hold", min=1, max=4096)
     max_hidden: int = param(64, "largest hidden size H the memories hold", min=1, max=4096)
     weight_bits: int = param(16, "weight width (int8 or int16)", choices=(8, 16))
+    weight_source: str = param(
+        "memory",
+        "tile weights: 'memory' (on chip, loaded once through tile_i) or 'stream' (w_i, one "
+        "tile per program entry every step, e.g. from HBM)",
+        choices=("memory", "stream"),
+    )
     state_frac: int = param(12, "fraction bits of the int16 x, h and c", min=8, max=13)
     gate_frac: int = param(14, "fraction bits of sigmoid/tanh outputs", min=8, max=14)
     act_segment_bits: int = param(
@@ -147,6 +154,11 @@ class RnnParams(Params):
             )
 
     # --- derived sizes -------------------------------------------------------------------
+    @property
+    def tile_bits(self) -> int:
+        """Bits of one tile's weights."""
+        return self.tile_rows * self.tile_cols * self.weight_bits
+
     @property
     def units_per_block(self) -> int:
         """Hidden units one row block finishes (``tile_rows / 4``)."""
@@ -456,8 +468,8 @@ def pack_tiles(params: RnnParams, model: QuantLstm, program: TileProgram):
 def tile_fields(params: RnnParams) -> list[tuple[str, int]]:
     """Payload layout of the ``tile_i`` stream, least significant field first."""
     p = params
-    return [
-        ("weights", p.tile_rows * p.tile_cols * p.weight_bits),
+    weights = [("weights", p.tile_bits)] if p.weight_source == "memory" else []
+    return weights + [
         ("bias", p.tile_rows * p.acc_bits),
         ("src", 1),
         ("col", p.col_bits),
@@ -527,10 +539,17 @@ def tile_beats(params: RnnParams, program: TileProgram, tiles, biases) -> list[i
             name: int(getattr(program, name)[e])
             for name in ("src", "col", "row", "first", "last", "wait", "need", "end")
         }
-        values["weights"] = _pack_vector(tiles[e], params.weight_bits)
+        if params.weight_source == "memory":
+            values["weights"] = _pack_vector(tiles[e], params.weight_bits)
         values["bias"] = _pack_vector(biases[program.row[e]], params.acc_bits)
         beats.append(pack_fields(layout, values))
     return beats
+
+
+def weight_beats(params: RnnParams, tiles) -> list[int]:
+    """``w_i`` payloads of one step (``weight_source = "stream"``): one tile per program entry,
+    weights row-major; send them again for every step."""
+    return [_pack_vector(tile, params.weight_bits) for tile in tiles]
 
 
 def x_beats(params: RnnParams, program: TileProgram, x) -> list[int]:

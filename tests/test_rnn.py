@@ -267,8 +267,9 @@ def test_gateware_is_bit_and_cycle_exact(name):
             assert cycles == sequence_cycles(program, batch, x.shape[0])[0]
 
 
-def test_gateware_under_backpressure_gaps_and_reset_int8():
-    p, model = _sim_case(20, 33, 16, 4, 2, weight_bits=8)
+@pytest.mark.parametrize("source", ["memory", "stream"])
+def test_gateware_under_backpressure_gaps_and_reset_int8(source):
+    p, model = _sim_case(20, 33, 16, 4, 2, weight_bits=8, weight_source=source)
     rng = np.random.default_rng(2)
     xs = [quantize_state(p, rng.standard_normal((t, 2, 20))) for t in (3, 1, 4)]
     program = build_program(20, 33, 16, 4)
@@ -278,3 +279,14 @@ def test_gateware_under_backpressure_gaps_and_reset_int8():
     for x, h, c in zip(xs, run.h, run.c):
         hg, cg = lstm_golden(p, model, x)
         assert np.array_equal(h, hg) and np.array_equal(c, cg)
+
+
+def test_streamed_weights_are_bit_and_cycle_exact():
+    p, model = _sim_case(24, 40, 8, 8, 2, weight_source="stream")
+    xs = [quantize_state(p, np.random.default_rng(5).standard_normal((4, 2, 24)))]
+    for naive in (False, True):
+        program = build_program(24, 40, 8, 8, naive=naive)
+        run = run_sequences(p, model, program, xs)
+        hg, cg = lstm_golden(p, model, xs[0])
+        assert np.array_equal(run.h[0], hg) and np.array_equal(run.c[0], cg)
+        assert run.cycles[0] == sequence_cycles(program, 2, 4)[0]

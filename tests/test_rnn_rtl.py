@@ -6,7 +6,8 @@ configuration and 20 steps on the others), random x gaps and output backpressure
 middle of a sequence and between sequences, and the overlapped and naive programs with their
 cycle counts checked against the scheduler's prediction. The configurations cover H and X that
 are not multiples of the tile (40 on 8x8, 33 on 16x4, 12 on 8x4), h slices narrower and wider
-than a row block's units, batch 2 and 3, int8 and int16 weights.
+than a row block's units, batch 2 and 3, int8 and int16 weights, weights on chip and streamed
+(``weight_source``).
 """
 
 import pytest
@@ -23,10 +24,16 @@ CONFIGS = {
         "batch": 3,
         "weight_bits": 8,
     },
-    "x8-h12-8x4-b2": {"max_input": 8, "max_hidden": 12, "tile_rows": 8, "tile_cols": 4},
+    "x8-h12-8x4-b2-stream": {
+        "max_input": 8,
+        "max_hidden": 12,
+        "tile_rows": 8,
+        "tile_cols": 4,
+        "weight_source": "stream",
+    },
 }
 #: Icarus runs the 100-step sequence only on the smallest configuration.
-ICARUS_LONG = {"x8-h12-8x4-b2": 100}
+ICARUS_LONG = {"x8-h12-8x4-b2-stream": 100}
 
 
 @pytest.mark.rtl

@@ -89,14 +89,15 @@ class Rnn(wiring.Component):
         self.tile_layout = _layout(tile_fields(p))
         self.cmd_layout = _layout(cmd_fields(p))
         self.out_layout = _layout(out_fields(p))
-        super().__init__(
-            {
-                "tile_i": In(stream.Signature(self.tile_layout)),
-                "cmd_i": In(stream.Signature(self.cmd_layout)),
-                "x_i": In(stream.Signature(unsigned(p.tile_cols * STATE_BITS))),
-                "o": Out(stream.Signature(self.out_layout)),
-            }
-        )
+        ports = {
+            "tile_i": In(stream.Signature(self.tile_layout)),
+            "cmd_i": In(stream.Signature(self.cmd_layout)),
+            "x_i": In(stream.Signature(unsigned(p.tile_cols * STATE_BITS))),
+            "o": Out(stream.Signature(self.out_layout)),
+        }
+        if p.weight_source == "stream":
+            ports["w_i"] = In(stream.Signature(unsigned(p.tile_bits)))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         p = self.params
@@ -111,7 +112,9 @@ class Rnn(wiring.Component):
         # --- memories -----------------------------------------------------------------------
         depth = p.max_entries
         m.submodules.prog_mem = prog_mem = Memory(shape=entry_layout, depth=depth, init=[])
-        m.submodules.w_mem = w_mem = Memory(shape=unsigned(tr * tc * wb), depth=depth, init=[])
+        on_chip = p.weight_source == "memory"
+        if on_chip:
+            m.submodules.w_mem = w_mem = Memory(shape=unsigned(p.tile_bits), depth=depth, init=[])
         m.submodules.bias_mem = bias_mem = Memory(
             shape=unsigned(tr * ab), depth=p.max_row_blocks, init=[]
         )
@@ -135,12 +138,16 @@ class Rnn(wiring.Component):
         sig_rom, tanh_rom = rom("sigmoid"), rom("tanh")
 
         prog_rd = prog_mem.read_port(domain="comb")
-        w_rd = w_mem.read_port()
         bias_rd = bias_mem.read_port()
         x_rd = x_mem.read_port()
         h_rd = h_mem.read_port()
         c_rd = c_mem.read_port()
-        prog_wr, w_wr, bias_wr = prog_mem.write_port(), w_mem.write_port(), bias_mem.write_port()
+        prog_wr, bias_wr = prog_mem.write_port(), bias_mem.write_port()
+        if on_chip:
+            w_rd, w_wr = w_mem.read_port(), w_mem.write_port()
+            w_data = w_rd.data
+        else:
+            w_data = Signal(p.tile_bits)  # the current entry's tile, held for its B beats
         x_wr = x_mem.write_port()
         h_wr = h_mem.write_port(granularity=STATE_BITS)
         c_wr = c_mem.write_port()
@@ -148,7 +155,7 @@ class Rnn(wiring.Component):
         # --- pipeline enable ----------------------------------------------------------------
         en = Signal()
         m.d.comb += en.eq(~self.o.valid | self.o.ready)
-        for port in (w_rd, bias_rd, x_rd, h_rd, c_rd):
+        for port in (bias_rd, x_rd, h_rd, c_rd) + ((w_rd,) if on_chip else ()):
             m.d.comb += port.en.eq(en)
 
         # --- control state ------------------------------------------------------------------
@@ -177,14 +184,16 @@ class Rnn(wiring.Component):
         m.d.comb += [
             self.tile_i.ready.eq(idle),
             prog_wr.addr.eq(load_addr),
-            w_wr.addr.eq(load_addr),
-            w_wr.data.eq(tile.weights),
             bias_wr.addr.eq(tile.row),
             bias_wr.data.eq(tile.bias),
         ]
         m.d.comb += [getattr(prog_wr.data, n).eq(getattr(tile, n)) for n in _ENTRY_FIELDS]
+        if on_chip:
+            m.d.comb += [w_wr.addr.eq(load_addr), w_wr.data.eq(tile.weights)]
         with m.If(self.tile_i.valid & self.tile_i.ready):
-            m.d.comb += [prog_wr.en.eq(1), w_wr.en.eq(1), bias_wr.en.eq(tile.first)]
+            m.d.comb += [prog_wr.en.eq(1), bias_wr.en.eq(tile.first)]
+            if on_chip:
+                m.d.comb += w_wr.en.eq(1)
             m.d.sync += load_addr.eq(Mux(tile.end, 0, load_addr + 1))
 
         # --- command ------------------------------------------------------------------------
@@ -235,11 +244,22 @@ class Rnn(wiring.Component):
         x_ok = (entry.src == 1) | (x_step > t)
         dep_ok = ~entry.wait | (t == 0) | (done >= threshold)
         issue = Signal()
-        m.d.comb += issue.eq(running & en & x_ok & dep_ok)
+        if on_chip:
+            m.d.comb += issue.eq(running & en & x_ok & dep_ok)
+        else:
+            # A new entry (batch element 0) takes its tile from w_i; the others reuse it.
+            w_ok = (b != 0) | self.w_i.valid
+            m.d.comb += [
+                issue.eq(running & en & x_ok & dep_ok & w_ok),
+                self.w_i.ready.eq(issue & (b == 0)),
+            ]
+            with m.If(self.w_i.valid & self.w_i.ready):
+                m.d.sync += w_data.eq(self.w_i.payload)
         h_prev = ~t[0]  # buffer parity of step t - 1
         h_word_of_col = (entry.col * tc) // hw if hw > tc else entry.col
+        if on_chip:
+            m.d.comb += w_rd.addr.eq(pc)
         m.d.comb += [
-            w_rd.addr.eq(pc),
             x_rd.addr.eq(t[0] * (nb * p.max_x_blocks) + b * p.max_x_blocks + entry.col),
             h_rd.addr.eq(h_prev * (nb * p.h_words) + b * p.h_words + h_word_of_col),
         ]
@@ -309,7 +329,7 @@ class Rnn(wiring.Component):
             h_vec.append(value.as_signed())
         operand = [Mux(c1.zero, 0, Mux(c1.src, h_vec[k], x_vec[k])) for k in range(tc)]
         weights = [
-            [w_rd.data[(r * tc + k) * wb : (r * tc + k + 1) * wb].as_signed() for k in range(tc)]
+            [w_data[(r * tc + k) * wb : (r * tc + k + 1) * wb].as_signed() for k in range(tc)]
             for r in range(tr)
         ]
         level = []

@@ -17,6 +17,7 @@ from tandem.host.rnn import (
     decode_outputs,
     pack_tiles,
     tile_beats,
+    weight_beats,
     x_beats,
 )
 from tandem.hw.rnn.engine import Rnn
@@ -79,6 +80,9 @@ def run_sequences(
                 ctx.set(domain.rst, 0)
             steps = x.shape[0]
             xw = list(x_beats(params, program, x))
+            stream_w = params.weight_source == "stream"
+            ww = weight_beats(params, tiles) * steps if stream_w else []
+            w_index = 0
             expected = steps * program.row_blocks * params.batch
             outputs = []
             ctx.set(dut.cmd_i.valid, 1)
@@ -93,6 +97,12 @@ def run_sequences(
                     ctx.set(dut.x_i.payload, xw[0])
                 sink_ready = rng.random() >= backpressure
                 ctx.set(dut.o.ready, int(sink_ready))
+                if stream_w:
+                    w_valid = w_index < len(ww)
+                    ctx.set(dut.w_i.valid, int(w_valid))
+                    if w_valid:
+                        ctx.set(dut.w_i.payload, ww[w_index])
+                    w_fire = w_valid and ctx.get(dut.w_i.ready)
                 cmd_fire = start is None and ctx.get(dut.cmd_i.ready)
                 x_fire = x_valid and ctx.get(dut.x_i.ready)
                 out_fire = sink_ready and ctx.get(dut.o.valid)
@@ -106,8 +116,13 @@ def run_sequences(
                 if x_fire:
                     xw.pop(0)
                     x_valid = False
+                if stream_w and w_fire:
+                    w_index += 1
             ctx.set(dut.o.ready, 0)
             ctx.set(dut.x_i.valid, 0)
+            if stream_w:
+                ctx.set(dut.w_i.valid, 0)
+                assert w_index == len(ww), f"engine took {w_index} of {len(ww)} weight tiles"
             h, c = decode_outputs(params, program, outputs, steps)
             result.h.append(h)
             result.c.append(c)

@@ -1,11 +1,14 @@
 """cocotb regression of ``rnn`` against :func:`tandem.host.rnn.lstm_golden`.
 
-The LSTM is X = ``max_input``, H = ``max_hidden`` of the generated engine, with random weights
+The LSTM is X = ``max_input``, H = ``max_hidden`` of the generated engine (unless the plusargs
+below ask for less), with random weights
 (uniform in +-2/sqrt(H), so gates saturate now and then). Every test checks h and c of every
 step of every batch element bit for bit; the tests without backpressure also check that the
 sequence takes exactly the cycles :mod:`tandem.mappings.rnn.schedule` predicts.
 
-Plusargs (all optional): ``+rnn_long=N`` length of the long sequence (default 100);
+Plusargs (all optional): ``+rnn_input=X``, ``+rnn_hidden=H`` run a smaller LSTM than the
+engine holds (default: max_input, max_hidden); ``+rnn_long=N`` length of the long sequence
+(default 100);
 ``+rnn_bench_steps=N`` steps of the ``utilization`` test (default 4), which runs the overlapped
 and the naive program back to back and records cycles, MAC utilization and the prediction.
 """
@@ -20,6 +23,7 @@ from tandem.host.rnn import (
     pack_tiles,
     quantize_lstm,
     tile_beats,
+    weight_beats,
     x_beats,
 )
 from tandem.hw.rnn import design as _design  # noqa: F401  (registers "rnn" in this process)
@@ -42,7 +46,8 @@ class RnnBench:
         self.tb = StreamTestbench(dut)
         self.dut = dut
         p = self.params = self.tb.params
-        self.x_size, self.h_size = p.max_input, p.max_hidden
+        self.x_size = _plusarg("rnn_input", p.max_input)
+        self.h_size = _plusarg("rnn_hidden", p.max_hidden)
         rng = self.tb.rng
         bound = 2.0 / np.sqrt(self.h_size)
         state = {
@@ -53,7 +58,11 @@ class RnnBench:
         }
         self.model = quantize_lstm(p, state)
         self.program = None
+        self.streamed = p.weight_source == "stream"
+        self.weight_words: list[int] = []
         dut.cmd_i__valid.value = 0
+        if self.streamed:
+            dut.w_i__valid.value = 0
 
     def random_x(self, steps: int) -> np.ndarray:
         scale = 1 << self.params.state_frac
@@ -67,6 +76,7 @@ class RnnBench:
             self.x_size, self.h_size, p.tile_rows, p.tile_cols, naive=naive
         )
         tiles, biases = pack_tiles(p, self.model, self.program)
+        self.weight_words = weight_beats(p, tiles) if self.streamed else []
         source = self.tb.source("tile_i").start()
         source.send_all(tile_beats(p, self.program, tiles, biases))
         await source.wait()
@@ -93,6 +103,10 @@ class RnnBench:
         source.set_pause_generator(random_pause(tb.rng, x_gaps) if x_gaps else None)
         sink.set_pause_generator(random_pause(tb.rng, backpressure) if backpressure else None)
         source.send_all(x_beats(p, self.program, x))
+        if self.streamed:
+            w_source = tb.source("w_i").start()
+            w_source.set_pause_generator(random_pause(tb.rng, x_gaps) if x_gaps else None)
+            w_source.send_all(self.weight_words * steps)
         start = await self.send_cmd(steps)
         expected = steps * self.program.row_blocks * p.batch
         bound = sequence_cycles(self.program, p.batch, steps)[0]
@@ -134,12 +148,27 @@ class RnnBench:
                     outputs.append(int(dut.o__payload.value.to_unsigned()))
                     last[0] = tb.now_cycles()
 
+        async def feed_weights():
+            for _ in range(steps):
+                for word in self.weight_words:
+                    dut.w_i__payload.value = word
+                    dut.w_i__valid.value = 1
+                    while True:
+                        await RisingEdge(tb.clock)
+                        if dut.w_i__ready.value == 1:
+                            break
+                        await RisingEdge(dut.w_i__ready)
+            dut.w_i__valid.value = 0
+
         feeder = cocotb.start_soon(feed())
+        weights = cocotb.start_soon(feed_weights()) if self.streamed else None
         collector = cocotb.start_soon(collect())
         start = await self.send_cmd(steps)
         bound = sequence_cycles(self.program, p.batch, steps)[0] * 2 + 2000
         await with_timeout(collector, bound * CLOCK_PERIOD_NS, "ns")
         feeder.cancel()
+        if weights is not None:
+            weights.cancel()
         dut.o__ready.value = 0
         h, c = decode_outputs(p, self.program, outputs, steps)
         return h, c, last[0] - start + 1
@@ -197,6 +226,8 @@ async def reset_between_and_mid_sequence(dut):
     await bench.load()
     x = bench.random_x(6)
     tb.source("x_i").send_all(x_beats(bench.params, bench.program, x))
+    if bench.streamed:
+        tb.source("w_i").start().send_all(bench.weight_words * 6)
     await bench.send_cmd(6)
     await ClockCycles(tb.clock, 3 * bench.program.entries * bench.params.batch // 2 + 7)
     await tb.reset()

@@ -3,7 +3,9 @@
 Run: ``python benchmarks/rnn_utilization.py [--array 32x32] [--hidden 128 256 512 1024]
 [--cycle-budget 2000000] [--simulator verilator]``.
 
-For each H (X = H, batch 1, int8 weights) the scheduler picks the tile shape for the array;
+For each H (X = H, batch 1, int8 weights streamed on ``w_i`` at one tile per cycle, as from
+HBM: an on-chip weight memory of H = 1024 is 64 Mbit, more than Amaranth can elaborate here)
+the scheduler picks the tile shape for the array;
 the engine is generated with that shape (one build per shape, sized for the largest H) and the
 cocotb test ``utilization`` runs the overlapped program and then the naive one (every step
 waits for all of h) on the same engine and the same inputs, checks h and c bit for bit against
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
         shape = (c.tile_rows, c.tile_cols)
         largest[shape] = max(largest.get(shape, 0), h)
 
-    print(f"LSTM, X = H, batch 1, int8 weights, {rows}x{cols} MAC array, {args.simulator}")
+    print(f"LSTM, X = H, batch 1, int8 weights streamed, {rows}x{cols} MAC array, {args.simulator}")
     print(
         f"{'H':>5} {'tile':>7} {'steps':>5} | {'overlapped: RTL':>15} {'predicted':>9}"
         f" {'diff':>7} | {'naive: RTL':>10} {'predicted':>9} | {'speed-up':>8} | {'wall s':>6}"
@@ -64,6 +66,7 @@ def main(argv=None) -> int:
             max_input=cap,
             max_hidden=cap,
             weight_bits=8,
+            weight_source="stream",
         )
         per_step = c.naive.cycles_per_step
         steps = max(2, min(args.max_steps, args.cycle_budget // (2 * per_step)))

@@ -290,3 +290,15 @@ def test_streamed_weights_are_bit_and_cycle_exact():
         hg, cg = lstm_golden(p, model, xs[0])
         assert np.array_equal(run.h[0], hg) and np.array_equal(run.c[0], cg)
         assert run.cycles[0] == sequence_cycles(program, 2, 4)[0]
+
+
+def test_generated_verilog_is_reproducible_and_lists_the_streams():
+    from tandem.generate import generate
+    from tandem.hw.rnn.design import RNN_DESIGN
+
+    params = RnnParams(max_input=12, max_hidden=8, tile_cols=4, weight_source="stream")
+    first, second = generate(RNN_DESIGN, params), generate(RNN_DESIGN, params)
+    assert first.files() == second.files()
+    streams = first.manifest["streams"]
+    assert set(streams) == {"tile_i", "cmd_i", "x_i", "w_i", "o"}
+    assert streams["w_i"]["payload_width"] == params.tile_bits

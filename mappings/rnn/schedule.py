@@ -120,22 +120,17 @@ def sequence_cycles(program: TileProgram, batch: int, steps: int, latency: int |
     cost a few simulated steps.
     """
     lat = dependency_latency(program.tile_cols) if latency is None else latency
-    probe = min(steps, 4)
-    times = issue_times(program, batch, probe, lat)
-    firsts = times[:, 0]
-    if probe >= 3:
-        period = int(firsts[-1] - firsts[-2])
-        rel_a = times[-1] - times[-1][0]
-        rel_b = times[-2] - times[-2][0]
-        if not np.array_equal(rel_a, rel_b):  # not settled yet: simulate everything
-            times = issue_times(program, batch, steps, lat)
-            last_issue = int(times[-1, -1])
-            period = int(times[-1, 0] - times[-2, 0])
-        else:
-            last_issue = int(times[-1, -1]) + (steps - probe) * period
-    else:
+    probe = issue_times(program, batch, 4, lat)
+    period = int(probe[3, 0] - probe[2, 0])
+    settled = np.array_equal(probe[3] - probe[3, 0], probe[2] - probe[2, 0])
+    if steps <= 4:
+        last_issue = int(probe[steps - 1, -1])
+    elif settled:
+        last_issue = int(probe[3, -1]) + (steps - 4) * period
+    else:  # not periodic yet: simulate every step
+        times = issue_times(program, batch, steps, lat)
         last_issue = int(times[-1, -1])
-        period = int(firsts[1] - firsts[0]) if probe == 2 else int(times[0, -1] + 1 + lat)
+        period = int(times[-1, 0] - times[-2, 0])
     startup = program.x_blocks * batch + 1
     total = startup + last_issue + lat + 1
     return total, period

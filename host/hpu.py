@@ -72,6 +72,7 @@ __all__ = [
     "merge_partials",
     "pack_descriptor",
     "quantize_rows",
+    "read_port_bursts",
     "score_scale",
     "unpack_results",
 ]
@@ -88,7 +89,9 @@ class HpuParams(Params):
     Memory: K and V rows are read through ``read_ports`` AXI4 read masters of
     ``mem_data_bits`` (``8 * lanes``: one beat is one cycle's worth of int8 elements), in
     bursts of at most ``max_burst_beats`` beats with up to ``max_outstanding`` bursts in flight
-    per port. See :mod:`tandem.mappings.kv_layout` for the layout.
+    per port. With one port, K and V share its bandwidth, so a request takes twice the cycles
+    of two ports. See :mod:`tandem.mappings.kv_layout` for the layout and
+    :func:`read_port_bursts` for the bursts each port issues.
     """
 
     design = "hpu"
@@ -112,7 +115,12 @@ class HpuParams(Params):
         "data width of every AXI4 port in bits; must equal 8 * lanes",
         choices=(64, 128, 256, 512),
     )
-    read_ports: int = param(2, "AXI4 read masters: port 0 reads K, port 1 reads V", choices=(2,))
+    read_ports: int = param(
+        2,
+        "AXI4 read masters: 2 (k_axi reads K, v_axi reads V) or 1 (kv_axi reads a page's K "
+        "part, then its V part)",
+        choices=(1, 2),
+    )
     max_outstanding: int = param(
         16, "read bursts in flight per port before the address channel waits", min=1, max=64
     )
@@ -180,6 +188,11 @@ class HpuParams(Params):
     def beat_bytes(self) -> int:
         """Bytes per memory (and descriptor) beat."""
         return self.mem_data_bits // 8
+
+    @property
+    def read_port_names(self) -> tuple[str, ...]:
+        """Names of the AXI4 read ports, in the order of :func:`read_port_bursts`."""
+        return ("k_axi", "v_axi") if self.read_ports == 2 else ("kv_axi",)
 
     @property
     def row_elems(self) -> int:
@@ -371,6 +384,30 @@ def _row_bytes(values, elems: int, bits: int) -> bytes:
     values = np.asarray(values, dtype=np.int64).reshape(-1)
     padded[: len(values)] = values
     return padded.astype("<i1" if bits == 8 else "<i2").tobytes()
+
+
+def read_port_bursts(params: HpuParams, base: int, rows: int) -> dict[str, list]:
+    """The read bursts each port issues for ``rows`` stored rows of the region at ``base``.
+
+    Returns ``{port name: [Burst, ...]}`` in issue order. Two ports: ``k_axi`` reads the K part
+    of every page, ``v_axi`` the V part. One port: ``kv_axi`` reads a page's K part, then its
+    V part, then the next page. Bursts never cross a page part, so grouping by page is exact.
+    """
+    p = params
+    layout = p.layout
+
+    def part(value):
+        return layout.read_bursts(
+            base, rows, value=value, beat_bytes=p.beat_bytes, max_beats=p.max_burst_beats
+        )
+
+    k_bursts, v_bursts = part(False), part(True)
+    if p.read_ports == 2:
+        return {"k_axi": k_bursts, "v_axi": v_bursts}
+    by_page: dict[int, list] = {}
+    for burst in k_bursts + v_bursts:  # K before V within each page
+        by_page.setdefault((burst.address - base) // layout.page_bytes, []).append(burst)
+    return {"kv_axi": [b for page in sorted(by_page) for b in by_page[page]]}
 
 
 def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:

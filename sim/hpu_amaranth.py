@@ -28,7 +28,8 @@ class AmaranthRun:
     first_read: int | None = None
     last_read: int | None = None
     read_beats: int = 0
-    #: Cycles in which each read port ("k", "v") accepted a data beat.
+    #: Cycles in which each read port accepted a data beat, by port name without ``_axi``
+    #: ("k", "v", or "kv" with one read port); ``read_bursts`` uses the same keys.
     read_cycles: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -51,14 +52,15 @@ def run_hpu(
     rng = np.random.default_rng(seed)
     beat_bytes = p.beat_bytes
     desc_beats = deque(beat for r in requests for beat in descriptor_beats(p, r))
+    port_names = [name.removesuffix("_axi") for name in p.read_port_names]
     run = AmaranthRun(
         beats=[[] for _ in requests],
-        read_bursts={"k": [], "v": []},
-        read_cycles={"k": [], "v": []},
+        read_bursts={name: [] for name in port_names},
+        read_cycles={name: [] for name in port_names},
     )
 
     async def bench(ctx):
-        ports = {"k": dut.k_axi, "v": dut.v_axi}
+        ports = {name: getattr(dut, f"{name}_axi") for name in port_names}
         pending = {name: deque() for name in ports}  # (ready_cycle, address, beats)
         write_bursts = deque()
         write_beat = 0

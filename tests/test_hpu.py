@@ -10,6 +10,7 @@ from tandem.host.hpu import (
     merge_partials,
     pack_descriptor,
     quantize_rows,
+    read_port_bursts,
     result_words,
     score_scale,
     unpack_results,
@@ -254,6 +255,7 @@ def test_gateware_every_group_size(gqa_group):
             "max_outstanding": 2,
         },
         {**SMALL, "q_bits": 8, "gqa_group": 2},
+        {**SMALL, "gqa_group": 2, "read_ports": 1, "max_outstanding": 3},  # K and V share a port
     ],
 )
 def test_gateware_shapes_bursts_and_memory(overrides):
@@ -266,15 +268,10 @@ def test_gateware_shapes_bursts_and_memory(overrides):
     before = memory.copy()
     request = request_for(seq, seq_id=9, base=0x1FC0, n=n)
     run = check_run(params, memory, [request], [golden_for(params, seq, n)], read_latency=3)
-    for name, value in (("k", False), ("v", True)):
-        expected = params.layout.read_bursts(
-            0x1FC0,
-            n - 1,
-            value=value,
-            beat_bytes=params.beat_bytes,
-            max_beats=params.max_burst_beats,
-        )
-        assert run.read_bursts[name] == [(b.address, b.beats) for b in expected]
+    for name, expected in read_port_bursts(params, 0x1FC0, n - 1).items():
+        assert run.read_bursts[name.removesuffix("_axi")] == [
+            (b.address, b.beats) for b in expected
+        ]
     # Nothing lost, nothing else touched: only the appended rows and scales changed.
     store(params, before, 0x1FC0, seq, n)
     assert np.array_equal(memory, before)
@@ -348,6 +345,7 @@ def test_error_on_smollm2_attention_meets_the_targets():
     [
         {**SMALL, "gqa_group": 3},  # 2 beats per row
         {**SMALL, "gqa_group": 2, "lanes": 32, "mem_data_bits": 256},  # 1 beat per row
+        {**SMALL, "gqa_group": 2, "read_ports": 1},  # K and V share one port
     ],
 )
 def test_gateware_back_to_back_requests_leave_no_idle_read_cycles(overrides):

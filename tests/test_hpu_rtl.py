@@ -12,7 +12,8 @@ together they cover:
 * 64-, 128- and 256-bit memory ports, so 1, 2 and 4 beats per 64-byte block;
 * int8 and int16 queries;
 * ``max_outstanding`` 2 and 4 (the address channel must wait) and the default 16, and
-  bursts of 4, 8 and 16 beats.
+  bursts of 4, 8 and 16 beats;
+* one read port shared by K and V (the narrow configuration) and two.
 """
 
 import pytest
@@ -27,7 +28,7 @@ CONFIGS = {
         "gqa_group": 2,
         "max_seq_len": 256,
     },
-    "hd64-g3-q16-narrow": {
+    "hd64-g3-q16-narrow-1port": {
         "head_dim": 64,
         "lanes": 8,
         "mem_data_bits": 64,
@@ -36,6 +37,7 @@ CONFIGS = {
         "max_seq_len": 128,
         "max_outstanding": 2,
         "max_burst_beats": 4,
+        "read_ports": 1,
     },
     "hd128-g1-wide": {
         "head_dim": 128,

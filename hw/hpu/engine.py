@@ -98,7 +98,9 @@ class Hpu(wiring.Component):
         ``data`` (``lanes`` signed words of ``word_bits``), ``tag`` (the sequence id) and
         ``last`` (final beat of a request); beats as :func:`tandem.host.hpu.result_words`.
     k_axi, v_axi : Out(AxiReadManager)
-        Read managers for the K and V parts of the pages.
+        Read managers for the K and V parts of the pages (``read_ports = 2``).
+    kv_axi : Out(AxiReadManager)
+        The one read manager with ``read_ports = 1``: a page's K part, then its V part.
     w_axi : Out(AxiWriteManager)
         Write manager for the appended token.
     """
@@ -121,8 +123,7 @@ class Hpu(wiring.Component):
             {
                 "desc_i": In(stream.Signature(unsigned(p.mem_data_bits))),
                 "result_o": Out(stream.Signature(self.result_layout)),
-                "k_axi": Out(read),
-                "v_axi": Out(read),
+                **{name: Out(read) for name in p.read_port_names},
                 "w_axi": Out(AxiWriteManager(addr_bits=p.addr_bits, data_bits=p.mem_data_bits)),
             }
         )
@@ -190,8 +191,18 @@ class Hpu(wiring.Component):
         read_start = Signal()
         writes_idle = Signal()
         read_header = pick(headers, read_ptr)
-        k_fifo, k_busy = self._reader(m, self.k_axi, read_start, read_header, value=False, name="k")
-        v_fifo, v_busy = self._reader(m, self.v_axi, read_start, read_header, value=True, name="v")
+        if p.read_ports == 2:
+            (k_fifo,), k_busy = self._reader(
+                m, self.k_axi, read_start, read_header, parts=(False,), name="k"
+            )
+            (v_fifo,), v_busy = self._reader(
+                m, self.v_axi, read_start, read_header, parts=(True,), name="v"
+            )
+        else:
+            (k_fifo, v_fifo), k_busy = self._reader(
+                m, self.kv_axi, read_start, read_header, parts=(False, True), name="kv"
+            )
+            v_busy = Const(0)
         m.d.comb += read_start.eq(
             full.bit_select(read_ptr, 1)
             & ~read.bit_select(read_ptr, 1)
@@ -574,22 +585,34 @@ class Hpu(wiring.Component):
         return ~pending
 
     # ------------------------------------------------------------------------------------
-    def _reader(self, m, axi, start, header_flat, *, value: bool, name: str):
-        """Burst address generator and read-data FIFO for the K or V parts of the pages."""
+    def _reader(self, m, axi, start, header_flat, *, parts: tuple[bool, ...], name: str):
+        """Burst address generator and read-data FIFOs for the given parts of the pages.
+
+        ``parts`` lists the page parts this port reads, in order (``False`` = K, ``True`` = V):
+        one part per port with two ports; both with one port, which reads a page's K part,
+        then its V part, then the next page. A queue of burst destinations routes the R beats
+        (AXI returns the bursts of one ID in order). Returns one FIFO per part and a signal
+        that is high while bursts of the current request remain to be issued.
+        """
         p = self.params
         beat_bytes = p.beat_bytes
         layout = p.layout
-        m.submodules[f"{name}_data"] = data_fifo = fifo.SyncFIFOBuffered(
-            width=p.mem_data_bits, depth=DATA_FIFO_DEPTH
-        )
+        fifos = []
+        for value in parts:
+            m.submodules[f"{name}_{'v' if value else 'k'}_data"] = data_fifo = (
+                fifo.SyncFIFOBuffered(width=p.mem_data_bits, depth=DATA_FIFO_DEPTH)
+            )
+            fifos.append(data_fifo)
         active = Signal(name=f"{name}_ar_active")
         page_addr = Signal(p.addr_bits, name=f"{name}_page_addr")
         addr = Signal(p.addr_bits, name=f"{name}_addr")
+        part = Signal(range(len(parts)), name=f"{name}_part")
         rows_left = Signal(p.position_bits, name=f"{name}_rows_left")
         span_bits = (p.scale_beats + PAGE_TOKENS * p.row_beats).bit_length()
         span_left = Signal(span_bits, name=f"{name}_span_left")
         outstanding = Signal(range(p.max_outstanding + 1), name=f"{name}_outstanding")
         beat_shift = (beat_bytes - 1).bit_length()
+        offsets = [layout.part_bytes if value else 0 for value in parts]
 
         def page_span(rows):
             page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows)
@@ -612,36 +635,65 @@ class Hpu(wiring.Component):
         ar_fire = axi.arvalid & axi.arready
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
-        part = layout.part_bytes if value else 0
         with m.If(start):
             rows = header_flat[32:64] - header_flat[128]
-            first = header_flat[64 : 64 + p.addr_bits] + part
+            base = header_flat[64 : 64 + p.addr_bits]
             m.d.sync += [
                 active.eq(rows != 0),
                 rows_left.eq(rows),
-                page_addr.eq(first),
-                addr.eq(first),
+                page_addr.eq(base),
+                addr.eq(base + offsets[0]),
+                part.eq(0),
                 span_left.eq(page_span(rows)),
             ]
         with m.Elif(ar_fire):
             m.d.sync += [addr.eq(addr + (beats << beat_shift)), span_left.eq(span_left - beats)]
             with m.If(span_left == beats):
-                page_rows = Mux(rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left)
-                remaining = rows_left - page_rows
-                next_page = page_addr + layout.page_bytes
-                m.d.sync += [
-                    rows_left.eq(remaining),
-                    active.eq(remaining != 0),
-                    page_addr.eq(next_page),
-                    addr.eq(next_page),
-                    span_left.eq(page_span(remaining)),
+                with m.If(part != len(parts) - 1):
+                    # The page's next part: same rows, the part's own offset.
+                    m.d.sync += [
+                        part.eq(part + 1),
+                        addr.eq(page_addr + Array(offsets)[part + 1]),
+                        span_left.eq(page_span(rows_left)),
+                    ]
+                with m.Else():
+                    page_rows = Mux(rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left)
+                    remaining = rows_left - page_rows
+                    next_page = page_addr + layout.page_bytes
+                    m.d.sync += [
+                        rows_left.eq(remaining),
+                        active.eq(remaining != 0),
+                        page_addr.eq(next_page),
+                        addr.eq(next_page + offsets[0]),
+                        part.eq(0),
+                        span_left.eq(page_span(remaining)),
+                    ]
+        if len(parts) == 1:
+            (data_fifo,) = fifos
+            m.d.comb += [
+                axi.rready.eq(data_fifo.w_rdy),
+                data_fifo.w_en.eq(axi.rvalid),
+                data_fifo.w_data.eq(axi.rdata),
+            ]
+        else:
+            # One entry per burst in flight: which FIFO its beats go to.
+            m.submodules[f"{name}_destinations"] = destinations = fifo.SyncFIFO(
+                width=1, depth=p.max_outstanding
+            )
+            target = destinations.r_data[0]
+            room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
+            m.d.comb += [
+                destinations.w_en.eq(ar_fire),
+                destinations.w_data.eq(part),
+                axi.rready.eq(destinations.r_rdy & room),
+                destinations.r_en.eq(r_last),
+            ]
+            for index, data_fifo in enumerate(fifos):
+                m.d.comb += [
+                    data_fifo.w_en.eq(axi.rvalid & axi.rready & (target == index)),
+                    data_fifo.w_data.eq(axi.rdata),
                 ]
-        m.d.comb += [
-            axi.rready.eq(data_fifo.w_rdy),
-            data_fifo.w_en.eq(axi.rvalid),
-            data_fifo.w_data.eq(axi.rdata),
-        ]
-        return data_fifo, active
+        return fifos, active
 
     # ------------------------------------------------------------------------------------
     def _sequencer(

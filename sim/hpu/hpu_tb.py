@@ -37,6 +37,7 @@ from tandem.host.hpu import (
     hpu_golden,
     merge_partials,
     quantize_rows,
+    read_port_bursts,
     result_words,
     score_scale,
     unpack_results,
@@ -240,6 +241,7 @@ class HpuTestbench(StreamTestbench):
             beat_bytes=self.p.beat_bytes,
             rng=self.traffic_rng,
             fill_rng=np.random.default_rng([self.seed, 2]) if fill else None,
+            read_ports=self.p.read_port_names,
             period_ns=CLOCK_PERIOD_NS,
         )
         self.memory.hold_in_reset(True)  # until the first reset (see hold_in_reset)
@@ -359,10 +361,7 @@ class HpuTestbench(StreamTestbench):
             words=result_words(p, result, partial),
             sent_cycle=self.now_cycles(),
         )
-        for name, value in (("k_axi", False), ("v_axi", True)):
-            bursts = self.layout.read_bursts(
-                base, n_mem, value=value, beat_bytes=p.beat_bytes, max_beats=p.max_burst_beats
-            )
+        for name, bursts in read_port_bursts(p, base, n_mem).items():
             self.expected_bursts[name].extend((b.address, b.beats, self.sent) for b in bursts)
         self.sent += 1
         self.pending.append(expected)
@@ -687,7 +686,7 @@ async def reset_mid_request(dut):
     tb = await _start(dut, latency=40)
     long = tb.new_sequence(_lengths(tb, 200)[0], kind="ramp")
     tb.submit(long)
-    k_port = tb.memory.read["k_axi"]
+    k_port = tb.memory.read[tb.p.read_port_names[0]]
     await tb.wait_until(
         lambda: k_port.in_flight >= 2 and k_port.stats.r_beats > 0,
         5000,

@@ -1,4 +1,4 @@
-"""``tandem`` command line: designs, generate, sim, synth, map, pack.
+"""``tandem`` command line: designs, generate, sim, synth, map, pack, model, cosim.
 
 Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
 traceback).
@@ -197,6 +197,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)", MAPPERS)
     _add_tool_family(sub, "pack", "pack weights into a design's streams", PACKERS)
+
+    from tandem.host import decode, model  # light: torch and gguf load inside their run()
+
+    p = sub.add_parser("model", help="get model weights for the decode runtime")
+    family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    tp = family.add_parser("fetch", help="put a model's GGUF file into ~/.cache/tandem/models")
+    model.add_fetch_arguments(tp)
+    tp.set_defaults(func=model.run_fetch)
+
+    p = sub.add_parser("cosim", help="run the GPU + accelerator system (golden model or RTL)")
+    family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    tp = family.add_parser("decode", help="LLM decode with every decode attention on HPU cards")
+    decode.add_arguments(tp)
+    tp.set_defaults(func=decode.run)
     return parser
 
 

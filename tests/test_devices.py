@@ -1,0 +1,157 @@
+"""HpuDevice on the golden backend: capacity, KV writes, attention against hpu_golden."""
+
+import numpy as np
+import pytest
+from tandem.host.devices import Attend, CapacityError, HpuDevice
+from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
+from tandem.host.transport import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
+from tandem.mappings.kv_layout import PAGE_TOKENS
+
+P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
+
+
+def tokens(rng, n, d=32):
+    k, ks = quantize_rows(rng.standard_normal((n, d)) * np.exp(rng.normal(0, 0.5, (n, 1))))
+    v, vs = quantize_rows(rng.standard_normal((n, d)))
+    return k, ks, v, vs
+
+
+def query(rng, p=P, temperature=2.0):
+    q, qs = quantize_rows(rng.standard_normal((p.gqa_group, p.head_dim)) * temperature, p.q_bits)
+    return q, score_scale(qs, p.head_dim)
+
+
+def test_allocate_free_capacity():
+    dev = HpuDevice(P, memory_bytes=10 * P.layout.page_bytes, max_sequences=3)
+    assert dev.free_bytes == dev.capacity_bytes and dev.free_sequences == 3
+    a = dev.allocate(64, heads=2)  # 2 pages per head
+    assert a.nbytes == dev.bytes_for(64, 2) == 4 * P.layout.page_bytes
+    b = dev.allocate(33, heads=1)
+    assert b.base(0) == a.start + a.nbytes  # first fit, contiguous
+    assert dev.free_bytes == 4 * P.layout.page_bytes
+    assert dev.tokens_fit(heads=2) == 2 * PAGE_TOKENS
+    with pytest.raises(CapacityError, match="largest free span"):
+        dev.allocate(200, heads=1)
+    dev.allocate(1)
+    with pytest.raises(CapacityError, match="sequence slots"):
+        dev.allocate(1)
+    dev.free(a)
+    dev.free(b)
+    assert dev.free_sequences == 2
+    big = dev.allocate(192, heads=1)  # the freed spans merged: 6 pages contiguous again
+    assert big.start == 0
+    with pytest.raises(ValueError, match="not allocated"):
+        dev.free(a)
+
+
+def test_write_read_kv_roundtrip():
+    rng = np.random.default_rng(1)
+    dev = HpuDevice(P, memory_bytes=1 << 16)
+    seq = dev.allocate(100, heads=3)
+    k, ks, v, vs = tokens(rng, 40)
+    dev.write_kv(seq, 1, k, ks, v, vs)
+    k2, ks2, v2, vs2 = tokens(rng, 3)
+    dev.append(seq, 1, k2, ks2, v2, vs2)
+    got = dev.read_kv(seq, 1)
+    np.testing.assert_array_equal(got[0], np.concatenate([k, k2]))
+    np.testing.assert_array_equal(got[1].view(np.uint16), np.concatenate([ks, ks2]).view(np.uint16))
+    np.testing.assert_array_equal(got[2], np.concatenate([v, v2]))
+    assert seq.lengths.tolist() == [0, 43, 0]
+    assert dev.read_kv(seq, 0)[0].shape == (0, 32)  # other heads untouched
+    with pytest.raises(ValueError, match="do not fit"):
+        dev.write_kv(seq, 0, *tokens(rng, 101))
+
+
+def test_attend_matches_golden_with_append():
+    rng = np.random.default_rng(2)
+    dev = HpuDevice(P, memory_bytes=1 << 16)
+    seq = dev.allocate(64, heads=1)
+    k, ks, v, vs = tokens(rng, 31)
+    dev.write_kv(seq, 0, k, ks, v, vs)
+    for step in range(3):  # crosses the page boundary at 32
+        q, c = query(rng)
+        new = tokens(rng, 1)
+        got = dev.attend(seq, 0, q, c, new=new)
+        k, ks = np.concatenate([k, new[0]]), np.concatenate([ks, new[1]])
+        v, vs = np.concatenate([v, new[2]]), np.concatenate([vs, new[3]])
+        want = hpu_golden(P, q, c, k, ks, v, vs)
+        np.testing.assert_array_equal(got.y, want.y)
+        assert seq.lengths[0] == 32 + step
+        assert dev.last_cycles > FILL_CYCLES
+    np.testing.assert_array_equal(dev.read_kv(seq, 0)[0], k)  # the engine's appends landed
+
+
+def test_attend_many_in_order_and_partial_merge():
+    """A batch with two calls on one head sees the first call's token; partials merge."""
+    rng = np.random.default_rng(3)
+    dev = HpuDevice(P, memory_bytes=1 << 17)
+    left, right = dev.allocate(64), dev.allocate(64)
+    whole = dev.allocate(128)
+    k, ks, v, vs = tokens(rng, 100)
+    dev.write_kv(left, 0, k[:64], ks[:64], v[:64], vs[:64])
+    dev.write_kv(right, 0, k[64:], ks[64:], v[64:], vs[64:])
+    dev.write_kv(whole, 0, k, ks, v, vs)
+    q, c = query(rng, temperature=6.0)
+    results = dev.attend_many(
+        [
+            Attend(left, 0, q, c, partial=True),
+            Attend(right, 0, q, c, partial=True),
+            Attend(whole, 0, q, c),
+        ]
+    )
+    merged = merge_partials(P, results[:2]) * (1 << P.out_frac_bits)
+    y = results[2].y.astype(np.float64)
+    allowance = 4 + 2.0**-11 * np.abs(y).max(axis=1, keepdims=True)
+    assert np.all(np.abs(merged - y) <= allowance)
+    assert results[0].y is None and results[2].m.size == 0  # what the engine emits
+    new1, new2 = tokens(rng, 1), tokens(rng, 1)
+    a, b = dev.attend_many([Attend(right, 0, q, c, new=new1), Attend(right, 0, q, c, new=new2)])
+    kk = np.concatenate([k[64:], new1[0], new2[0]])
+    kks = np.concatenate([ks[64:], new1[1], new2[1]])
+    vv = np.concatenate([v[64:], new1[2], new2[2]])
+    vvs = np.concatenate([vs[64:], new1[3], new2[3]])
+    np.testing.assert_array_equal(b.y, hpu_golden(P, q, c, kk, kks, vv, vvs).y)
+    np.testing.assert_array_equal(a.y, hpu_golden(P, q, c, kk[:-1], kks[:-1], vv[:-1], vvs[:-1]).y)
+    assert right.lengths[0] == 38
+
+
+def test_bad_calls():
+    rng = np.random.default_rng(4)
+    dev = HpuDevice(P, memory_bytes=1 << 16)
+    seq = dev.allocate(32)
+    q, c = query(rng)
+    with pytest.raises(ValueError, match="holds no token"):
+        dev.attend(seq, 0, q, c)
+    dev.write_kv(seq, 0, *tokens(rng, 32))
+    with pytest.raises(ValueError, match="integers"):
+        dev.attend(seq, 0, q.astype(float), c)
+    with pytest.raises(ValueError, match="rows"):
+        dev.attend(seq, 0, q[:1], c)
+    with pytest.raises(CapacityError, match="full"):
+        dev.attend(seq, 0, q, c, new=tokens(rng, 1))
+    with pytest.raises(ValueError, match="int8"):
+        dev.write_kv(seq, 0, np.full((1, 32), 200), [1.0], np.zeros((1, 32), int), [1.0])
+    with pytest.raises(ValueError, match="unknown backend"):
+        HpuDevice(P, backend="fpga")
+
+
+def test_cycle_model():
+    """The modelled cycles follow the documented formula."""
+    rng = np.random.default_rng(5)
+    dev = HpuDevice(P, memory_bytes=1 << 16)
+    seq = dev.allocate(96)
+    dev.write_kv(seq, 0, *tokens(rng, 70))
+    q, c = query(rng)
+    dev.attend(seq, 0, q, c)
+    # 70 rows: pages of 32/32/6 rows; a row is 64 bytes (32 padded), 4 beats of 16 bytes,
+    # and so is each page's scale block.
+    reads = 3 * 4 + 70 * 4
+    assert dev.last_cycles == FILL_CYCLES + reads + GAP_CYCLES
+    from tandem.host.hpu import HpuRequest
+
+    short = HpuRequest(0, 0, 1, q, c)
+    desc, read, out = request_beats(P, short)
+    # header 4 beats + 2 queries of 64 int16 elements (8 beats each); 1 scale block + 1 row;
+    # 2 result rows of 4 beats.
+    assert (desc, read, out) == (4 + 2 * 8, 4 + 4, 2 * 4)
+    assert call_cycles(P, [short, short]) == FILL_CYCLES + 2 * (20 + GAP_CYCLES)

@@ -259,7 +259,7 @@ class HpuParams(Params):
         """Most negative score: the running maximum's start value."""
         return -(1 << (self.score_bits - 1))
 
-    @property
+    @cached_property  # validated once: the golden model reads it on every request
     def exp2(self) -> Exp2Params:
         """The ``exp2`` unit: input -|s - m| saturates at -32, far below p's resolution."""
         return Exp2Params(
@@ -270,7 +270,7 @@ class HpuParams(Params):
             lut_frac_bits=self.prob_frac_bits + 4,
         )
 
-    @property
+    @cached_property
     def reciprocal(self) -> ReciprocalParams:
         """The ``reciprocal`` unit computing 1/l."""
         return ReciprocalParams(

@@ -14,6 +14,8 @@ from tandem.errors import UserError
 __all__ = ["add_arguments", "run"]
 
 SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+#: Above this many Mbit of weights the suggested engine streams them (weight_source=stream).
+ON_CHIP_MBIT = 4.0
 
 
 def _array(text: str) -> tuple[int, int]:
@@ -184,9 +186,14 @@ def run(args) -> int:
             f"{q.utilization:>10.4f}"
         )
     print(f"speed-up over naive: {n.cycles / p.cycles:.3f}x over {args.steps} steps")
+    weight_mbit = program.entries * program.array_macs * args.weight_bits / 2**20
+    # Amaranth elaborates a memory's contents bit by bit: keep big weight sets off chip.
+    stream = " --set weight_source=stream" if weight_mbit > ON_CHIP_MBIT else ""
     print(
         f"generate with: --set tile_rows={choice.tile_rows} --set tile_cols={choice.tile_cols}"
         f" --set batch={args.batch} --set max_input={x} --set max_hidden={h}"
+        f" --set weight_bits={args.weight_bits}{stream}"
+        f"  ({weight_mbit:.1f} Mbit of weights)"
     )
     if not args.no_plot:
         plot_path = Path(args.output) / f"{name}.utilization.png"

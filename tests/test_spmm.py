@@ -296,6 +296,47 @@ def test_threshold_baseline_uses_its_density():
     assert not plans["all_sparse"].dense.any() and plans["all_dense"].dense.all()
 
 
+def brute_prefix(model, s, b, order):
+    """First best (makespan, k) of sending order[:k] to the systolic array: a loop over k."""
+    best = None
+    for k in range(order.size + 1):
+        kept = order[k:]
+        sparse = int(s[kept].sum()) + (model.sparse.fill_cycles if kept.size else 0)
+        systolic = k * model.dense_cycles + (model.systolic.fill_cycles if k else 0)
+        moved = int(b[kept].sum()) + k * model.dense_bytes
+        span = max(sparse, systolic, int(np.ceil(moved / model.bytes_per_cycle)))
+        if best is None or span < best[0]:
+            best = (span, k)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fast_prefix_search_matches_a_loop_over_k(seed):
+    """Balancing skips per-tile work on the uniform tail (the one-non-zero tiles): same answer."""
+    from types import SimpleNamespace
+
+    from tandem.mappings.spmm.mapper import _best_prefix, _descending
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(0, 120))
+    nnz = np.where(rng.random(m) < rng.uniform(0, 1), 1, rng.integers(1, 9, m))
+    cols = np.minimum(nnz, rng.integers(1, 4, m))
+    s = rng.integers(1, 3) * (nnz + cols)
+    b = nnz * int(rng.integers(1, 30)) + cols * int(rng.integers(0, 30))
+    fake = SimpleNamespace(
+        dense_cycles=int(rng.integers(1, 40)),
+        dense_bytes=int(rng.integers(1, 200)),  # below and above a tile's bytes: both regimes
+        bytes_per_cycle=float(rng.choice([0.37, 1.0, 3.3, 1e3])),
+        sparse=SimpleNamespace(fill_cycles=int(rng.integers(0, 9))),
+        systolic=SimpleNamespace(fill_cycles=int(rng.integers(0, 9))),
+    )
+    for values in (s, nnz):
+        head, at_low = _descending(values)
+        order = np.argsort(-values, kind="stable")
+        assert np.array_equal(np.concatenate([head, np.flatnonzero(at_low)]), order)
+        assert _best_prefix(fake, s, b, head, at_low) == brute_prefix(fake, s, b, order)
+
+
 # ---------------------------------------------------------------------------------- outputs
 
 

@@ -26,7 +26,7 @@ from tandem.errors import UserError
 
 from .tiling import TileStats
 
-__all__ = ["CostModel", "Totals"]
+__all__ = ["CostModel", "TileCosts", "Totals"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,14 @@ class Totals:
     def makespan(self) -> int:
         """Cycles until both engines are done and every byte has moved."""
         return max(self.systolic_cycles, self.sparse_cycles, self.memory_cycles)
+
+
+@dataclass(frozen=True)
+class TileCosts:
+    """Every tile's cost on the sparse engine (``(m,)`` int64 each)."""
+
+    cycles: np.ndarray
+    bytes: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -123,13 +131,25 @@ class CostModel:
         nnz = self.dense_cycles / passes - self.tile  # cols = T once a tile has T non-zeros
         return float(min(1.0, max(nnz, 1) / (self.tile * self.tile)))
 
-    def totals(self, stats: TileStats, dense: np.ndarray) -> Totals:
-        """Predicted cycles when the tiles where ``dense`` is True go to the systolic array."""
+    def tile_costs(self, stats: TileStats) -> "TileCosts":
+        """Sparse-engine cycles and bytes of every tile, computed once for many plans."""
+        return TileCosts(self.sparse_cycles(stats), self.sparse_bytes(stats))
+
+    def totals(
+        self, stats: TileStats, dense: np.ndarray, costs: "TileCosts | None" = None
+    ) -> Totals:
+        """Predicted cycles when the tiles where ``dense`` is True go to the systolic array.
+
+        ``costs`` (from :meth:`tile_costs` of the same ``stats``) saves recomputing them.
+        """
         dense = np.asarray(dense, bool)
-        n_dense = int(dense.sum())
-        sparse_cycles = self.sparse_cycles(stats)[~dense].sum()
+        if costs is None:
+            costs = self.tile_costs(stats)
+        n_dense = int(np.count_nonzero(dense))
+        sparse = ~dense
+        sparse_cycles = np.sum(costs.cycles, where=sparse)
         n_sparse = dense.size - n_dense
-        moved = n_dense * self.dense_bytes + int(self.sparse_bytes(stats)[~dense].sum())
+        moved = n_dense * self.dense_bytes + int(np.sum(costs.bytes, where=sparse))
         return Totals(
             systolic_cycles=n_dense * self.dense_cycles
             + (self.systolic.fill_cycles if n_dense else 0),

@@ -25,7 +25,14 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from .readers import GraphError
 
-__all__ = ["SUBGRAPHS", "Ordering", "gcn_normalize", "identity_ordering", "partition_ordering"]
+__all__ = [
+    "SUBGRAPHS",
+    "Ordering",
+    "gcn_normalize",
+    "identity_ordering",
+    "partition_ordering",
+    "symmetric_pattern",
+]
 
 SUBGRAPHS = ("hubs", "body", "tail")
 
@@ -53,9 +60,26 @@ def gcn_normalize(adjacency: sp.spmatrix, *, source: str = "graph") -> sp.csr_ma
                 f"{source}: node {int(bad[0])} has {name} degree {d[bad[0]]:g} after adding the "
                 "self loop; GCN normalization needs positive degrees"
             )
-    rows = np.repeat(np.arange(n), np.diff(a.indptr))
-    a.data *= (d_row[rows] ** -0.5) * (d_col[a.indices] ** -0.5)
+    # The power is taken once per node, not once per non-zero (the same IEEE operation, so
+    # the same bits); the product is applied in place, a block of rows at a time, so the
+    # scale factors never take more than a few MB.
+    r_scale = d_row**-0.5
+    c_scale = d_col**-0.5
+    counts = np.diff(a.indptr)
+    for lo, hi in _row_blocks(a.indptr):
+        start, stop = a.indptr[lo], a.indptr[hi]
+        scale = np.repeat(r_scale[lo:hi], counts[lo:hi])
+        scale *= c_scale[a.indices[start:stop]]
+        a.data[start:stop] *= scale
     return a
+
+
+def _row_blocks(indptr: np.ndarray, block: int = 1 << 22):
+    """``(first row, end row)`` ranges of about ``block`` non-zeros each (whole rows)."""
+    nnz = int(indptr[-1])
+    cuts = np.searchsorted(indptr, np.arange(block, nnz, block), side="right") - 1
+    edges = np.unique(np.r_[0, cuts, indptr.size - 1])
+    return zip(edges[:-1].tolist(), edges[1:].tolist())
 
 
 @dataclass(frozen=True)
@@ -114,6 +138,45 @@ def classify_nodes(
     return cls
 
 
+def symmetric_pattern(adjacency: sp.csr_matrix) -> sp.csr_matrix:
+    """Pattern of ``A + A^T`` (int8 ones), CSR, canonical.
+
+    The GCN adjacency of an undirected graph is symmetric already; that is checked exactly
+    (the sorted transposed keys equal the row-major keys, one SIMD sort) and the pattern reused,
+    which costs a fraction of building the transpose and the sum.
+    """
+    a = adjacency
+    pattern = sp.csr_matrix((np.ones(a.nnz, np.int8), a.indices, a.indptr), shape=a.shape)
+    if a.has_canonical_format and _is_symmetric(pattern):
+        return pattern
+    sym = (pattern + pattern.T).tocsr()
+    sym.sum_duplicates()
+    return sym
+
+
+def _is_symmetric(pattern: sp.csr_matrix) -> bool:
+    """Whether a canonical CSR pattern equals its transpose (exact)."""
+    n = pattern.shape[0]
+    indptr, indices = pattern.indptr, pattern.indices
+    counts = np.diff(indptr)
+    if not np.array_equal(np.bincount(indices, minlength=n), counts):
+        return False  # column counts differ from row counts: cheap, common rejection
+    # Canonical CSR lists (row, column) in row-major order, so the keys row * n + column are
+    # sorted already; the pattern is symmetric exactly when the keys column * n + row, sorted,
+    # are the same list.
+    transposed = indices.astype(np.int64)
+    transposed *= n
+    transposed += np.repeat(np.arange(n, dtype=np.int64), counts)
+    transposed.sort()
+    for lo, hi in _row_blocks(indptr):
+        start, stop = indptr[lo], indptr[hi]
+        key = np.repeat(np.arange(lo, hi, dtype=np.int64) * n, counts[lo:hi])
+        key += indices[start:stop]
+        if not np.array_equal(key, transposed[start:stop]):
+            return False
+    return True
+
+
 def partition_ordering(
     adjacency: sp.csr_matrix, tile: int, *, hub_factor: float = 4.0, tail_factor: float = 0.25
 ) -> Ordering:
@@ -121,11 +184,8 @@ def partition_ordering(
 
     ``adjacency`` is the normalized (or any) square CSR matrix; only its pattern is read.
     """
-    a = adjacency
-    n = a.shape[0]
-    pattern = sp.csr_matrix((np.ones(a.nnz, np.int8), a.indices, a.indptr), shape=a.shape)
-    sym = (pattern + pattern.T).tocsr()
-    sym.sum_duplicates()
+    n = adjacency.shape[0]
+    sym = symmetric_pattern(adjacency)
     cls = classify_nodes(sym, hub_factor=hub_factor, tail_factor=tail_factor)
     degree = np.diff(sym.indptr)
     hubs = np.flatnonzero(cls == 0)
@@ -133,7 +193,7 @@ def partition_ordering(
     body = np.flatnonzero(cls == 1)
     if body.size:
         sub = sym[body][:, body]
-        body = body[reverse_cuthill_mckee(sub.tocsr(), symmetric_mode=True)]
+        body = body[reverse_cuthill_mckee(sub, symmetric_mode=True)]
     tail = np.flatnonzero(cls == 2)
 
     def padded(count):

@@ -12,6 +12,7 @@ returns a plan worse than the best of them: the result is at least as good by co
 """
 
 import io
+import math
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .cost import CostModel, Totals
+from .cost import CostModel, TileCosts, Totals
 from .graph import SUBGRAPHS, Ordering, identity_ordering, partition_ordering
 from .tiling import TileStats, tile_stats
 
@@ -38,56 +39,179 @@ class Plan:
     extra: dict = field(default_factory=dict)
 
 
-def _prefix_makespans(model: CostModel, s: np.ndarray, b: np.ndarray, order: np.ndarray):
-    """Makespan of sending the first ``k`` tiles of ``order`` to the systolic array, all k.
+def _prefix_makespans(
+    model: CostModel, s: np.ndarray, b: np.ndarray, head: np.ndarray, m: int | None = None
+) -> np.ndarray:
+    """Makespan of sending the first ``k`` tiles of an order to the systolic array, all k.
 
-    ``s`` and ``b`` are every tile's sparse-engine cycles and bytes.
+    ``s`` and ``b`` are every tile's sparse-engine cycles and bytes; ``head`` is the order, or
+    its first part when the order continues past it (``m`` tiles in all, default
+    ``head.size``): then ``k`` runs over ``0 .. head.size``. Two buffers of ``head.size + 1``
+    integers, every step in place (this runs on tens of millions of tiles).
     """
-    m = order.size
-    k = np.arange(m + 1, dtype=np.int64)
-    left = np.empty(m + 1, np.int64)
-    left[0] = 0
-    np.cumsum(s[order], out=left[1:])
-    span = left[m] - left  # sparse-engine cycles of the tiles it keeps
-    span[:m] += model.sparse.fill_cycles
-    systolic = k * model.dense_cycles
-    systolic[1:] += model.systolic.fill_cycles
-    np.maximum(span, systolic, out=span)
-    np.cumsum(b[order], out=left[1:])
-    moved = (left[m] - left) + k * model.dense_bytes
-    memory = np.ceil(moved / model.bytes_per_cycle).astype(np.int64)
-    return np.maximum(span, memory, out=span)
+    m = head.size if m is None else m
+    r = head.size
+    # Sparse-engine cycles of the tiles it keeps: total - (prefix sum in this order).
+    span = np.empty(r + 1, np.int64)
+    span[0] = 0
+    np.take(s, head, out=span[1:])
+    np.cumsum(span[1:], out=span[1:])
+    np.subtract(int(s.sum()), span, out=span)
+    span[: min(r + 1, m)] += model.sparse.fill_cycles  # an idle engine pays no fill
+    work = np.arange(0, (r + 1) * model.dense_cycles, model.dense_cycles, dtype=np.int64)
+    work[1:] += model.systolic.fill_cycles
+    np.maximum(span, work, out=span)
+    # Bytes moved: total - sum over the first k of (sparse bytes - dense bytes).
+    work[0] = 0
+    np.take(b, head, out=work[1:])
+    work[1:] -= model.dense_bytes
+    np.cumsum(work[1:], out=work[1:])
+    np.subtract(int(b.sum()), work, out=work)
+    memory = np.divide(work, model.bytes_per_cycle)
+    del work
+    np.ceil(memory, out=memory)
+    # Cycle counts are far below 2**53, so the float maximum is exact.
+    return np.maximum(span, memory, out=span, casting="unsafe")
 
 
-def _descending(values: np.ndarray) -> np.ndarray:
-    """Stable order of ``values`` from largest to smallest (radix sort when it fits 16 bits)."""
-    top = int(values.max(initial=0))
-    if top < 1 << 16:
-        return np.argsort((top - values).astype(np.uint16), kind="stable")
-    return np.argsort(top - values, kind="stable")
+def _first_true(lo: int, hi: int, pred) -> int:
+    """Smallest ``j`` in ``[lo, hi]`` with ``pred(j)`` (monotone: False then True), else hi + 1."""
+    hi += 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
-def balance(model: CostModel, stats: TileStats) -> Plan:
-    """Best prefix plan over the orders by sparse cost and by density (see module docstring)."""
+def _best_in_uniform_tail(model: CostModel, r: int, u: int, su: int, bu: int) -> tuple[int, int]:
+    """First best ``(makespan, k)`` for ``k = r + 1 .. r + u`` when the last ``u`` tiles of the
+    order (after ``r``) are uniform: each costs the sparse engine ``su`` cycles and ``bu``
+    bytes.
+
+    After the head the sparse cycles fall linearly (to 0 when no tile is left), the systolic
+    cycles rise linearly, and the memory bound is the ceiling of a linear function: each is
+    monotone, so the makespan falls until the rising terms overtake the falling ones and then
+    rises. Two binary searches find the first minimum exactly, with the same integer and
+    float operations as :func:`_prefix_makespans`.
+    """
+    left_s = u * su  # sparse cycles of the tail
+    moved_r = u * bu + r * model.dense_bytes  # bytes moved when the head is dense
+    d, db, bpc = model.dense_cycles, model.dense_bytes, model.bytes_per_cycle
+    fill_s, fill_d = model.sparse.fill_cycles, model.systolic.fill_cycles
+
+    def sparse(j):
+        return left_s - j * su + (fill_s if j < u else 0)
+
+    def systolic(j):
+        return (r + j) * d + fill_d
+
+    def memory(j):
+        return math.ceil((moved_r - j * (bu - db)) / bpc)
+
+    falling = (sparse, memory) if bu > db else (sparse,)
+    rising = (systolic,) if bu > db else (systolic, memory)
+
+    def fall(j):
+        return max(f(j) for f in falling)
+
+    def rise(j):
+        return max(f(j) for f in rising)
+
+    cross = _first_true(1, u, lambda j: fall(j) <= rise(j))
+    best = (rise(cross), r + cross) if cross <= u else None
+    if cross >= 2:  # before the crossing the makespan is fall(j), non-increasing
+        value = fall(cross - 1)
+        if best is None or value <= best[0]:
+            best = (value, r + _first_true(1, cross - 1, lambda j: fall(j) <= value))
+    return best
+
+
+def _descending(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stable order of ``values`` (non-negative integers) from largest to smallest, in 2 parts.
+
+    Returns the sorted indices of every tile above the smallest value, then a mask of the
+    tiles holding the smallest value: they come last, in index order, found without sorting
+    (on large graphs they are most tiles, one non-zero each). The first part is sorted as
+    packed ``(top - value, index)`` 64-bit keys with numpy's SIMD sort; the keys are
+    distinct, so that is the stable order, at a fraction of the cost of a stable ``argsort``.
+    """
+    if values.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    at_low = values == values.min()
+    rest = np.flatnonzero(~at_low)
+    top = int(values.max())
+    if rest.size >= 1 << 32 or top >= 1 << 31:
+        rest = rest[np.argsort(top - values[rest], kind="stable")]
+    else:
+        key = (top - values[rest]).astype(np.int64)
+        key <<= 32
+        key |= rest
+        key.sort()
+        key &= (1 << 32) - 1
+        rest = key
+    return rest, at_low
+
+
+def _best_prefix(model: CostModel, s, b, head, at_low) -> tuple[int, int]:
+    """First best ``(makespan, k)`` over every prefix of the order ``head``, then ``at_low``.
+
+    ``head`` and ``at_low`` come from :func:`_descending`; the tiles in ``at_low`` follow
+    ``head`` in index order.
+    """
+    tail_size = int(np.count_nonzero(at_low))
+    uniform = tail_size > 1 and all(np.ptp(v[at_low]) == 0 for v in (s, b))
+    if not uniform:
+        head = np.concatenate([head, np.flatnonzero(at_low)])
+        tail_size = 0
+    spans = _prefix_makespans(model, s, b, head, head.size + tail_size)
+    k = int(np.argmin(spans))
+    best = (int(spans[k]), k)
+    if tail_size:
+        tail_tile = int(np.argmax(at_low))
+        in_tail = _best_in_uniform_tail(
+            model, head.size, tail_size, int(s[tail_tile]), int(b[tail_tile])
+        )
+        if in_tail[0] < best[0]:
+            best = in_tail
+    return best
+
+
+def balance(model: CostModel, stats: TileStats, costs: TileCosts | None = None) -> Plan:
+    """Best prefix plan over the orders by sparse cost and by density (see module docstring).
+
+    ``costs`` (:meth:`~.cost.CostModel.tile_costs` of ``stats``) saves recomputing them.
+    """
     m = stats.count
-    s = model.sparse_cycles(stats)
-    b = model.sparse_bytes(stats)
-    orders = {"sparse cost": _descending(s), "density": _descending(stats.nnz)}
+    if costs is None:
+        costs = model.tile_costs(stats)
+    s, b = costs.cycles, costs.bytes
     best = None
-    for name, order in orders.items():
-        spans = _prefix_makespans(model, s, b, order)
-        k = int(np.argmin(spans))
-        if best is None or spans[k] < best[0]:
-            best = (int(spans[k]), name, order, k)
-    _, name, order, k = best
+    for name, values in (("sparse cost", s), ("density", stats.nnz)):
+        head, at_low = _descending(values)
+        span, k = _best_prefix(model, s, b, head, at_low)
+        if best is None or span < best[0]:
+            best = (span, name, head, at_low, k)
+    _, name, head, at_low, k = best
     dense = np.zeros(m, bool)
-    dense[order[:k]] = True
-    return Plan("density-aware", dense, model.totals(stats, dense), {"order": name})
+    dense[head[:k]] = True
+    if k > head.size:
+        dense[np.flatnonzero(at_low)[: k - head.size]] = True
+    return Plan("density-aware", dense, model.totals(stats, dense, costs), {"order": name})
 
 
-def baselines(model: CostModel, stats: TileStats, threshold: float | None = None):
-    """The three reference plans, costed by the same model."""
+def baselines(
+    model: CostModel,
+    stats: TileStats,
+    threshold: float | None = None,
+    costs: TileCosts | None = None,
+):
+    """The three reference plans, costed by the same model (``costs`` as in :func:`balance`)."""
     m = stats.count
+    if costs is None:
+        costs = model.tile_costs(stats)
     theta = model.break_even_density() if threshold is None else float(threshold)
     plans = {}
     for name, dense in (
@@ -95,7 +219,7 @@ def baselines(model: CostModel, stats: TileStats, threshold: float | None = None
         ("all_sparse", np.zeros(m, bool)),
         ("threshold", stats.density >= theta),
     ):
-        plans[name] = Plan(name, dense, model.totals(stats, dense))
+        plans[name] = Plan(name, dense, model.totals(stats, dense, costs))
     plans["threshold"].extra["density"] = theta
     return plans
 
@@ -244,8 +368,9 @@ def map_adjacency(
     else:
         raise ValueError(f"reorder must be 'partition' or 'none', not {reorder!r}")
     stats = tile_stats(adjacency, ordering, model.tile)
-    plan = balance(model, stats)
-    refs = baselines(model, stats, threshold)
+    costs = model.tile_costs(stats)
+    plan = balance(model, stats, costs)
+    refs = baselines(model, stats, threshold, costs)
     best = min(refs.values(), key=lambda p: p.totals.makespan)
     if best.totals.makespan < plan.totals.makespan:
         plan = Plan(best.name, best.dense, best.totals, dict(best.extra))

@@ -69,22 +69,23 @@ def _shift(tile: int) -> int:
 def tile_keys(adjacency: sp.csr_matrix, ordering: Ordering, tile: int) -> np.ndarray:
     """Sorted ``(tile id, row in tile, column in tile)`` keys of every non-zero, int64."""
     s = _shift(tile)
-    n = adjacency.shape[0]
     bands = -(-ordering.size // tile)
     if bands >= 1 << ((63 - 2 * s) // 2):
         raise ValueError(f"{ordering.size} nodes in tiles of {tile} do not fit 64-bit keys")
     position = ordering.position
-    new_row = np.repeat(position, np.diff(adjacency.indptr))
-    new_col = position[adjacency.indices]
+    if adjacency.shape[0] != position.size:
+        raise ValueError(f"{adjacency.shape[0]} nodes but an ordering of {position.size}")
+    # The key's fields do not overlap, so it is the sum of a row part and a column part:
+    # ((tile row * bands) << 2s) + (row in tile << s) + (tile column << 2s) + column in tile.
+    # Both parts are per node; the non-zeros only repeat one and gather the other.
     mask = tile - 1
-    key = (new_row >> s) * bands
-    key += new_col >> s
-    key <<= 2 * s
-    key |= (new_row & mask) << s
-    key |= new_col & mask
-    del new_row, new_col
+    row_part = ((position >> s) * bands) << (2 * s)
+    row_part |= (position & mask) << s
+    col_part = (position >> s) << (2 * s)
+    col_part |= position & mask
+    key = np.repeat(row_part, np.diff(adjacency.indptr))
+    key += col_part[adjacency.indices]
     key.sort()
-    assert n == position.size
     return key
 
 
@@ -102,20 +103,20 @@ def stats_from_keys(key: np.ndarray, tile: int, bands: int) -> TileStats:
         return TileStats(
             tile, bands, empty.astype(np.int32), empty.astype(np.int32), empty, empty, empty
         )
-    tile_id = key >> (2 * s)
+    # Neighbouring sorted keys differ in a bit at or above 2s exactly where a new tile starts,
+    # and at or above s where a new (tile, row) starts: one XOR, two comparisons.
+    change = key[1:] ^ key[:-1]
     new_tile = np.empty(key.size, bool)
     new_tile[0] = True
-    np.not_equal(tile_id[1:], tile_id[:-1], out=new_tile[1:])
-    starts = np.flatnonzero(new_tile)
-    ids = tile_id[starts]
-    del tile_id
-    nnz = np.diff(np.r_[starts, key.size])
-    # Distinct rows: the sorted keys change (tile, row) at the first non-zero of each row.
-    row_key = key >> s
+    np.greater_equal(change, 1 << (2 * s), out=new_tile[1:])
     new_row = np.empty(key.size, bool)
     new_row[0] = True
-    np.not_equal(row_key[1:], row_key[:-1], out=new_row[1:])
-    del row_key
+    np.greater_equal(change, 1 << s, out=new_row[1:])
+    del change
+    starts = np.flatnonzero(new_tile)
+    del new_tile
+    ids = key[starts] >> (2 * s)
+    nnz = np.diff(np.r_[starts, key.size])
     rows = np.add.reduceat(new_row, starts, dtype=np.int64)
     del new_row
     # Distinct columns: OR of one-hot masks per tile, 64 columns per word.
@@ -123,11 +124,13 @@ def stats_from_keys(key: np.ndarray, tile: int, bands: int) -> TileStats:
     cols = np.zeros(starts.size, np.int64)
     one = np.uint64(1)
     for word in range(max(1, tile // 64)):  # at most T/64 passes, never per tile
-        in_word = (local_col >> 6) == word if tile > 64 else None
-        bits = one << (local_col & 63).astype(np.uint64)
-        if in_word is not None:
-            bits[~in_word] = 0
-        cols += np.bitwise_count(np.bitwise_or.reduceat(bits, starts)).astype(np.int64)
+        if tile > 64:
+            bits = one << (local_col & 63).astype(np.uint64)
+            bits[(local_col >> 6) != word] = 0
+        else:
+            bits = local_col.view(np.uint64)  # reuse the buffer: 1 << column, in place
+            np.left_shift(one, bits, out=bits)
+        cols += np.bitwise_count(np.bitwise_or.reduceat(bits, starts))
         del bits
     return TileStats(
         tile=tile,

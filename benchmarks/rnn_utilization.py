@@ -1,6 +1,6 @@
 """MAC utilization of the rnn engine: measured in RTL simulation and predicted by the scheduler.
 
-Run: ``python benchmarks/rnn_utilization.py [--array 32x32] [--hidden 128 256 512 1024]
+Run: ``python benchmarks/rnn_utilization.py [--array 16x16] [--hidden 128 256 512 1024]
 [--cycle-budget 2000000] [--simulator verilator]``.
 
 For each H (X = H, batch 1, int8 weights streamed on ``w_i`` at one tile per cycle, as from
@@ -33,7 +33,15 @@ def _array(text: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--array", type=_array, default=(32, 32), metavar="RxC")
+    parser.add_argument("--array", type=_array, default=(16, 16), metavar="RxC")
+    parser.add_argument(
+        "--predict-arrays",
+        type=_array,
+        nargs="*",
+        default=[(64, 64)],
+        metavar="RxC",
+        help="further arrays to print the scheduler's prediction for",
+    )
     parser.add_argument("--hidden", type=int, nargs="+", default=[128, 256, 512, 1024])
     parser.add_argument("--predict-up-to", type=int, default=4096)
     parser.add_argument("--cycle-budget", type=int, default=2_000_000)
@@ -94,24 +102,27 @@ def main(argv=None) -> int:
             f" {f['naive_predicted_utilization']:>9.4f} | {f['speedup']:>7.3f}x | {wall:>6.0f}"
         )
 
-    print()
-    print(f"scheduler prediction, {args.max_steps} steps, X = H, batch 1, {rows}x{cols} array")
-    print(
-        f"{'H':>5} {'tile':>7} {'cycles/step':>11} {'overlapped':>10} {'naive':>7}"
-        f" {'speed-up':>8}  reason"
-    )
-    h = 64
-    while h <= args.predict_up_to:
-        c = choose_shape(h, h, rows, cols, 1, args.max_steps)
-        program = build_program(h, h, c.tile_rows, c.tile_cols)
-        reason = c.reason.split(";")[0].replace("chosen ", "")
+    for arr in [(rows, cols), *args.predict_arrays]:
+        print()
         print(
-            f"{h:>5} {c.tile_rows:>3}x{c.tile_cols:<3} {c.prediction.cycles_per_step:>11}"
-            f" {c.prediction.utilization:>10.4f} {c.naive.utilization:>7.4f}"
-            f" {c.naive.cycles / c.prediction.cycles:>7.3f}x  "
-            f"{program.entries} tiles/step; {reason.split(': ', 1)[1]}"
+            f"scheduler prediction, {args.max_steps} steps, X = H, batch 1, {arr[0]}x{arr[1]} array"
         )
-        h *= 2
+        print(
+            f"{'H':>5} {'tile':>7} {'cycles/step':>11} {'overlapped':>10} {'naive':>7}"
+            f" {'speed-up':>8}  reason"
+        )
+        h = 64
+        while h <= args.predict_up_to:
+            c = choose_shape(h, h, arr[0], arr[1], 1, args.max_steps)
+            program = build_program(h, h, c.tile_rows, c.tile_cols)
+            reason = c.reason.split(";")[0].replace("chosen ", "")
+            print(
+                f"{h:>5} {c.tile_rows:>3}x{c.tile_cols:<3} {c.prediction.cycles_per_step:>11}"
+                f" {c.prediction.utilization:>10.4f} {c.naive.utilization:>7.4f}"
+                f" {c.naive.cycles / c.prediction.cycles:>7.3f}x  "
+                f"{program.entries} tiles/step; {reason.split(': ', 1)[1]}"
+            )
+            h *= 2
     print(
         "targets: utilization >= 0.90 from H = 256 up, prediction within 5% of RTL:",
         "met" if ok else "NOT met",

@@ -1,4 +1,4 @@
-"""``tandem`` command line: designs, generate, sim, synth, map, pack, model, cosim.
+"""``tandem`` command line: designs, generate, sim, synth, map, pack, model, cosim, perf.
 
 Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
 traceback).
@@ -211,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     tp = family.add_parser("decode", help="LLM decode with every decode attention on HPU cards")
     decode.add_arguments(tp)
     tp.set_defaults(func=decode.run)
+
+    from tandem.host import perf
+
+    p = sub.add_parser("perf", help="performance model: GPU alone vs GPU + HPU cards")
+    family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    tp = family.add_parser("decode", help="project LLM decode throughput against batch")
+    perf.add_arguments(tp)
+    tp.set_defaults(func=perf.run)
     return parser
 
 

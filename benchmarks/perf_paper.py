@@ -1,0 +1,78 @@
+"""The performance model next to the HPU paper's claims (Llama-2-7B, L40S, 4 x U55C, 1K/1K).
+
+Run: ``python benchmarks/perf_paper.py [--out DIR]``
+
+Projects decode for the paper's setup (:data:`tandem.host.perf.PAPER`) with
+:func:`tandem.host.perf.decode_projection` at batches 1..128 and prints, next to the paper's
+measured claims (up to 4.1x tokens/s over the GPU alone, which runs out of memory at large
+batches; 4.6x tokens/s/W), the model's best-against-best ratios, and how they move with the
+assumptions the model states: the read latency of the measured stream efficiency (2 or 100
+cycles), the engine clock (the board's 300 MHz or the ~200 MHz docs/hpu.md expects), engines
+per card, and a fixed PCIe latency per transfer. Nothing is fitted to the paper. Writes
+``perf_paper.json`` and ``perf_paper.png`` into ``--out`` (default ``build/benchmarks``).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tandem.host.perf import PAPER, decode_projection, paper_comparison, plot, table
+
+BATCHES = (1, 8, 16, 32, 48, 64, 96, 128)
+VARIANTS = (
+    ("as shipped (latency 100, 300 MHz, 16 engines/card)", {}),
+    ("read latency 2", {"latency": 2}),
+    ("engine clock 200 MHz", {"clock_mhz": 200.0}),
+    ("8 engines/card", {"engines": 8}),
+    ("32 engines/card", {"engines": 32}),
+    ("PCIe latency 5 us per transfer", {"pcie_latency_us": 5.0}),
+)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    setup = dict(
+        input_tokens=PAPER["input"],
+        output_tokens=PAPER["output"],
+        hpus=PAPER["hpus"],
+        hpu_board=PAPER["hpu_board"],
+    )
+    report = {"paper": PAPER, "variants": []}
+    for label, extra in VARIANTS:
+        rows = decode_projection(PAPER["model"], PAPER["gpu"], BATCHES, **setup, **extra)
+        cmp = paper_comparison(rows)
+        report["variants"].append({"label": label, "options": extra, "comparison": cmp})
+        if not extra:
+            print(table(rows))
+            plot(rows, args.out / "perf_paper.png")
+            report["rows"] = rows
+    print()
+    print(
+        f"HPU paper (measured): up to {PAPER['speedup']}x tokens/s, "
+        f"{PAPER['tokens_per_s_per_w_ratio']}x tokens/s/W"
+    )
+    print(f"{'model variant':<52} {'speed-up':>8} {'/paper':>7} {'tok/s/W':>8} {'/paper':>7}")
+    for v in report["variants"]:
+        c = v["comparison"]
+        print(
+            f"{v['label']:<52} {c['speedup']:>7.2f}x {c['speedup'] / PAPER['speedup']:>7.2f} "
+            f"{c['tokens_per_s_per_w_ratio']:>7.2f}x "
+            f"{c['tokens_per_s_per_w_ratio'] / PAPER['tokens_per_s_per_w_ratio']:>7.2f}"
+        )
+    first = report["variants"][0]["comparison"]
+    print(
+        f"GPU alone out of memory at batches {first['gpu_oom_batches']}; its best batch "
+        f"{first['gpu_best_batch']}, GPU + HPUs best at {first['hpu_best_batch']}"
+    )
+    path = args.out / "perf_paper.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path} and {args.out / 'perf_paper.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""Performance model (host/perf.py, ``tandem perf decode``): formulas on hand-computed cases,
+memory boundaries, the ping-pong schedule, JSON schema, CLI errors, the runtime cross-check."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from tandem.host.hpu import HpuParams, HpuRequest, pack_descriptor
+from tandem.host.perf import (
+    ModelShape,
+    StreamEfficiency,
+    decode_projection,
+    hpu_call_cycles,
+    hpu_params_for_model,
+    hpu_step_cycles,
+    load_efficiency,
+    load_model,
+    model_names,
+    paper_comparison,
+    pingpong_step,
+    place_sequences,
+    request_beats,
+)
+
+from tandem.boards import Gpu, load_board
+from tandem.cli import main
+from tandem.errors import UserError
+
+GIB = 1 << 30
+
+# A model small enough to compute by hand (see test_gpu_alone_by_hand).
+TOY = ModelShape(
+    name="toy",
+    full_name="toy",
+    layers=1,
+    hidden=4,
+    heads=2,
+    kv_heads=1,
+    head_dim=2,
+    intermediate=8,
+    vocab=16,
+    tied_embeddings=True,
+    dtype_bytes=2,
+    max_context=64,
+)
+# 1 GB/s and 1 GFLOP/s: every kernel takes max(bytes, flops) nanoseconds.
+SLOW = Gpu(
+    name="slow",
+    full_name="slow",
+    memory_gib=1.0,
+    memory_kind="test",
+    memory_bandwidth_gb_s=1.0,
+    fp16_dense_tflops=1e-3,
+    bf16_dense_tflops=1e-3,
+    pcie={"gen": 4, "lanes": 16, "bandwidth_gb_s": 31.5},
+    tdp_w=100.0,
+)
+
+
+def table_efficiency(rows) -> StreamEfficiency:
+    return StreamEfficiency(
+        params=HpuParams().to_dict(), command="test", simulator="test", seed=0, source="test",
+        batch=8, rows=tuple(rows),
+    )  # fmt: skip
+
+
+# --- model shapes --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        # Published parameter counts of the three models (sum of their checkpoints' tensors).
+        ("smollm2-135m", 134_515_008),
+        ("llama-2-7b", 6_738_415_616),
+        ("llama-3-8b", 8_030_261_248),
+    ],
+)
+def test_model_parameter_counts(name, params):
+    m = load_model(name)
+    assert m.params == params
+    assert m.weight_bytes == 2 * params
+
+
+def test_models_shipped_and_gqa():
+    assert {"llama-2-7b", "llama-3-8b", "smollm2-135m"} <= set(model_names())
+    assert load_model("llama-2-7b").gqa_group == 1
+    assert load_model("llama-3-8b").gqa_group == 4
+    assert load_model("smollm2-135m").gqa_group == 3
+    # Llama-2-7B, fp16: 2 * 32 layers * 4096 * 2 bytes = 512 KiB of KV per token.
+    assert load_model("llama-2-7b").kv_bytes_per_token == 512 << 10
+
+
+def test_unknown_model():
+    with pytest.raises(UserError, match="did you mean 'llama-2-7b'"):
+        load_model("llama-2-7")
+
+
+# --- HPU engine ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "shape", [dict(), dict(head_dim=128, gqa_group=1), dict(lanes=16, mem_data_bits=128)]
+)
+def test_request_beats_match_layout_and_descriptor(shape):
+    p = HpuParams(**shape)
+    for length in (1, 2, 31, 32, 33, 64, 100, 257):
+        reads, desc, out = request_beats(p, [length])
+        bursts = p.layout.read_bursts(
+            0, length - 1, value=False, beat_bytes=p.beat_bytes, max_beats=p.max_burst_beats
+        )
+        assert reads[0] == sum(b.beats for b in bursts)
+        request = HpuRequest(
+            seq_id=1, base=0, length=length,
+            q=np.zeros((p.gqa_group, p.head_dim), dtype=np.int64),
+            q_scale=np.ones(p.gqa_group), new_k=np.zeros(p.head_dim, dtype=np.int64),
+            new_k_scale=1.0, new_v=np.zeros(p.head_dim, dtype=np.int64), new_v_scale=1.0,
+        )  # fmt: skip
+        assert desc[0] == len(pack_descriptor(p, request)) // p.beat_bytes
+        assert out[0] == p.gqa_group * p.row_beats
+
+
+def test_efficiency_interpolation_and_fill():
+    eff = table_efficiency(
+        [
+            {"latency": 2, "tokens": 1, "beats": 100, "alone": 0.4, "queued": 0.5, "fill": 10},
+            {"latency": 2, "tokens": 2, "beats": 400, "alone": 0.8, "queued": 0.9, "fill": 20},
+        ]
+    )
+    # Linear in log2(beats): 200 beats is halfway between 100 and 400.
+    assert eff.efficiency(200, 2) == pytest.approx(0.6)
+    assert eff.efficiency(200, 2, queued=True) == pytest.approx(0.7)
+    assert eff.efficiency([10, 10_000], 2).tolist() == [0.4, 0.8]  # held at the ends
+    assert eff.fill_cycles(2) == 15
+    with pytest.raises(UserError, match="latency 7"):
+        eff.efficiency(100, 7)
+
+
+def test_measured_queue_streams_as_one_request():
+    """The data file's evidence for counting a call as one request of all its beats."""
+    eff = load_efficiency()
+    assert eff.params == HpuParams(max_seq_len=eff.params["max_seq_len"]).to_dict()  # defaults
+    rows = {(r["latency"], r["tokens"]): r for r in eff.rows}
+    checked = 0
+    for (latency, tokens), row in rows.items():
+        longer = rows.get((latency, tokens * eff.batch))
+        if longer is not None:
+            assert row["queued"] == pytest.approx(longer["alone"], abs=2e-3), (latency, tokens)
+            checked += 1
+    assert checked >= 4
+    # The figures the brief quotes: 2-cycle latency 0.998 / 0.9995, 100-cycle 0.914 / 0.977.
+    assert rows[(2, 512)]["alone"] == pytest.approx(0.998, abs=5e-4)
+    assert rows[(2, 2048)]["alone"] == pytest.approx(0.9995, abs=5e-4)
+    assert rows[(100, 512)]["alone"] == pytest.approx(0.914, abs=1e-3)
+    assert rows[(100, 2048)]["alone"] == pytest.approx(0.977, abs=5e-4)
+
+
+def test_call_cycles_by_hand():
+    p = HpuParams()  # head_dim 64, lanes 32, G 3, q int16
+    eff = table_efficiency(
+        [{"latency": 2, "tokens": 1, "beats": 10, "alone": 0.5, "queued": 0.5, "fill": 10}]
+    )
+    # 33 tokens with append: 32 rows read, one page: R = 2 + 32 * 2 = 66; D = 2 + 4 + 3 * 4 = 18;
+    # O = 3 * 2 = 6. Cycles = fill + max(R, D, O) + R * (1 / e - 1) = 10 + 66 + 66.
+    assert hpu_call_cycles(p, [33], efficiency=eff) == 142
+    # Length 2 (one row read): R = 2 + 2 = 4 < D = 18; stalls of the call (70 beats) 70.
+    assert hpu_call_cycles(p, [33, 2], efficiency=eff) == 10 + 66 + 18 + 70
+    assert hpu_call_cycles(p, [], efficiency=eff) == 0
+
+
+def test_step_cycles_follow_runtime_calls():
+    m = load_model("smollm2-135m")
+    p = hpu_params_for_model(m, 4096)
+    eff = load_efficiency()
+    contexts = [40, 50, 60]
+    # Sub-batches [0, 1] and [2]; one call per (sub-batch, layer), Hkv requests per sequence.
+    expected = m.layers * (
+        hpu_call_cycles(p, [40, 40, 40, 50, 50, 50]) + hpu_call_cycles(p, [60, 60, 60])
+    )
+    assert hpu_step_cycles(m, p, contexts, efficiency=eff) == {"hpu0": pytest.approx(expected)}
+    two = hpu_step_cycles(m, p, contexts, cards=2)
+    assert set(two) == {"hpu0", "hpu1"}  # sequences 0, 2 on hpu0, 1 on hpu1
+    assert two["hpu1"] == pytest.approx(m.layers * hpu_call_cycles(p, [50, 50, 50]))
+    # The runtime fills the card with the most free memory: a long sequence on hpu0 sends the
+    # next two to hpu1.
+    assert place_sequences(p, [1000, 10, 10, 10], 2) == [0, 1, 1, 1]
+    assert place_sequences(p, [64] * 5, 2) == [0, 1, 0, 1, 0]
+
+
+# --- ping-pong schedule --------------------------------------------------------------------
+def test_pingpong_by_hand():
+    # One sub-batch: nothing overlaps, L * chain.
+    step, terms, exposed = pingpong_step(3, [(1.0, 0.5, 2.0, 0.5)], head=1.0)
+    assert step == 3 * 4.0 + 1.0 and exposed == 0
+    # GPU-bound (g = 5 > pd + h + pu = 3): the GPU works 2 * 5 per layer without a gap, then
+    # the second sub-batch's last pd + h + pu = 3 trails.
+    step, terms, exposed = pingpong_step(4, [(5.0, 1.0, 1.0, 1.0)] * 2)
+    assert step == 4 * 10 + 3 and exposed == 3
+    # Cards-bound (h = 5): the cards start after g + pd = 2 and work 2 * 5 per layer, then pu.
+    step, terms, exposed = pingpong_step(4, [(1.0, 1.0, 5.0, 1.0)] * 2)
+    assert step == 2 + 4 * 10 + 1
+    # Chain-bound (g + pd + h + pu = 8 > 2 * max(g, h) = 6): the second sub-batch lags by
+    # max(g, h) = 3.
+    step, terms, exposed = pingpong_step(4, [(3.0, 1.0, 3.0, 1.0)] * 2)
+    assert terms["dependency chain"] == 8 and step == 4 * 8 + 3
+    # Vectorized over decode steps.
+    step, _, _ = pingpong_step(4, [(np.array([5.0, 1.0]), 1.0, np.array([1.0, 5.0]), 1.0)] * 2)
+    assert step.tolist() == [43, 43]
+
+
+# --- projections ---------------------------------------------------------------------------
+def test_gpu_alone_by_hand():
+    # TOY: Pl = 4*4 + 2*4*2 + 4*4 + 3*4*8 = 144 weights; activations 3*4 + 4 + 4 + 4 + 24 = 48
+    # elements per token. Batch 1: layer max(144*2 + 48*2 = 384 B, 288 FLOP) = 384 ns; head
+    # max(16*4*2 = 128 B, 2*16*4 = 128 FLOP) = 128 ns; attention at t tokens max(2*t*2*2 = 8t B,
+    # 4*2*2*t = 16t FLOP) = 16t ns. Input 2, output 2: t = 3, 4 -> steps 560 and 576 ns.
+    (row,) = decode_projection(TOY, SLOW, [1], input_tokens=2, output_tokens=2)
+    assert row["system"] == "gpu" and not row["oom"]
+    assert row["step_ms"] == pytest.approx(568e-6)
+    assert row["tokens_per_s"] == pytest.approx(2 / 1136e-9)
+    assert row["split_ms"]["gpu_linear"] == pytest.approx(512e-6)
+    assert row["split_ms"]["gpu_attention"] == pytest.approx(56e-6)
+    assert row["bottleneck"] == "gpu weight reads"
+    # Useful FLOPs: 2 steps * (2 * (144 + 64) + 16 * t) = 832 + 112 = 944 in 1136 ns at 1 GFLOP/s.
+    assert row["mfu"] == pytest.approx(944 / 1136)
+    assert row["tokens_per_s_per_w"] == pytest.approx(row["tokens_per_s"] / 100)
+
+
+def test_gpu_oom_boundary():
+    # Weights (144 + 8) + 16*4 + 4 = 220 params = 440 B; KV 8 B per token, 4 tokens per sequence.
+    fits = 10
+    gpu = replace(SLOW, memory_gib=(440 + fits * 4 * 8) / GIB)
+    rows = decode_projection(TOY, gpu, [fits, fits + 1], input_tokens=2, output_tokens=2)
+    assert [r["oom"] for r in rows] == [False, True]
+    assert rows[1]["tokens_per_s"] is None and "GiB" in rows[1]["oom_reason"]
+
+
+def test_hpu_kv_capacity_boundary():
+    m = load_model("llama-2-7b")
+    board = load_board("u55c")
+    region = hpu_params_for_model(m, 2048).layout.region_bytes(2048)
+    per_seq = m.layers * m.kv_heads * region
+    fits = int(board.memory[0]["capacity_gib"] * GIB // per_seq)  # sequences per card
+    rows = decode_projection(
+        m, "l40s", [2 * fits, 2 * fits + 1], hpus=2, input_tokens=1024, output_tokens=1024
+    )
+    hpu = [r for r in rows if r["system"] == "gpu+hpu"]
+    assert [r["oom"] for r in hpu] == [False, True]
+    assert "HBM" in hpu[1]["oom_reason"]
+    assert hpu[0]["memory"]["hpu_used_gib_per_card"] == pytest.approx(fits * per_seq / GIB)
+
+
+def test_gpu_plus_hpu_rows():
+    rows = decode_projection("llama-2-7b", "l40s", [1, 8, 64], hpus=4)
+    gpu = {r["batch"]: r for r in rows if r["system"] == "gpu"}
+    hpu = {r["batch"]: r for r in rows if r["system"] == "gpu+hpu"}
+    assert gpu[64]["oom"] and not hpu[64]["oom"]  # 64 x 2048 tokens of fp16 KV exceed 48 GiB
+    assert not gpu[8]["oom"]
+    for r in hpu.values():
+        assert r["hpu"]["efficiency"]["read_latency_cycles"] == 100
+        assert r["hpu"]["efficiency"]["source"].endswith("hpu_stream_efficiency.yaml")
+        assert r["hpu_bound"] in ("bandwidth", "compute")
+        assert r["split_ms"]["gpu_attention"] == 0
+        assert r["power_w"] == 350 + 4 * 150
+    # Ping-pong reads the weights once per sub-batch: twice the GPU-alone weight time.
+    assert hpu[8]["split_ms"]["gpu_linear"] > 1.9 * gpu[8]["split_ms"]["gpu_linear"] - 1
+    cmp = paper_comparison(rows)
+    assert cmp["gpu_oom_batches"] == [64] and cmp["hpu_best_batch"] == 64
+    assert cmp["speedup"] == pytest.approx(hpu[64]["tokens_per_s"] / gpu[8]["tokens_per_s"])
+
+
+def test_hpu_bound_switches_with_engines():
+    one = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=1)[-1]
+    many = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=64)[-1]
+    assert one["hpu_bound"] == "compute" and many["hpu_bound"] == "bandwidth"
+    assert one["split_ms"]["hpu"] > many["split_ms"]["hpu"]
+
+
+def test_projection_errors():
+    with pytest.raises(UserError, match="context"):
+        decode_projection("smollm2-135m", "l40s", [1], input_tokens=8000, output_tokens=1000)
+    with pytest.raises(UserError, match="latency"):
+        decode_projection("smollm2-135m", "l40s", [1], hpus=1, latency=5)
+    with pytest.raises(UserError, match="batch"):
+        decode_projection("smollm2-135m", "l40s", [0])
+
+
+# --- command line --------------------------------------------------------------------------
+def test_cli_json_schema(capsys):
+    status = main(
+        ["perf", "decode", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--hpus", "2",
+         "--batch", "1,4", "--input", "128", "--output", "64", "--json"]
+    )  # fmt: skip
+    assert status == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["system"], r["batch"]) for r in rows] == [
+        ("gpu", 1), ("gpu", 4), ("gpu+hpu", 1), ("gpu+hpu", 4),
+    ]  # fmt: skip
+    for r in rows:
+        assert isinstance(r["oom"], bool)
+        assert r["tokens_per_s"] > 0 and r["step_ms"] > 0
+        assert r["tokens_per_s"] == pytest.approx(r["batch"] * 1e3 / r["step_ms"])
+        assert {"bottleneck", "mfu", "tokens_per_s_per_w", "split_ms", "memory"} <= set(r)
+
+
+def test_cli_table_and_plot(tmp_path, capsys):
+    args = ["perf", "decode", "--model", "llama-2-7b", "--gpu", "l40s", "--hpus", "4"]
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    assert main([*args, "--plot", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert "OOM" in out and "HPU paper" in out and "read latency 100" in out
+    assert main([*args, "--plot", str(b), "--json"]) == 0
+    assert a.read_bytes() == b.read_bytes()  # reproducible bytes
+    assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model", "llama-9"], "unknown model"),
+        (["--gpu", "h200"], "unknown gpu"),
+        (["--hpus", "1", "--hpu-board", "u5c"], "unknown board"),
+        (["--batch", "1,x"], "--batch"),
+        (["--batch", "0"], "--batch"),
+        (["--input", "0"], "--input"),
+        (["--hpus", "-1"], "--hpus"),
+        (["--hpus", "1", "--hpu-latency", "3"], "latency"),
+        (["--hpus", "1", "--engines", "0"], "--engines"),
+        (["--hpus", "1", "--hpu-clock-mhz", "0"], "--hpu-clock-mhz"),
+        (["--input", "8000", "--output", "1000"], "context"),
+        (["--plot", "/nonexistent-dir/x.png"], "cannot write plot"),
+    ],
+)
+def test_cli_errors(extra, message, capsys):
+    args = {"--model": "smollm2-135m", "--gpu": "l40s"}
+    for i in range(0, len(extra), 2):
+        args[extra[i]] = extra[i + 1]
+    argv = ["perf", "decode", *[x for kv in args.items() for x in kv]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_missing_option(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["perf", "decode", "--gpu", "l40s"])
+    assert exc.value.code == 2
+    assert "--model" in capsys.readouterr().err
+
+
+# --- runtime cross-check -------------------------------------------------------------------
+def test_step_cycles_agree_with_runtime():
+    """SmolLM2-135M shape: predicted cycles per step within 10 % of the golden runtime's."""
+    torch = pytest.importorskip("torch")
+    from tandem.host.decode import Decoder, HpuAttention, Llama, hpu_params_for
+    from tandem.host.devices import HpuDevice
+    from tandem.host.model import LlamaConfig, random_llama
+
+    m = load_model("smollm2-135m")
+    # The runtime's cycles depend on the shape of attention only: the vocabulary is cut to keep
+    # the random weights small.
+    config = LlamaConfig(
+        n_layers=m.layers, dim=m.hidden, n_heads=m.heads, n_kv_heads=m.kv_heads,
+        hidden=m.intermediate, vocab=256,
+    )  # fmt: skip
+    assert (config.head_dim, config.gqa_group) == (m.head_dim, m.gqa_group)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = Llama(config, random_llama(config, 0), "cpu")
+        params = hpu_params_for(config, max_seq_len=512)
+        cards = [HpuDevice(params, memory_bytes=64 << 20, name=f"hpu{i}") for i in range(2)]
+        rng = np.random.default_rng(0)
+        lengths = [37, 90, 20, 64]
+        prompts = [rng.integers(0, 256, n).tolist() for n in lengths]
+        result = Decoder(model, HpuAttention(config, cards)).generate(prompts, 3)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(result.step_cycles) == 2
+    for step, measured in enumerate(result.step_cycles, start=1):
+        contexts = [n + step for n in lengths]  # the appended token included
+        capacities = [n + 3 for n in lengths]  # prompt + max_new_tokens, as the runtime reserves
+        predicted = hpu_step_cycles(m, params, contexts, cards=2, capacities=capacities, latency=2)
+        assert set(predicted) == set(measured)
+        for card, cycles in measured.items():
+            assert predicted[card] == pytest.approx(cycles, rel=0.10), (step, card)

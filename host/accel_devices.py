@@ -1,0 +1,734 @@
+"""Devices of the other accelerators: the sparse matrix engine, the SpMM engines, the LSTM engine.
+
+Each class is the host API of one design, in the style of :class:`~tandem.host.devices.HpuDevice`:
+small, synchronous, numpy in and out, with the cycles of every call::
+
+    mpe = SparseMatrixDevice()                     # sparse-mpe, backend="golden"
+    mpe.load(w_int8, "2:4")                        # or mpe.load("packed.npz") from `tandem pack nm`
+    y = mpe.gemv(x_int8)                           # int32 [rows] == W @ x (decode)
+    Y = mpe.gemm(X_int8)                           # int32 [rows, batch] == W @ X (prefill)
+
+    gcn = SpmmDevice(features=16)                  # systolic + sparse-engine, vck190 cost model
+    gcn.load(adjacency)                            # GCN-normalized CSR; maps it (tandem map spmm)
+    acc = gcn.aggregate(features_int)              # wrap(A_q @ X_q) in node order
+    r = gcn.gcn_layer(x, w)                        # X·W on torch, A·(XW) on the engines
+    gcn.last_engine_cycles                         # {"systolic": ..., "sparse-engine": ..., ...}
+
+    lstm = RnnDevice(RnnParams(batch=2))           # rnn
+    lstm.load(torch_lstm.state_dict())             # or lstm.load("lstm_x8_h16.program.npz")
+    h, c = lstm.run(lstm.quantize(x))              # (T, B, H) int trajectories
+
+Backends
+--------
+Every device reaches its engine through an :class:`EngineTransport`, the layer everything above
+is written against (the role :class:`~tandem.host.transport.Transport` plays for the HPU).
+``backend="golden"`` (default) runs the design's bit-exact numpy model and reports the cycles
+of the design's documented cycle behaviour (its performance model); ``backend="rtl"`` raises
+:class:`NotImplementedError` naming what is missing: the RTL co-simulation server
+(``sim/cosim/``, :mod:`tandem.host.transport_rtl`) serves only the ``hpu`` so far.
+
+Every device keeps ``last_cycles`` (the most recent call), ``total_cycles`` and ``calls``.
+Malformed calls raise :class:`ValueError` with one line naming the bad value; what the packer
+or mapper rejects raises their :class:`~tandem.errors.UserError` subclasses.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tandem.mappings.nm import NMPacked, NMPattern, mpe_streams, pack_nm
+from tandem.mappings.nm.engine import MpeStreams
+from tandem.mappings.rnn.schedule import sequence_cycles
+from tandem.mappings.rnn.tiling import TileProgram, build_program, packed_rows
+
+from .rnn import QuantLstm, RnnParams, lstm_golden, quantize_lstm, quantize_state
+from .sparse_dsp import SparseMpeParams, mpe_golden
+from .spmm import (
+    GcnResult,
+    SparseEngineParams,
+    SystolicParams,
+    gpu_transform,
+    mapped_spmm,
+    quantize_adjacency,
+    quantize_features,
+    sparse_engine_golden,
+    sparse_tile_stream,
+    systolic_decode,
+    systolic_golden,
+    systolic_tile_stream,
+)
+
+__all__ = [
+    "BACKENDS",
+    "EngineCall",
+    "EngineTransport",
+    "GoldenMpeTransport",
+    "GoldenRnnTransport",
+    "GoldenSpmmTransport",
+    "RnnDevice",
+    "RnnRequest",
+    "SparseMatrixDevice",
+    "SpmmDevice",
+    "SpmmRequest",
+    "make_engine_transport",
+    "mpe_cycles",
+    "unpack_lstm_tiles",
+]
+
+BACKENDS = ("golden", "rtl")
+
+#: Cycles of ``sparse-mpe`` beyond its weight beats and its last pass's result drain, for the
+#: default 8-stage chains: the chain's ``stages + 4`` beats to the result bank plus one
+#: serializer register. Fitted to (and reproducing exactly) the RTL cycles in docs/sparse_dsp.md.
+MPE_FILL_BEYOND_STAGES = 5
+
+
+# --- transports ----------------------------------------------------------------------------
+@dataclass
+class EngineCall:
+    """What :meth:`EngineTransport.run` returns: the engine's raw result and its cycles.
+
+    ``cycles`` is an int, or for the two SpMM engines a dict of per-engine cycles.
+    """
+
+    result: object
+    cycles: object
+
+
+class EngineTransport(ABC):
+    """How a device reaches its engine: one request in, the engine's raw result and cycles out.
+
+    Everything above (packing, mapping, tiling, unpacking, batching) is shared by every
+    backend, so a script runs unchanged on any of them.
+    """
+
+    backend = "abstract"
+    design = "abstract"
+
+    @abstractmethod
+    def run(self, request) -> EngineCall:
+        """Run one request (a design-specific object, see the golden transports)."""
+
+    def close(self) -> None:  # noqa: B027 (optional for transports with nothing to release)
+        """Release the backend; the transport is unusable afterwards."""
+
+
+def mpe_cycles(streams: MpeStreams) -> int:
+    """Modelled ``sparse-mpe`` cycles of one request, first weight beat to last result.
+
+    The weight stream runs one beat per cycle, a beat held for every token pair; a pass cannot
+    end before its results (one int32 per cycle) have left, and the last pass's results drain
+    after the pipeline::
+
+        cycles = passes * max(steps * n * pairs, R + 1) + R + stages + 5
+        R      = 2 * chains * segments * pairs          (results of one pass)
+
+    The activation load before the first weight beat is not counted (as in the benchmark).
+    """
+    p, lay, cfg = streams.params, streams.layout, streams.cfg
+    results = 2 * p.chains * lay.segs * lay.pairs
+    per_pass = max(lay.steps * cfg["n"] * lay.pairs, results + 1)
+    return lay.passes * per_pass + results + p.stages + MPE_FILL_BEYOND_STAGES
+
+
+class GoldenMpeTransport(EngineTransport):
+    """``sparse-mpe`` through :func:`~tandem.host.sparse_dsp.mpe_golden`.
+
+    A request is an :class:`~tandem.mappings.nm.engine.MpeStreams`; the result is the
+    engine's int32 result stream in output order; cycles from :func:`mpe_cycles`.
+    """
+
+    backend, design = "golden", "sparse-mpe"
+
+    def __init__(self, params: SparseMpeParams):
+        self.params = params
+
+    def run(self, request: MpeStreams) -> EngineCall:
+        out = mpe_golden(self.params, request.cfg, request.act_beats, request.w_beats)
+        return EngineCall(out, mpe_cycles(request))
+
+
+@dataclass
+class SpmmRequest:
+    """One aggregation: ``mapping`` of ``adjacency``, integer ``features`` (n, F)."""
+
+    mapping: object
+    adjacency: object
+    features: np.ndarray
+    streams: bool = False
+
+
+class GoldenSpmmTransport(EngineTransport):
+    """``systolic`` + ``sparse-engine`` on their golden models.
+
+    ``streams=False`` runs :func:`~tandem.host.spmm.mapped_spmm` (each engine's tiles summed
+    exactly, vectorized: the path :func:`~tandem.host.spmm.gcn_layer` takes);
+    ``streams=True`` sends every tile as its engine's beat stream through
+    :func:`~tandem.host.spmm.systolic_golden` or :func:`~tandem.host.spmm.sparse_engine_golden`
+    (slow, for checks). Cycles are the mapping's predicted ones (the cost model).
+    """
+
+    backend, design = "golden", "systolic+sparse-engine"
+
+    def run(self, request: SpmmRequest) -> EngineCall:
+        mapping = request.mapping
+        if request.streams:
+            acc = _stream_spmm(mapping, request.adjacency, request.features)
+        else:
+            acc, _ = mapped_spmm(
+                mapping, request.adjacency, request.features, mapping.model.systolic
+            )
+        totals = mapping.plan.totals
+        cycles = {
+            "systolic": int(totals.systolic_cycles),
+            "sparse-engine": int(totals.sparse_cycles),
+            "memory": int(totals.memory_cycles),
+            "makespan": int(totals.makespan),
+        }
+        return EngineCall(acc, cycles)
+
+
+def _stream_spmm(mapping, adjacency, features) -> np.ndarray:
+    """``wrap(A_q @ X_q)`` with every tile run as a beat stream through its engine's golden."""
+    import scipy.sparse as sp
+
+    from .arith import wrap
+
+    sysp, spp = mapping.model.systolic, mapping.model.sparse
+    stats, order = mapping.stats, mapping.ordering
+    t, f = stats.tile, features.shape[1]
+    coo = adjacency.tocoo()
+    permuted = sp.csr_matrix(
+        (quantize_adjacency(coo.data, sysp), (order.position[coo.row], order.position[coo.col])),
+        shape=(order.size,) * 2,
+        dtype=np.int64,
+    )
+    x = np.zeros((order.size, f), np.int64)
+    x[order.position] = features
+    out = np.zeros_like(x)
+    for k in range(stats.count):
+        i, j = int(stats.tile_row[k]), int(stats.tile_col[k])
+        block = permuted[i * t : (i + 1) * t, j * t : (j + 1) * t].toarray()
+        xb = x[j * t : (j + 1) * t]
+        if mapping.dense[k]:
+            rows = systolic_golden(sysp, *systolic_tile_stream(sysp, block, xb))
+            part = systolic_decode(sysp, rows, t, f)
+        else:
+            r, c = np.nonzero(block)
+            part = np.zeros((t, spp.passes(f) * spp.lanes), np.int64)
+            for lane0 in range(0, f, spp.lanes):
+                rr, sums = sparse_engine_golden(
+                    spp, *sparse_tile_stream(spp, r, c, block[r, c], xb, lane0)
+                )
+                np.add.at(part[:, lane0 : lane0 + spp.lanes], rr, sums)
+            part = part[:, :f]
+        out[i * t : (i + 1) * t] += part
+    return wrap(out, sysp.acc_bits)[order.position]
+
+
+@dataclass
+class RnnRequest:
+    """One engine command: ``model`` and ``program``, ``x`` (T, params.batch, X) int16."""
+
+    model: QuantLstm
+    program: TileProgram
+    x: np.ndarray
+
+
+class GoldenRnnTransport(EngineTransport):
+    """``rnn`` through :func:`~tandem.host.rnn.lstm_golden`; cycles from the scheduler's model.
+
+    Every command starts from zero state (as the engine does) and runs ``params.batch``
+    sequences; cycles are :func:`~tandem.mappings.rnn.schedule.sequence_cycles`, command
+    transfer to last output, which the RTL matches exactly (tests/test_rnn.py).
+    """
+
+    backend, design = "golden", "rnn"
+
+    def __init__(self, params: RnnParams):
+        self.params = params
+
+    def run(self, request: RnnRequest) -> EngineCall:
+        h, c = lstm_golden(self.params, request.model, request.x)
+        steps, batch = request.x.shape[:2]
+        cycles, _ = sequence_cycles(request.program, batch, steps)
+        return EngineCall((h, c), int(cycles))
+
+
+_GOLDEN = {
+    "sparse-mpe": GoldenMpeTransport,
+    "spmm": lambda params: GoldenSpmmTransport(),
+    "rnn": GoldenRnnTransport,
+}
+
+
+def make_engine_transport(design: str, backend: str, params=None) -> EngineTransport:
+    """The transport of ``design`` (``"sparse-mpe"``, ``"spmm"``, ``"rnn"``) on ``backend``."""
+    if backend == "golden":
+        return _GOLDEN[design](params)
+    if backend == "rtl":
+        raise NotImplementedError(
+            f"backend 'rtl' is not available for {design}: the RTL co-simulation server "
+            f"(sim/cosim/, host/transport_rtl.py) serves only the hpu; {design} needs a cocotb "
+            f"server module and an RtlTransport for its streams; use backend='golden'"
+        )
+    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+class _Device:
+    """Shared bookkeeping: backend, cycle counters, lifetime."""
+
+    design = "abstract"
+
+    def __init__(self, params, backend: str, name: str):
+        self.params = params
+        self.backend = backend
+        self.name = name
+        self.transport = make_engine_transport(self.design, backend, params)
+        #: Cycles of the most recent call, and of every call since creation.
+        self.last_cycles = 0
+        self.total_cycles = 0
+        self.calls = 0
+
+    def _count(self, cycles: int) -> None:
+        self.last_cycles = int(cycles)
+        self.total_cycles += int(cycles)
+        self.calls += 1
+
+    def close(self) -> None:
+        """Stop the backend; the device is unusable afterwards."""
+        self.transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _int_array(values, name: str, bits: int, ndim: tuple[int, ...]) -> np.ndarray:
+    """``values`` as int64, checked: integer dtype, signed ``bits`` range, ``ndim`` allowed."""
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integers (quantize first), not {array.dtype}")
+    if array.ndim not in ndim:
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, ndim))} dimensions, not shape {array.shape}"
+        )
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if array.size and (array.min() < lo or array.max() > hi):
+        raise ValueError(f"{name} must be int{bits} ({lo}..{hi})")
+    return array.astype(np.int64)
+
+
+# --- sparse-mpe ----------------------------------------------------------------------------
+class SparseMatrixDevice(_Device):
+    """The ``sparse-mpe`` N:M sparse int8 matrix engine (docs/sparse_dsp.md).
+
+    Parameters
+    ----------
+    params
+        Engine parameters (default :class:`~tandem.host.sparse_dsp.SparseMpeParams()`).
+    backend
+        ``"golden"`` (default) or ``"rtl"`` (not available yet: raises NotImplementedError).
+    name
+        Label in messages.
+
+    Notes
+    -----
+    ``gemv`` uses the matrix-vector mode (row pairs sharing indices fill both DSP lanes, see
+    ``prune_magnitude(..., pair_rows=True)``); ``gemm`` the matrix-matrix mode, ``max_batch``
+    tokens per request, larger batches as several requests. ``last_cycles`` is the modelled
+    cycles of the requests (:func:`mpe_cycles`).
+    """
+
+    design = "sparse-mpe"
+
+    def __init__(
+        self, params: SparseMpeParams | None = None, *, backend: str = "golden", name: str = "mpe0"
+    ):
+        super().__init__(SparseMpeParams() if params is None else params, backend, name)
+        self.packed: NMPacked | None = None
+
+    def load(self, weights, pattern: str | NMPattern | None = None) -> NMPacked:
+        """Load N:M weights: an :class:`~tandem.mappings.nm.NMPacked`, a packed ``.npz`` path
+        (as ``tandem pack nm`` writes it), or a dense int8 matrix [rows, cols] with ``pattern``.
+
+        Returns the packed matrix; raises :class:`~tandem.mappings.nm.NMError` (a UserError)
+        when the matrix is not N:M or the engine cannot hold it.
+        """
+        if isinstance(weights, (str, Path)):
+            if pattern is not None:
+                raise ValueError("a packed .npz carries its pattern; do not pass pattern")
+            try:
+                packed = NMPacked.load(weights)
+            except (OSError, KeyError, ValueError) as exc:
+                raise ValueError(f"{weights}: not a packed N:M .npz ({exc})") from None
+        elif isinstance(weights, NMPacked):
+            packed = weights
+        else:
+            if pattern is None:
+                raise ValueError("a dense weight matrix needs pattern (for example '2:4')")
+            if not isinstance(pattern, NMPattern):
+                pattern = NMPattern.parse(pattern)
+            packed = pack_nm(weights, pattern)
+        packed.pattern.check_supported(self.params.max_m)
+        cols_padded = packed.groups * packed.pattern.m
+        if cols_padded > self.params.max_k:
+            raise ValueError(
+                f"{packed.shape[1]} columns (padded to {cols_padded}) exceed max_k "
+                f"{self.params.max_k} of {self.name}"
+            )
+        self.packed = packed
+        return packed
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, cols) of the loaded matrix."""
+        return self._loaded().shape
+
+    def _loaded(self) -> NMPacked:
+        if self.packed is None:
+            raise ValueError(f"{self.name}: no weights loaded (call load first)")
+        return self.packed
+
+    def _result(self, y: np.ndarray) -> np.ndarray:
+        return y.astype(np.int32) if self.params.acc_bits <= 32 else y
+
+    def gemv(self, x) -> np.ndarray:
+        """``W @ x`` for one int8 vector ``x`` [cols] (decode): int32 [rows]."""
+        packed = self._loaded()
+        x = _int_array(x, "x", 8, (1,))
+        if x.shape[0] != packed.shape[1]:
+            raise ValueError(
+                f"x has {x.shape[0]} elements, the matrix has {packed.shape[1]} columns"
+            )
+        streams = mpe_streams(self.params, packed, x, "mv")
+        call = self.transport.run(streams)
+        self._count(call.cycles)
+        return self._result(streams.unpack(call.result))
+
+    def gemm(self, x) -> np.ndarray:
+        """``W @ X`` for int8 ``X`` [cols, batch] (prefill): int32 [rows, batch].
+
+        Batches above ``max_batch`` run as several requests; ``last_cycles`` is their sum.
+        """
+        packed = self._loaded()
+        x = _int_array(x, "x", 8, (2,))
+        if x.shape[0] != packed.shape[1]:
+            raise ValueError(f"X has {x.shape[0]} rows, the matrix has {packed.shape[1]} columns")
+        if x.shape[1] == 0:
+            raise ValueError("X has no columns (batch 0)")
+        chunk = self.params.max_batch
+        parts, cycles = [], 0
+        for start in range(0, x.shape[1], chunk):
+            streams = mpe_streams(self.params, packed, x[:, start : start + chunk], "mm")
+            call = self.transport.run(streams)
+            cycles += call.cycles
+            parts.append(streams.unpack(call.result))
+        self._count(cycles)
+        return self._result(np.concatenate(parts, axis=1))
+
+    def __repr__(self) -> str:
+        loaded = "empty" if self.packed is None else f"{self.shape} at {self.packed.pattern}"
+        return f"SparseMatrixDevice({self.name!r}, backend={self.backend!r}, {loaded})"
+
+
+# --- systolic + sparse-engine ----------------------------------------------------------------
+class SpmmDevice(_Device):
+    """The two SpMM engines (``systolic`` and ``sparse-engine``) of a GCN layer (docs/spmm.md).
+
+    Parameters
+    ----------
+    systolic, sparse
+        Engine parameter sets (defaults: the designs' defaults); formats must match.
+    features
+        F, output features of the layer (the cost model and the mapping are per F).
+    tile
+        Tile edge T of the mapping (default: the sparse engine's ``tile``).
+    board
+        Board name whose clock and memory bandwidth the cost model uses.
+    backend
+        ``"golden"`` (default) or ``"rtl"`` (not available yet: raises NotImplementedError).
+
+    Notes
+    -----
+    ``last_cycles`` is the predicted makespan of the last call and ``last_engine_cycles`` the
+    cost model's per-engine cycles (``systolic``, ``sparse-engine``, ``memory``, ``makespan``).
+    """
+
+    design = "spmm"
+
+    def __init__(
+        self,
+        systolic: SystolicParams | None = None,
+        sparse: SparseEngineParams | None = None,
+        *,
+        features: int,
+        tile: int | None = None,
+        board: str = "vck190",
+        backend: str = "golden",
+        name: str = "spmm0",
+    ):
+        from tandem.mappings.spmm.cost import CostModel
+
+        from tandem.boards import load_board
+
+        systolic = SystolicParams() if systolic is None else systolic
+        sparse = SparseEngineParams() if sparse is None else sparse
+        if features < 1:
+            raise ValueError(f"features must be at least 1, not {features}")
+        self.model = CostModel(
+            systolic, sparse, load_board(board), sparse.tile if tile is None else tile, features
+        )
+        super().__init__((systolic, sparse), backend, name)
+        self.mapping = None
+        self.adjacency = None
+        self.last_engine_cycles: dict = {}
+
+    @property
+    def features(self) -> int:
+        return self.model.features
+
+    def load(self, adjacency, *, normalize: bool = False, reorder: str = "partition", mapping=None):
+        """Map ``adjacency`` (square scipy sparse) onto the engines; returns the Mapping.
+
+        ``normalize=True`` applies the GCN normalization first (self loops, D^-1/2 A D^-1/2);
+        ``mapping`` reuses one made earlier by :func:`~tandem.mappings.spmm.mapper.map_adjacency`
+        for this adjacency (its cost model must have this device's F).
+        """
+        import scipy.sparse as sp
+        from tandem.mappings.spmm.graph import gcn_normalize
+        from tandem.mappings.spmm.mapper import map_adjacency
+
+        if not sp.issparse(adjacency) or adjacency.ndim != 2:
+            raise ValueError(
+                f"adjacency must be a scipy sparse matrix, not {type(adjacency).__name__}"
+            )
+        if adjacency.shape[0] != adjacency.shape[1]:
+            raise ValueError(f"adjacency must be square, not {adjacency.shape}")
+        a = gcn_normalize(adjacency) if normalize else sp.csr_matrix(adjacency)
+        a.sum_duplicates()
+        a.sort_indices()
+        if mapping is None:
+            mapping = map_adjacency(a, self.model, reorder=reorder, source=self.name)
+        elif mapping.nodes != a.shape[0] or mapping.model.features != self.features:
+            raise ValueError(
+                f"mapping is for {mapping.nodes} nodes and F={mapping.model.features}, not "
+                f"{a.shape[0]} nodes and F={self.features}"
+            )
+        self.mapping, self.adjacency = mapping, a
+        return mapping
+
+    def _loaded(self):
+        if self.mapping is None:
+            raise ValueError(f"{self.name}: no adjacency loaded (call load first)")
+        return self.mapping
+
+    def aggregate(self, features, *, streams: bool = False) -> np.ndarray:
+        """``wrap(A_q @ X_q)`` (int64, node order) for integer ``features`` (n, F).
+
+        ``streams=True`` runs every tile as its engine's beat stream (slow; same result).
+        """
+        mapping = self._loaded()
+        systolic = mapping.model.systolic
+        x = _int_array(features, "features", systolic.x_bits, (2,))
+        if x.shape != (mapping.nodes, self.features):
+            raise ValueError(f"features must be ({mapping.nodes}, {self.features}), not {x.shape}")
+        call = self.transport.run(SpmmRequest(mapping, self.adjacency, x, streams))
+        self.last_engine_cycles = call.cycles
+        self._count(call.cycles["makespan"])
+        return call.result
+
+    def gcn_layer(self, x, w, *, device: str | None = None, streams: bool = False) -> GcnResult:
+        """``A_hat · (X · W)``: ``X · W`` on torch (``device``), the aggregation on the engines.
+
+        Bit-exact with :func:`tandem.host.spmm.gcn_layer` on the same mapping (same transform,
+        same quantization; the aggregation goes through this device's backend).
+        """
+        mapping = self._loaded()
+        x, w = np.asarray(x), np.asarray(w)
+        if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
+            raise ValueError(f"x {x.shape} and w {w.shape} do not multiply")
+        if x.shape[0] != mapping.nodes or w.shape[1] != self.features:
+            raise ValueError(
+                f"x must have {mapping.nodes} rows and w {self.features} columns, "
+                f"not {x.shape} and {w.shape}"
+            )
+        systolic = mapping.model.systolic
+        xw, used = gpu_transform(x, w, device)
+        features, scale = quantize_features(xw, systolic)
+        acc = self.aggregate(features, streams=streams)
+        output = acc.astype(np.float64) * (scale / (1 << systolic.a_frac))
+        nonzeros = {
+            "systolic": int(mapping.stats.nnz[mapping.dense].sum()),
+            "sparse-engine": int(mapping.stats.nnz[~mapping.dense].sum()),
+        }
+        return GcnResult(output, acc, scale, features, used, nonzeros)
+
+    def __repr__(self) -> str:
+        loaded = "empty" if self.mapping is None else f"{self.mapping.nodes} nodes"
+        return f"SpmmDevice({self.name!r}, backend={self.backend!r}, F={self.features}, {loaded})"
+
+
+# --- rnn -------------------------------------------------------------------------------------
+def unpack_lstm_tiles(program: TileProgram, tiles, biases, w_frac: int) -> QuantLstm:
+    """The :class:`~tandem.host.rnn.QuantLstm` that :func:`~tandem.host.rnn.pack_tiles` packed.
+
+    Inverse of ``pack_tiles``: every program entry's tile goes back to its rows (unit-
+    interleaved) and its x or h column block; padding is dropped.
+    """
+    tr, tc = program.tile_rows, program.tile_cols
+    tiles = np.asarray(tiles, np.int64)
+    biases = np.asarray(biases, np.int64)
+    if tiles.shape != (program.entries, tr, tc):
+        raise ValueError(f"tiles must be {(program.entries, tr, tc)}, not {tiles.shape}")
+    if biases.shape != (program.row_blocks, tr):
+        raise ValueError(f"biases must be {(program.row_blocks, tr)}, not {biases.shape}")
+    rb, nx, nh = program.row_blocks, program.x_blocks, program.h_blocks
+    wt = np.zeros((rb, nx, tr, tc), np.int64)
+    ut = np.zeros((rb, nh, tr, tc), np.int64)
+    xs = program.src == 0
+    wt[program.row[xs], program.col[xs]] = tiles[xs]
+    ut[program.row[~xs], program.col[~xs]] = tiles[~xs]
+    wpad = wt.transpose(0, 2, 1, 3).reshape(rb * tr, nx * tc)
+    upad = ut.transpose(0, 2, 1, 3).reshape(rb * tr, nh * tc)
+    rows = packed_rows(program.hidden_size, tr)
+    valid = rows >= 0
+    gates = 4 * program.hidden_size
+    w = np.zeros((gates, program.input_size), np.int64)
+    u = np.zeros((gates, program.hidden_size), np.int64)
+    bias = np.zeros(gates, np.int64)
+    w[rows[valid]] = wpad[valid, : program.input_size]
+    u[rows[valid]] = upad[valid, : program.hidden_size]
+    bias[rows[valid]] = biases.reshape(-1)[valid]
+    # The npz writer stores the scalar as a one-element array.
+    w_frac = np.asarray(w_frac).reshape(-1)
+    if w_frac.size != 1:
+        raise ValueError(f"w_frac must be one integer, not {w_frac.size} values")
+    return QuantLstm(w=w, u=u, bias=bias, w_frac=int(w_frac[0]))
+
+
+class RnnDevice(_Device):
+    """The ``rnn`` LSTM engine (docs/rnn.md): one quantized LSTM layer, whole sequences.
+
+    Parameters
+    ----------
+    params
+        Engine parameters (default :class:`~tandem.host.rnn.RnnParams()`); ``batch`` sequences
+        run side by side per command.
+    backend
+        ``"golden"`` (default) or ``"rtl"`` (not available yet: raises NotImplementedError).
+
+    Notes
+    -----
+    Like the engine, every sequence starts from zero ``h`` and ``c``. A batch larger than
+    ``params.batch`` runs as several commands, a smaller one is padded with zero sequences
+    (the engine always runs ``params.batch``); ``last_cycles`` is the scheduler's predicted
+    cycles of those commands (:func:`~tandem.mappings.rnn.schedule.sequence_cycles`).
+    """
+
+    design = "rnn"
+
+    def __init__(
+        self, params: RnnParams | None = None, *, backend: str = "golden", name: str = "rnn0"
+    ):
+        super().__init__(RnnParams() if params is None else params, backend, name)
+        self.model: QuantLstm | None = None
+        self.program: TileProgram | None = None
+
+    def load(self, source, layer: int = 0) -> QuantLstm:
+        """Load an LSTM layer: a ``torch.nn.LSTM`` ``state_dict`` (quantized with
+        :func:`~tandem.host.rnn.quantize_lstm`), a ``.program.npz`` with weights as
+        ``tandem map rnn --state-dict`` writes it, or a :class:`~tandem.host.rnn.QuantLstm`.
+        """
+        p = self.params
+        if isinstance(source, (str, Path)):
+            from tandem.mappings.rnn.writer import load_program
+
+            try:
+                program, arrays = load_program(source)
+            except (OSError, KeyError, ValueError) as exc:
+                raise ValueError(f"{source}: not a tile program .npz ({exc})") from None
+            missing = {"tiles", "biases", "w_frac"} - set(arrays)
+            if missing:
+                raise ValueError(
+                    f"{source}: holds no weights ({', '.join(sorted(missing))} missing); "
+                    "write it with tandem map rnn --state-dict"
+                )
+            if (program.tile_rows, program.tile_cols) != (p.tile_rows, p.tile_cols):
+                raise ValueError(
+                    f"{source}: tiles are {program.tile_rows}x{program.tile_cols}, the engine's "
+                    f"{p.tile_rows}x{p.tile_cols}"
+                )
+            model = unpack_lstm_tiles(program, arrays["tiles"], arrays["biases"], arrays["w_frac"])
+        elif isinstance(source, QuantLstm):
+            model, program = source, None
+        elif hasattr(source, "keys"):
+            model, program = quantize_lstm(p, source, layer), None
+        else:
+            raise ValueError(
+                f"load takes a state_dict, a .program.npz path or a QuantLstm, not "
+                f"{type(source).__name__}"
+            )
+        if model.input_size > p.max_input or model.hidden_size > p.max_hidden:
+            raise ValueError(
+                f"LSTM of X={model.input_size}, H={model.hidden_size} exceeds max_input="
+                f"{p.max_input}, max_hidden={p.max_hidden}"
+            )
+        top = 1 << (p.weight_bits - 1)
+        for name, array in (("w", model.w), ("u", model.u)):
+            if array.size and (array.min() < -top or array.max() >= top):
+                raise ValueError(f"weights {name} do not fit weight_bits={p.weight_bits}")
+        if program is None:
+            program = build_program(model.input_size, model.hidden_size, p.tile_rows, p.tile_cols)
+        self.model, self.program = model, program
+        return model
+
+    def quantize(self, x) -> np.ndarray:
+        """Float inputs to the engine's int16 with ``state_frac`` fraction bits."""
+        return quantize_state(self.params, x)
+
+    def to_float(self, state) -> np.ndarray:
+        """int16 h or c to float."""
+        return np.asarray(state, np.float64) * 2.0**-self.params.state_frac
+
+    def run(self, x) -> tuple[np.ndarray, np.ndarray]:
+        """Run the sequences ``x`` (T, B, X) int16 from zero state: ``(h, c)``, each (T, B, H).
+
+        Bit-exact with :func:`~tandem.host.rnn.lstm_golden` on the loaded model.
+        """
+        p = self.params
+        if self.model is None:
+            raise ValueError(f"{self.name}: no LSTM loaded (call load first)")
+        x = _int_array(x, "x", 16, (3,))
+        steps, batch, width = x.shape
+        if width != self.model.input_size:
+            raise ValueError(
+                f"x has {width} inputs per step, the LSTM takes {self.model.input_size}"
+            )
+        if not 1 <= steps <= p.max_steps:
+            raise ValueError(f"steps must be 1..{p.max_steps} (max_steps), not {steps}")
+        if batch < 1:
+            raise ValueError("x holds no sequence (batch 0)")
+        hs, cs, cycles = [], [], 0
+        for start in range(0, batch, p.batch):
+            chunk = np.zeros((steps, p.batch, width), np.int64)
+            part = x[:, start : start + p.batch]
+            chunk[:, : part.shape[1]] = part
+            call = self.transport.run(RnnRequest(self.model, self.program, chunk))
+            h, c = call.result
+            hs.append(h[:, : part.shape[1]])
+            cs.append(c[:, : part.shape[1]])
+            cycles += call.cycles
+        self._count(cycles)
+        return np.concatenate(hs, axis=1), np.concatenate(cs, axis=1)
+
+    def __repr__(self) -> str:
+        loaded = (
+            "empty"
+            if self.model is None
+            else f"X={self.model.input_size} H={self.model.hidden_size}"
+        )
+        return f"RnnDevice({self.name!r}, backend={self.backend!r}, {loaded})"

@@ -293,8 +293,9 @@ def test_streamed_weights_are_bit_and_cycle_exact():
 
 
 def test_generated_verilog_is_reproducible_and_lists_the_streams():
-    from tandem.generate import generate
     from tandem.hw.rnn.design import RNN_DESIGN
+
+    from tandem.generate import generate
 
     params = RnnParams(max_input=12, max_hidden=8, tile_cols=4, weight_source="stream")
     first, second = generate(RNN_DESIGN, params), generate(RNN_DESIGN, params)

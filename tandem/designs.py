@@ -21,6 +21,7 @@ from tandem.hw.common.exp2 import Exp2
 from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
 from tandem.hw.hpu.engine import Hpu
+from tandem.hw.rnn.design import RNN_DESIGN  # noqa: F401  (registers `rnn` on import)
 from tandem.hw.sparse_dsp.chain import SparseDspChain
 from tandem.hw.sparse_dsp.mpe import SparseMpe
 from tandem.hw.spmm.sparse_engine import SparseEngine

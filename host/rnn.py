@@ -55,6 +55,7 @@ __all__ = [
     "cmd_payload",
     "decode_outputs",
     "dependency_latency",
+    "gru_golden",
     "lstm_accuracy",
     "lstm_golden",
     "out_fields",
@@ -99,7 +100,11 @@ class RnnParams(Params):
 
     design = "rnn"
 
-    cell: str = param("lstm", "recurrent cell (LSTM; GRU is planned)", choices=("lstm",))
+    cell: str = param(
+        "lstm",
+        "recurrent cell: lstm, or gru (PyTorch gate order r, z, n; linear_before_reset)",
+        choices=("lstm", "gru"),
+    )
     tile_rows: int = param(
         8,
         "gate rows per tile: 4 gates of tile_rows/4 hidden units",
@@ -304,16 +309,21 @@ def tanh_fixed(params: RnnParams, a) -> np.ndarray:
 # --- quantized model -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class QuantLstm:
-    """One quantized LSTM layer, rows in PyTorch order (gate blocks i, f, g, o).
+    """One quantized LSTM (or GRU) layer, rows in PyTorch order.
 
-    ``w`` (4H, X) and ``u`` (4H, H) are ``weight_bits`` integers with ``w_frac`` fraction bits;
-    ``bias`` (4H,) has ``w_frac + state_frac`` fraction bits.
+    LSTM: ``w`` (4H, X) and ``u`` (4H, H), gate blocks i, f, g, o; ``bias`` (4H,) is
+    ``b_ih + b_hh``. GRU (``cell = "gru"``): ``w`` (3H, X) and ``u`` (3H, H), gate blocks
+    r, z, n; ``bias`` is ``b_ih`` and ``bias_h`` is ``b_hh`` (kept apart because n needs
+    ``W_in x + b_in`` and ``W_hn h + b_hn`` separately). Weights are ``weight_bits`` integers
+    with ``w_frac`` fraction bits; biases have ``w_frac + state_frac``.
     """
 
     w: np.ndarray
     u: np.ndarray
     bias: np.ndarray
     w_frac: int
+    cell: str = "lstm"
+    bias_h: np.ndarray | None = None
 
     @property
     def input_size(self) -> int:
@@ -345,29 +355,42 @@ def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
     if f"weight_hr{key}" in state_dict:
         raise ValueError("LSTMs with projections (proj_size > 0) are not supported")
     hidden = u.shape[1]
-    if w.shape[0] != GATES * hidden or u.shape[0] != GATES * hidden:
-        raise ValueError(f"weight shapes {w.shape}, {u.shape} are not those of an LSTM")
+    gates = 3 if params.cell == "gru" else GATES
+    if w.shape[0] != gates * hidden or u.shape[0] != gates * hidden:
+        raise ValueError(
+            f"weight shapes {w.shape}, {u.shape} are not those of a {params.cell.upper()}"
+        )
     if hidden > params.max_hidden or w.shape[1] > params.max_input:
         raise ValueError(
             f"LSTM of X={w.shape[1]}, H={hidden} exceeds max_input={params.max_input}, "
             f"max_hidden={params.max_hidden}"
         )
-    bias = np.zeros(GATES * hidden)
-    for name in ("bias_ih", "bias_hh"):
-        if name + key in state_dict:
-            bias = bias + _as_numpy(state_dict[name + key])
+    parts = {
+        name: _as_numpy(state_dict[name + key])
+        if name + key in state_dict
+        else np.zeros(gates * hidden)
+        for name in ("bias_ih", "bias_hh")
+    }
+    bias = parts["bias_ih"] + parts["bias_hh"]
+    if params.cell == "gru":
+        bias = parts["bias_ih"]
     largest = max(np.abs(w).max(), np.abs(u).max(), 1e-30)
     qmax = (1 << (params.weight_bits - 1)) - 1
     w_frac = int(np.clip(math.floor(math.log2(qmax / largest)), 0, (1 << params.w_frac_bits) - 1))
     bias_limit = 1 << (params.acc_bits - 3)
-    while w_frac > 0 and np.abs(bias).max() * 2.0 ** (w_frac + params.state_frac) >= bias_limit:
+    largest_bias = max(np.abs(bias).max(), np.abs(parts["bias_hh"]).max())
+    while w_frac > 0 and largest_bias * 2.0 ** (w_frac + params.state_frac) >= bias_limit:
         w_frac -= 1
     scale = 2.0**w_frac
     wq = np.clip(np.rint(w * scale), -qmax - 1, qmax).astype(np.int64)
     uq = np.clip(np.rint(u * scale), -qmax - 1, qmax).astype(np.int64)
-    bq = np.rint(bias * 2.0 ** (w_frac + params.state_frac)).astype(np.int64)
+    bscale = 2.0 ** (w_frac + params.state_frac)
+    bq = np.rint(bias * bscale).astype(np.int64)
     if np.abs(bq).max(initial=0) >= bias_limit:
         raise ValueError("bias too large for the accumulator even with w_frac = 0")
+    if params.cell == "gru":
+        bh = np.rint(parts["bias_hh"] * bscale).astype(np.int64)
+        return QuantLstm(w=wq, u=uq, bias=bq, w_frac=w_frac, cell="gru", bias_h=bh)
     return QuantLstm(w=wq, u=uq, bias=bq, w_frac=w_frac)
 
 
@@ -423,9 +446,53 @@ def lstm_golden(
     return hs, cs
 
 
+def gru_golden(params: RnnParams, model: QuantLstm, x, h0=None) -> tuple[np.ndarray, np.ndarray]:
+    """Bit-exact model of the engine with ``cell = "gru"`` (PyTorch's GRU,
+    ``linear_before_reset``), vectorized over batch and units.
+
+    ``r, z = sigmoid(rescale(W x + b_i + U h + b_h))``; ``n_x = rescale(W_n x + b_in)`` and
+    ``n_h = rescale(U_n h + b_hn)`` each clamped like an activation input;
+    ``n = tanh(clamp(n_x + round_half_up(r * n_h, gate_frac)))``;
+    ``h' = sat16(round_half_up((1 - z) * n + z * (h << (gate_frac - state_frac)),
+    2 * gate_frac - state_frac))``. Returns ``(h, zeros)`` of shape ``(T, B, H)``: a GRU has
+    no c (the engine's c output carries zeros).
+    """
+    p = params
+    x = np.asarray(x, dtype=np.int64)
+    steps, batch, _ = x.shape
+    hid = model.hidden_size
+    h = np.zeros((batch, hid), np.int64) if h0 is None else np.asarray(h0, np.int64).copy()
+    hs = np.empty((steps, batch, hid), np.int64)
+    wt, ut = model.w.T.copy(), model.u.T.copy()
+    one = 1 << p.gate_frac
+    align = p.gate_frac - p.state_frac
+    out_shift = 2 * p.gate_frac - p.state_frac
+
+    def act_in(acc):
+        return np.clip(round_shift_right(acc, model.w_frac, "half_up"), -p.act_max, p.act_max)
+
+    for t in range(steps):
+        ax = x[t] @ wt + model.bias
+        ah = h @ ut + model.bias_h
+        r = sigmoid_fixed(p, act_in(ax[:, :hid] + ah[:, :hid]))
+        z = sigmoid_fixed(p, act_in(ax[:, hid : 2 * hid] + ah[:, hid : 2 * hid]))
+        nx, nh = act_in(ax[:, 2 * hid :]), act_in(ah[:, 2 * hid :])
+        pre = np.clip(nx + round_shift_right(r * nh, p.gate_frac, "half_up"), -p.act_max, p.act_max)
+        n = tanh_fixed(p, pre)
+        h = saturate(
+            round_shift_right((one - z) * n + z * (h << align), out_shift, "half_up"),
+            STATE_BITS,
+            True,
+        )
+        hs[t] = h
+    return hs, np.zeros_like(hs)
+
+
 def rnn_golden(params: RnnParams, inputs) -> tuple[np.ndarray, np.ndarray]:
-    """Registry entry point: ``inputs = (model, x)``; returns :func:`lstm_golden`'s ``(h, c)``."""
+    """Registry entry point: ``inputs = (model, x)``; ``(h, c)`` of every step."""
     model, x = inputs
+    if params.cell == "gru":
+        return gru_golden(params, model, x)
     return lstm_golden(params, model, x)
 
 
@@ -451,10 +518,26 @@ def pack_tiles(params: RnnParams, model: QuantLstm, program: TileProgram):
     nx, nh = program.x_blocks, program.h_blocks
     wpad = np.zeros((len(rows), nx * tc), np.int64)
     upad = np.zeros((len(rows), nh * tc), np.int64)
-    wpad[valid, :nx_in] = model.w[rows[valid]]
-    upad[valid, :nh_in] = model.u[rows[valid]]
     bias = np.zeros(len(rows), np.int64)
-    bias[valid] = model.bias[rows[valid]]
+    if params.cell == "gru":
+        # Packed rows per unit: r, z (W and U), n_x (W_in, b_in), n_h (U_hn, b_hn).
+        unit = np.arange(len(rows)) // GATES
+        slot = np.arange(len(rows)) % GATES
+        live = unit < nh_in
+        src = np.minimum(slot, 2) * nh_in + unit  # torch row of r, z, n
+        use_w = live & (slot != 3)
+        use_u = live & (slot != 2)
+        wpad[use_w, :nx_in] = model.w[src[use_w]]
+        upad[use_u, :nh_in] = model.u[src[use_u]]
+        bias[use_w] = model.bias[src[use_w]]
+        rz = live & (slot < 2)
+        bias[rz] += model.bias_h[src[rz]]
+        nh_rows = live & (slot == 3)
+        bias[nh_rows] = model.bias_h[src[nh_rows]]
+    else:
+        wpad[valid, :nx_in] = model.w[rows[valid]]
+        upad[valid, :nh_in] = model.u[rows[valid]]
+        bias[valid] = model.bias[rows[valid]]
     wt = wpad.reshape(program.row_blocks, tr, nx, tc).transpose(0, 2, 1, 3)
     ut = upad.reshape(program.row_blocks, tr, nh, tc).transpose(0, 2, 1, 3)
     tiles = np.where(
@@ -618,19 +701,24 @@ def torch_lstm_reference(module, x) -> tuple[np.ndarray, np.ndarray]:
         hs, cs = [], []
         for t in range(xt.shape[0]):
             _, state = module(xt[t : t + 1], state)
-            hs.append(state[0][-1].numpy().copy())
-            cs.append(state[1][-1].numpy().copy())
+            if isinstance(state, tuple):
+                hs.append(state[0][-1].numpy().copy())
+                cs.append(state[1][-1].numpy().copy())
+            else:  # GRU: h only
+                hs.append(state[-1].numpy().copy())
+                cs.append(np.zeros_like(hs[-1]))
     return np.stack(hs), np.stack(cs)
 
 
 def lstm_accuracy(params: RnnParams, module, x) -> dict[str, float]:
     """Max and mean abs error of h and c of the fixed-point engine against float32 torch.
 
-    ``module`` is a one-layer ``torch.nn.LSTM``; its ``state_dict`` is quantized with
+    ``module`` is a one-layer ``torch.nn.LSTM`` (or ``torch.nn.GRU`` with ``cell = "gru"``;
+    c errors are then 0); its ``state_dict`` is quantized with
     :func:`quantize_lstm`, ``x`` (float, ``(T, B, X)``) with :func:`quantize_state`.
     """
     model = quantize_lstm(params, module.state_dict())
-    hq, cq = lstm_golden(params, model, quantize_state(params, x))
+    hq, cq = rnn_golden(params, (model, quantize_state(params, x)))
     href, cref = torch_lstm_reference(module, x)
     scale = 2.0**-params.state_frac
     dh, dc = np.abs(hq * scale - href), np.abs(cq * scale - cref)

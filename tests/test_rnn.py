@@ -1,5 +1,5 @@
-"""rnn: activation tables, golden model vs torch.nn.LSTM, tiling, cycle model, schedule files,
-CLI, and the gateware in Amaranth's simulator (bit-exact and cycle-exact)."""
+"""rnn: activation tables, golden model vs torch.nn.LSTM and nn.GRU, tiling, cycle model,
+schedule files, CLI, and the gateware in Amaranth's simulator (bit-exact and cycle-exact)."""
 
 import numpy as np
 import pytest
@@ -8,6 +8,7 @@ from tandem.host.rnn import (
     RnnParams,
     activation_tables,
     dependency_latency,
+    gru_golden,
     lstm_accuracy,
     lstm_golden,
     pack_tiles,
@@ -303,3 +304,68 @@ def test_generated_verilog_is_reproducible_and_lists_the_streams():
     streams = first.manifest["streams"]
     assert set(streams) == {"tile_i", "cmd_i", "x_i", "w_i", "o"}
     assert streams["w_i"]["payload_width"] == params.tile_bits
+
+
+# --- GRU (PyTorch gate order, linear_before_reset) in the same engine ------------------------
+def _gru(x_size, h_size, seed=0, scale=1.0):
+    torch.manual_seed(seed)
+    module = torch.nn.GRU(x_size, h_size)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(scale)
+    return module
+
+
+@pytest.mark.parametrize("weight_bits", [16, 8])
+def test_gru_accuracy_against_torch_over_100_steps(weight_bits):
+    p = RnnParams(cell="gru", max_input=48, max_hidden=64, weight_bits=weight_bits)
+    x = np.random.default_rng(3).standard_normal((100, 3, 48))
+    err = lstm_accuracy(p, _gru(48, 64), x)
+    assert err["h_max"] < (2e-3 if weight_bits == 16 else 0.02), err
+
+
+def test_gru_tiles_keep_n_x_and_n_h_apart():
+    p = RnnParams(cell="gru", tile_rows=8, tile_cols=4, max_input=6, max_hidden=5)
+    model = quantize_lstm(p, _gru(6, 5).state_dict())
+    program = build_program(6, 5, 8, 4, cell="gru")
+    tiles, biases = pack_tiles(p, model, program)
+    for e in range(program.entries):
+        slots = np.arange(8) % 4
+        zero_slot = 3 if program.src[e] == 0 else 2  # n_h has no W, n_x no U
+        assert not tiles[e][slots == zero_slot].any()
+    assert program.useful_macs == 3 * 5 * (6 + 5)
+    # Bias of n_h rows is b_hn alone; r and z rows carry b_ih + b_hh.
+    assert biases.ravel()[3] == model.bias_h[2 * 5]
+    assert biases.ravel()[0] == model.bias[0] + model.bias_h[0]
+
+
+@pytest.mark.parametrize("shape", [(12, 20, 8, 4, 2), (5, 9, 32, 2, 3)])
+def test_gru_gateware_is_bit_and_cycle_exact(shape):
+    x_size, h_size, rows, cols, batch = shape
+    p = RnnParams(
+        cell="gru",
+        tile_rows=rows,
+        tile_cols=cols,
+        batch=batch,
+        max_input=x_size,
+        max_hidden=h_size,
+    )
+    model = quantize_lstm(p, _gru(x_size, h_size, seed=1, scale=2.0).state_dict())
+    rng = np.random.default_rng(4)
+    xs = [quantize_state(p, 2 * rng.standard_normal((t, batch, x_size))) for t in (1, 5)]
+    for naive in (False, True):
+        program = build_program(x_size, h_size, rows, cols, naive=naive, cell="gru")
+        run = run_sequences(p, model, program, xs)
+        for x, h, c, cycles in zip(xs, run.h, run.c, run.cycles):
+            hg, _ = gru_golden(p, model, x)
+            assert np.array_equal(h, hg) and not c.any()
+            assert cycles == sequence_cycles(program, batch, x.shape[0])[0]
+
+
+def test_cli_map_rnn_gru(tmp_path, capsys):
+    sd = tmp_path / "gru.pt"
+    torch.save(_gru(16, 24).state_dict(), sd)
+    args = ["map", "rnn", "--array", "8x8", "--no-plot", "--state-dict", str(sd)]
+    assert main(args + ["--cell", "gru", "-o", str(tmp_path)]) == 0
+    assert "GRU X=16 H=24" in capsys.readouterr().out
+    assert main(args + ["-o", str(tmp_path)]) == 2  # a GRU state_dict needs --cell gru

@@ -7,7 +7,7 @@ middle of a sequence and between sequences, and the overlapped and naive program
 cycle counts checked against the scheduler's prediction. The configurations cover H and X that
 are not multiples of the tile (40 on 8x8, 33 on 16x4, 12 on 8x4), h slices narrower and wider
 than a row block's units, batch 2 and 3, int8 and int16 weights, weights on chip and streamed
-(``weight_source``).
+(``weight_source``), and the GRU cell.
 """
 
 import pytest
@@ -23,6 +23,13 @@ CONFIGS = {
         "tile_cols": 4,
         "batch": 3,
         "weight_bits": 8,
+    },
+    "gru-x12-h20-8x4-b2": {
+        "cell": "gru",
+        "max_input": 12,
+        "max_hidden": 20,
+        "tile_rows": 8,
+        "tile_cols": 4,
     },
     "x8-h12-8x4-b2-stream": {
         "max_input": 8,

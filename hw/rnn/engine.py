@@ -419,49 +419,66 @@ class Rnn(wiring.Component):
                 m.d.sync += out.eq(value)
             return out
 
-        reads = []
+        gru = p.cell == "gru"
+        gates = []
         for r in range(tr):
-            kind = "tanh" if r % 4 == 2 else "sigmoid"
+            slot = r % 4
+            if gru and slot >= 2:
+                # n_x and n_h pass through (already clamped), two registers like a table lane.
+                delayed = [Signal(signed(p.act_bits), name=f"g{r}_d{k}") for k in (0, 1)]
+                with m.If(en):
+                    m.d.sync += [delayed[0].eq(a_reg[r]), delayed[1].eq(delayed[0])]
+                gates.append(delayed[1])
+                continue
+            kind = "tanh" if (slot == 2 and not gru) else "sigmoid"
             neg, rem, port = lookup(a_reg[r], tanh_rom if kind == "tanh" else sig_rom, f"g{r}")
-            reads.append((neg, rem, port, kind))
-        gates = [
-            interpolate(neg, rem, port, kind, f"g{r}")
-            for r, (neg, rem, port, kind) in enumerate(reads)
-        ]
+            gates.append(interpolate(neg, rem, port, kind, f"g{r}"))
 
-        # c read at stage 5+lv (data at 6+lv).
+        # c (GRU: the unit's previous h) read at stage 5+lv (data at 6+lv).
         cr = ctrl[5 + lv]
         m.d.comb += c_rd.addr.eq(cr.b * p.max_row_blocks + cr.row)
 
-        # --- stage 6+lv: cell update ------------------------------------------------------
+        # --- stage 6+lv: cell update (GRU: n's pre-activation) -----------------------------
         align = p.gate_frac - p.state_frac
         out_shift = 2 * p.gate_frac - p.state_frac
         cg = ctrl[6 + lv]
         c_new = [Signal(signed(STATE_BITS), name=f"c_new_{u}") for u in range(ub)]
+        n_pre = [Signal(signed(p.act_bits), name=f"n_pre_{u}") for u in range(ub)]
         o_gate = [Signal(signed(gw + 1), name=f"o_gate_{u}") for u in range(ub)]
         for u in range(ub):
-            i_g, f_g, g_g, o_g = gates[4 * u : 4 * u + 4]
+            g0, g1, g2, g3 = gates[4 * u : 4 * u + 4]
             c_old = Mux(cg.step0, 0, c_rd.data[u * STATE_BITS : (u + 1) * STATE_BITS].as_signed())
-            total = ((f_g * c_old) << align) + i_g * g_g
             with m.If(en):
-                m.d.sync += [
-                    c_new[u].eq(
-                        saturate(round_shift_right(total, out_shift, "half_up"), signed(STATE_BITS))
-                    ),
-                    o_gate[u].eq(o_g),
-                ]
+                if gru:  # g0 = r, g1 = z, g2 = n_x, g3 = n_h; c_new holds the old h
+                    gated = round_shift_right(g0 * g3, p.gate_frac, "half_up")
+                    m.d.sync += [
+                        n_pre[u].eq(_clamp(g2 + gated, p.act_max)),
+                        c_new[u].eq(c_old),
+                        o_gate[u].eq(g1),
+                    ]
+                else:  # g0 = i, g1 = f, g2 = g, g3 = o
+                    total = ((g1 * c_old) << align) + g0 * g2
+                    m.d.sync += [
+                        c_new[u].eq(
+                            saturate(
+                                round_shift_right(total, out_shift, "half_up"), signed(STATE_BITS)
+                            )
+                        ),
+                        o_gate[u].eq(g3),
+                    ]
 
-        # --- stage 7+lv: c write, tanh(c) read; 8+lv interpolate ---------------------
+        # --- stage 7+lv: c write (LSTM), tanh read; 8+lv interpolate -------------------
         cc = ctrl[7 + lv]
-        m.d.comb += [
-            c_wr.addr.eq(cc.b * p.max_row_blocks + cc.row),
-            c_wr.data.eq(Cat(*c_new)),
-            c_wr.en.eq(en & act_valid[7 + lv]),
-        ]
+        if not gru:
+            m.d.comb += [
+                c_wr.addr.eq(cc.b * p.max_row_blocks + cc.row),
+                c_wr.data.eq(Cat(*c_new)),
+                c_wr.en.eq(en & act_valid[7 + lv]),
+            ]
         tanh_c = []
-        o_later = []
         for u in range(ub):
-            neg, rem, port = lookup(_clamp(c_new[u], p.act_max), tanh_rom, f"tc{u}")
+            operand = n_pre[u] if gru else _clamp(c_new[u], p.act_max)
+            neg, rem, port = lookup(operand, tanh_rom, f"tc{u}")
             tanh_c.append(interpolate(neg, rem, port, "tanh", f"tc{u}"))
         c_hold = [
             Signal(signed(STATE_BITS), name=f"c_hold{k}_{u}") for k in (0, 1) for u in range(ub)
@@ -480,12 +497,27 @@ class Rnn(wiring.Component):
 
         # --- stage 9+lv: h = o * tanh(c); write, count and emit at its end ------------
         ce = ctrl[9 + lv]
-        h_new = [
-            saturate(
-                round_shift_right(o_later[u] * tanh_c[u], out_shift, "half_up"), signed(STATE_BITS)
-            )
-            for u in range(ub)
-        ]
+        if gru:  # h' = (1 - z) n + z h, with o_later = z and c_final = the old h
+            h_new = [
+                saturate(
+                    round_shift_right(
+                        ((1 << p.gate_frac) - o_later[u]) * tanh_c[u]
+                        + o_later[u] * (c_final[u] << align),
+                        out_shift,
+                        "half_up",
+                    ),
+                    signed(STATE_BITS),
+                )
+                for u in range(ub)
+            ]
+        else:
+            h_new = [
+                saturate(
+                    round_shift_right(o_later[u] * tanh_c[u], out_shift, "half_up"),
+                    signed(STATE_BITS),
+                )
+                for u in range(ub)
+            ]
         write = Signal()
         m.d.comb += write.eq(en & act_valid[9 + lv])
         unit0 = ce.row * ub
@@ -501,13 +533,19 @@ class Rnn(wiring.Component):
                     m.d.comb += h_wr.en[g * ub + u].eq(write & (group == g))
         else:
             m.d.comb += h_wr.en.eq(Mux(write, (1 << hw) - 1, 0))
+        if gru:  # the unit's h is its state: keep it where the LSTM keeps c
+            m.d.comb += [
+                c_wr.addr.eq(ce.b * p.max_row_blocks + ce.row),
+                c_wr.data.eq(Cat(*h_new)),
+                c_wr.en.eq(write),
+            ]
         with m.If(write):
             m.d.sync += done.eq(done + 1)
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(act_valid[9 + lv]),
                 self.o.payload.h.eq(Cat(*h_new)),
-                self.o.payload.c.eq(Cat(*c_final)),
+                self.o.payload.c.eq(0 if gru else Cat(*c_final)),
             ]
 
         # --- end of sequence: every result written and the output register empty ----------

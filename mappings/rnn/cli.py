@@ -27,7 +27,7 @@ def _array(text: str) -> tuple[int, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--cell", choices=("lstm",), default="lstm", help="recurrent cell (GRU is planned)"
+        "--cell", choices=("lstm", "gru"), default="lstm", help="recurrent cell (default lstm)"
     )
     parser.add_argument("--input", type=int, metavar="X", help="input size X")
     parser.add_argument("--hidden", type=int, metavar="H", help="hidden size H")
@@ -73,11 +73,11 @@ def _load_state_dict(path: str):
     if hasattr(obj, "state_dict"):
         obj = obj.state_dict()
     if not isinstance(obj, dict) or "weight_ih_l0" not in obj:
-        raise UserError(f"{path}: not an nn.LSTM state_dict (no 'weight_ih_l0')")
+        raise UserError(f"{path}: not an nn.LSTM or nn.GRU state_dict (no 'weight_ih_l0')")
     return obj
 
 
-def plot_utilization(path, input_size, array, batch, steps, marker=None) -> None:
+def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="lstm") -> None:
     """Utilization against hidden size (overlapped with the chosen shape, the array's own shape
     without reconfiguration, and naive), reproducible PNG."""
     import matplotlib
@@ -91,11 +91,15 @@ def plot_utilization(path, input_size, array, batch, steps, marker=None) -> None
     chosen, fixed, naive = [], [], []
     for h in SWEEP:
         x = input_size if input_size else h
-        choice = choose_shape(x, h, array[0], array[1], batch, steps)
+        choice = choose_shape(x, h, array[0], array[1], batch, steps, cell)
         chosen.append(choice.prediction.utilization)
         naive.append(choice.naive.utilization)
         if array[0] % 4 == 0 and array[0] <= 256 and array[1] <= 256:
-            fixed.append(predict(build_program(x, h, array[0], array[1]), batch, steps).utilization)
+            fixed.append(
+                predict(
+                    build_program(x, h, array[0], array[1], cell=cell), batch, steps
+                ).utilization
+            )
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     ax.plot(SWEEP, chosen, "o-", label="overlapped, tile shape chosen per H")
     if fixed:
@@ -108,7 +112,7 @@ def plot_utilization(path, input_size, array, batch, steps, marker=None) -> None
     ax.set_xlabel("hidden size H")
     ax.set_ylabel(f"MAC utilization over {steps} steps")
     xdesc = f"X = {input_size}" if input_size else "X = H"
-    ax.set_title(f"LSTM on a {array[0]}x{array[1]} MAC array, {xdesc}, batch {batch}")
+    ax.set_title(f"{cell.upper()} on a {array[0]}x{array[1]} MAC array, {xdesc}, batch {batch}")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
@@ -129,6 +133,12 @@ def run(args) -> int:
     x, h = args.input, args.hidden
     if state_dict is not None:
         sd_h = int(state_dict["weight_hh_l0"].shape[1])
+        gates = int(state_dict["weight_hh_l0"].shape[0]) // sd_h
+        if gates != (3 if args.cell == "gru" else 4):
+            raise UserError(
+                f"{args.state_dict}: a {'GRU' if gates == 3 else 'LSTM'} state_dict; "
+                f"use --cell {'gru' if gates == 3 else 'lstm'}"
+            )
         sd_x = int(state_dict["weight_ih_l0"].shape[1])
         if (x is not None and x != sd_x) or (h is not None and h != sd_h):
             raise UserError(
@@ -151,12 +161,13 @@ def run(args) -> int:
             "power-of-two row count that is a multiple of 4 (at most 256x256)"
         )
 
-    choice = choose_shape(x, h, rows, cols, args.batch, args.steps)
-    program = build_program(x, h, choice.tile_rows, choice.tile_cols)
+    choice = choose_shape(x, h, rows, cols, args.batch, args.steps, args.cell)
+    program = build_program(x, h, choice.tile_rows, choice.tile_cols, cell=args.cell)
     arrays = program_arrays(program)
     extra = {}
     if state_dict is not None:
         params = RnnParams(
+            cell=args.cell,
             tile_rows=choice.tile_rows,
             tile_cols=choice.tile_cols,
             batch=args.batch,
@@ -198,7 +209,13 @@ def run(args) -> int:
     if not args.no_plot:
         plot_path = Path(args.output) / f"{name}.utilization.png"
         plot_utilization(
-            plot_path, x, (rows, cols), args.batch, args.steps, marker=(h, p.utilization)
+            plot_path,
+            x,
+            (rows, cols),
+            args.batch,
+            args.steps,
+            marker=(h, p.utilization),
+            cell=args.cell,
         )
         paths.append(plot_path)
     for path in paths:

@@ -202,6 +202,7 @@ def choose_shape(
     array_cols: int,
     batch: int = 1,
     steps: int = 100,
+    cell: str = "lstm",
 ) -> ShapeChoice:
     """Pick the tile shape with the highest predicted MAC utilization for this LSTM.
 
@@ -215,7 +216,7 @@ def choose_shape(
         raise ValueError(f"no tile shape of {array_rows}x{array_cols} MACs has rows % 4 == 0")
     preds, programs = [], []
     for rows, cols in shapes:
-        program = build_program(input_size, hidden_size, rows, cols)
+        program = build_program(input_size, hidden_size, rows, cols, cell=cell)
         programs.append(program)
         preds.append(predict(program, batch, steps))
 
@@ -232,7 +233,7 @@ def choose_shape(
     if runner is not None:
         reason += "; next best " + _describe(preds[runner], programs[runner])
     naive_program = build_program(
-        input_size, hidden_size, chosen.tile_rows, chosen.tile_cols, naive=True
+        input_size, hidden_size, chosen.tile_rows, chosen.tile_cols, naive=True, cell=cell
     )
     return ShapeChoice(
         tile_rows=chosen.tile_rows,

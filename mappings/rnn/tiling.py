@@ -1,6 +1,7 @@
 """Tiling of the gate matrices ``[W | U]`` and the tile program of one time step.
 
-The gate matrix of an LSTM, ``[W | U]``, is ``4H x (X + H)``. Its rows are *interleaved by
+The gate matrix of an LSTM, ``[W | U]``, is ``4H x (X + H)`` (a GRU's has the same four rows
+per unit: r, z, n_x, n_h). Its rows are *interleaved by
 unit*: packed row ``4u + g`` is gate ``g`` (PyTorch order i, f, g, o) of hidden unit ``u``, so a
 row block of ``tile_rows`` rows holds all four gates of ``tile_rows / 4`` consecutive units and
 finishes those units' ``c`` and ``h`` by itself. Columns are split into ``x`` column blocks
@@ -71,6 +72,7 @@ class TileProgram:
     wait: np.ndarray
     need: np.ndarray
     end: np.ndarray
+    cell: str = "lstm"
 
     @property
     def units_per_block(self) -> int:
@@ -96,8 +98,10 @@ class TileProgram:
 
     @property
     def useful_macs(self) -> int:
-        """Multiply-accumulates of one step for one batch element, padding excluded."""
-        return GATES * self.hidden_size * (self.input_size + self.hidden_size)
+        """Multiply-accumulates of one step for one batch element, padding excluded (a GRU's
+        n_x and n_h rows hold zeros in their U and W halves: 3H (X + H) useful)."""
+        gates = 3 if self.cell == "gru" else GATES
+        return gates * self.hidden_size * (self.input_size + self.hidden_size)
 
     @property
     def array_macs(self) -> int:
@@ -122,9 +126,19 @@ def packed_rows(hidden_size: int, tile_rows: int) -> np.ndarray:
 
 
 def build_program(
-    input_size: int, hidden_size: int, tile_rows: int, tile_cols: int, *, naive: bool = False
+    input_size: int,
+    hidden_size: int,
+    tile_rows: int,
+    tile_cols: int,
+    *,
+    naive: bool = False,
+    cell: str = "lstm",
 ) -> TileProgram:
-    """The tile program of one step of an LSTM with the given sizes and tile shape."""
+    """The tile program of one step of an LSTM (or GRU) with the given sizes and tile shape.
+
+    A GRU uses the same four packed rows per unit: r, z, n_x (``W_in x + b_in``) and n_h
+    (``U_hn h + b_hn``), kept apart for PyTorch's ``linear_before_reset``.
+    """
     if tile_rows % GATES or tile_rows <= 0:
         raise ValueError(f"tile_rows must be a positive multiple of {GATES}, not {tile_rows}")
     if tile_cols <= 0:
@@ -168,6 +182,7 @@ def build_program(
         wait=wait.astype(np.int64),
         need=need.astype(np.int64),
         end=end,
+        cell=cell,
     )
 
 

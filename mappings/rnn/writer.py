@@ -36,6 +36,7 @@ def program_arrays(program: TileProgram) -> dict[str, np.ndarray]:
             program.tile_rows,
             program.tile_cols,
             int(program.naive),
+            int(program.cell == "gru"),
         ],
         dtype=np.int64,
     )
@@ -46,10 +47,16 @@ def load_program(path: str | Path) -> tuple[TileProgram, dict[str, np.ndarray]]:
     """Read an npz written by :func:`write_schedule`: the program and the other arrays."""
     with np.load(path) as data:
         arrays = {k: data[k] for k in data.files}
-    x, h, rows, cols, naive = (int(v) for v in arrays.pop("shape"))
+    x, h, rows, cols, naive, *gru = (int(v) for v in arrays.pop("shape"))
     fields = {name: arrays.pop(name) for name in FIELDS}
     program = TileProgram(
-        input_size=x, hidden_size=h, tile_rows=rows, tile_cols=cols, naive=bool(naive), **fields
+        input_size=x,
+        hidden_size=h,
+        tile_rows=rows,
+        tile_cols=cols,
+        naive=bool(naive),
+        cell="gru" if gru and gru[0] else "lstm",
+        **fields,
     )
     return program, arrays
 

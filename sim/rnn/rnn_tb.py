@@ -1,9 +1,9 @@
-"""cocotb regression of ``rnn`` against :func:`tandem.host.rnn.lstm_golden`.
+"""cocotb regression of ``rnn`` against :func:`tandem.host.rnn.rnn_golden`.
 
-The LSTM is X = ``max_input``, H = ``max_hidden`` of the generated engine (unless the plusargs
-below ask for less), with random weights
-(uniform in +-2/sqrt(H), so gates saturate now and then). Every test checks h and c of every
-step of every batch element bit for bit; the tests without backpressure also check that the
+The LSTM (or GRU, ``cell = gru``) is X = ``max_input``, H = ``max_hidden`` of the generated
+engine (unless the plusargs below ask for less), with random weights (uniform in
++-2/sqrt(H), so gates saturate now and then). Every test checks h and c of every step of
+every batch element bit for bit; the tests without backpressure also check that the
 sequence takes exactly the cycles :mod:`tandem.mappings.rnn.schedule` predicts.
 
 Plusargs (all optional): ``+rnn_input=X``, ``+rnn_hidden=H`` run a smaller LSTM than the
@@ -19,9 +19,9 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from tandem.host.rnn import (
     cmd_payload,
     decode_outputs,
-    lstm_golden,
     pack_tiles,
     quantize_lstm,
+    rnn_golden,
     tile_beats,
     weight_beats,
     x_beats,
@@ -50,11 +50,12 @@ class RnnBench:
         self.h_size = _plusarg("rnn_hidden", p.max_hidden)
         rng = self.tb.rng
         bound = 2.0 / np.sqrt(self.h_size)
+        rows = (3 if p.cell == "gru" else 4) * self.h_size
         state = {
-            "weight_ih_l0": rng.uniform(-bound, bound, (4 * self.h_size, self.x_size)),
-            "weight_hh_l0": rng.uniform(-bound, bound, (4 * self.h_size, self.h_size)),
-            "bias_ih_l0": rng.uniform(-bound, bound, 4 * self.h_size),
-            "bias_hh_l0": rng.uniform(-bound, bound, 4 * self.h_size),
+            "weight_ih_l0": rng.uniform(-bound, bound, (rows, self.x_size)),
+            "weight_hh_l0": rng.uniform(-bound, bound, (rows, self.h_size)),
+            "bias_ih_l0": rng.uniform(-bound, bound, rows),
+            "bias_hh_l0": rng.uniform(-bound, bound, rows),
         }
         self.model = quantize_lstm(p, state)
         self.program = None
@@ -73,7 +74,7 @@ class RnnBench:
         """Stream the tile program (weights, biases, entries) into the engine."""
         p = self.params
         self.program = build_program(
-            self.x_size, self.h_size, p.tile_rows, p.tile_cols, naive=naive
+            self.x_size, self.h_size, p.tile_rows, p.tile_cols, naive=naive, cell=p.cell
         )
         tiles, biases = pack_tiles(p, self.model, self.program)
         self.weight_words = weight_beats(p, tiles) if self.streamed else []
@@ -174,7 +175,7 @@ class RnnBench:
         return h, c, last[0] - start + 1
 
     def check(self, name: str, x, h, c) -> None:
-        hg, cg = lstm_golden(self.params, self.model, x)
+        hg, cg = rnn_golden(self.params, (self.model, x))
         Scoreboard(f"rnn.{name}.h", hg.reshape(-1), x.reshape(-1)).check(h.reshape(-1).tolist())
         Scoreboard(f"rnn.{name}.c", cg.reshape(-1), x.reshape(-1)).check(c.reshape(-1).tolist())
 

@@ -15,7 +15,7 @@ __all__ = ["RNN_DESIGN"]
 RNN_DESIGN = register(
     Design(
         name="rnn",
-        summary="LSTM tile dispatcher (SHARP-style): W.x of the next step and U.h tiles "
+        summary="LSTM/GRU tile dispatcher (SHARP-style): W.x of the next step and U.h tiles "
         "overlap the wait for h on one MAC array",
         params=RnnParams,
         generator=Rnn,

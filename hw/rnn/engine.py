@@ -1,4 +1,4 @@
-"""``rnn`` gateware: a tile dispatcher that runs an LSTM's tile program on a MAC array.
+"""``rnn`` gateware: a tile dispatcher that runs an LSTM's or GRU's tile program on a MAC array.
 
 Number formats and arithmetic: :mod:`tandem.host.rnn` (the golden model, bit-exact with this
 file). Tile program and its dependencies: :mod:`tandem.mappings.rnn.tiling`. Timing model:
@@ -10,15 +10,19 @@ Ports
     Loads the program, one beat per entry (tile): entry fields, the tile's weights and, on the
     first entry of a row block, its biases (:func:`tandem.host.rnn.tile_beats`). Accepted only
     between sequences. Addresses count from 0 and restart after the entry with ``end`` set.
-    Program, weights and biases live in memories and survive ``rst``.
+    Program, weights and biases live in memories and survive ``rst``. With
+    ``weight_source = "stream"`` the weights are not loaded here but arrive on ``w_i``.
+``w_i`` (streamed weights only)
+    One tile of weights per program entry, every step, in program order; batch element 0 of
+    the entry takes it, the other batch elements reuse it.
 ``cmd_i``
     Starts a sequence: ``steps``, ``x_blocks``, ``row_blocks``, ``w_frac``. h and c start at 0.
 ``x_i``
     ``tile_cols`` int16 inputs per beat, in step, batch, column-block order; taken while a
     sequence runs, at most one step ahead of the step being dispatched.
 ``o``
-    h and c of one row block's ``tile_rows / 4`` units for one batch element, in step, row
-    block, batch order.
+    h and c (GRU: zeros) of one row block's ``tile_rows / 4`` units for one batch element, in
+    step, row block, batch order.
 
 Cycle behaviour (what the scheduler models)
 -------------------------------------------
@@ -73,7 +77,11 @@ def _clamp(value, limit: int):
 
 
 class Rnn(wiring.Component):
-    """LSTM tile dispatcher + MAC array + activation units + cell/hidden update.
+    """LSTM/GRU tile dispatcher + MAC array + activation units + cell/hidden update.
+
+    GRU (``cell = "gru"``): the four rows of a unit are r, z, n_x, n_h; r and z lanes use the
+    sigmoid table, n_x and n_h pass through, the cell stage forms ``n_x + r * n_h`` for the tanh
+    table and ``h' = (1 - z) n + z h`` with the old h kept in the c memory.
 
     Parameters
     ----------

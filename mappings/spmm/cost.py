@@ -96,9 +96,9 @@ class TileCosts:
         chosen = int(np.count_nonzero(picked))
         in_multi = picked[self.multi]
         singles = chosen - int(np.count_nonzero(in_multi))
-        return (
-            int(self.multi_cycles[in_multi].sum()) + singles * self.single_cycles,
-            int(self.multi_bytes[in_multi].sum()) + singles * self.single_bytes,
+        return (  # sums with where=: no copy of the picked values
+            int(np.sum(self.multi_cycles, where=in_multi)) + singles * self.single_cycles,
+            int(np.sum(self.multi_bytes, where=in_multi)) + singles * self.single_bytes,
         )
 
 
@@ -186,14 +186,13 @@ class CostModel:
         """Sparse-engine cycles and bytes of every tile, computed once for many plans.
 
         The engine's formulas run once for all one-non-zero tiles and once per other tile
-        (:class:`TileCosts`).
+        (:class:`TileCosts`, which shares ``stats.multi``).
         """
-        multi = np.flatnonzero(stats.nnz != 1)
-        nnz, cols, rows = stats.nnz[multi], stats.cols[multi], stats.rows[multi]
+        nnz, cols, rows = stats.multi_nnz, stats.multi_cols, stats.multi_rows
         one = np.ones(1, np.int64)
         return TileCosts(
             count=stats.count,
-            multi=multi,
+            multi=stats.multi,
             multi_cycles=self.sparse.tile_cycles(nnz, cols, self.features),
             multi_bytes=self.sparse.tile_bytes(nnz, cols, rows, self.features),
             single_cycles=int(self.sparse.tile_cycles(one, one, self.features)[0]),

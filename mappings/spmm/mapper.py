@@ -32,7 +32,16 @@ from .graph import (
 from .parallel import DEFAULT_THREADS, background, run_all
 from .tiling import TileStats, tile_stats
 
-__all__ = ["Mapping", "balance", "map_adjacency", "map_graph", "npz_bytes", "write_mapping"]
+__all__ = [
+    "Mapping",
+    "balance",
+    "baselines",
+    "map_adjacency",
+    "map_graph",
+    "npz_bytes",
+    "plan_all",
+    "write_mapping",
+]
 
 EMPTY, SPARSE, DENSE = 0, 1, 2
 
@@ -47,46 +56,74 @@ class Plan:
     extra: dict = field(default_factory=dict)
 
 
-def _prefix_makespans(
+_PREFIX_CHUNK = 1 << 16
+"""Prefixes evaluated at once by :func:`_best_prefix_span`: its buffers stay in cache."""
+
+
+def _best_prefix_span(
     model: CostModel,
     s: np.ndarray,
     b: np.ndarray,
     head: np.ndarray,
     m: int | None = None,
     sums: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """Makespan of sending the first ``k`` tiles of an order to the systolic array, all k.
+    *,
+    chunk: int = _PREFIX_CHUNK,
+) -> tuple[int, int]:
+    """First best ``(makespan, k)`` of sending the first ``k`` tiles of an order to the
+    systolic array, over every ``k``.
 
     ``s`` and ``b`` are every tile's sparse-engine cycles and bytes (``sums``: their totals,
     if known); ``head`` is the order, or its first part when the order continues past it
-    (``m`` tiles in all, default ``head.size``): then ``k`` runs over ``0 .. head.size``. Two
-    buffers of ``head.size + 1`` integers, every step in place (this runs on tens of millions
-    of tiles).
+    (``m`` tiles in all, default ``head.size``): then ``k`` runs over ``0 .. head.size``.
+    The makespans are evaluated ``chunk`` prefixes at a time (the prefix sums carried from
+    one chunk to the next), so the buffers stay in cache on tens of millions of tiles; the
+    integer and float operations per ``k`` are the same whatever the chunk.
     """
     m = head.size if m is None else m
     s_sum, b_sum = (int(s.sum()), int(b.sum())) if sums is None else sums
     r = head.size
-    # Sparse-engine cycles of the tiles it keeps: total - (prefix sum in this order).
-    span = np.empty(r + 1, np.int64)
-    span[0] = 0
-    np.take(s, head, out=span[1:])
-    np.cumsum(span[1:], out=span[1:])
-    np.subtract(s_sum, span, out=span)
-    span[: min(r + 1, m)] += model.sparse.fill_cycles  # an idle engine pays no fill
-    work = np.arange(0, (r + 1) * model.dense_cycles, model.dense_cycles, dtype=np.int64)
-    work[1:] += model.systolic.fill_cycles
-    np.maximum(span, work, out=span)
-    # Bytes moved: total - sum over the first k of (sparse bytes - dense bytes).
-    work[0] = 0
-    np.take(b, head, out=work[1:])
-    work[1:] -= model.dense_bytes
-    np.cumsum(work[1:], out=work[1:])
-    np.subtract(b_sum, work, out=work)
-    memory = np.divide(work, model.bytes_per_cycle)
-    del work
-    np.ceil(memory, out=memory)
-    # Cycle counts are far below 2**53, so the float maximum is exact.
-    return np.maximum(span, memory, out=span, casting="unsafe")
+    dense_cycles, dense_bytes = model.dense_cycles, model.dense_bytes
+    fill_sparse, fill_systolic = model.sparse.fill_cycles, model.systolic.fill_cycles
+    size = min(chunk, r + 1)
+    span = np.empty(size, np.int64)
+    work = np.empty(size, np.int64)
+    memory = np.empty(size, np.float64)
+    before_s = before_b = 0  # over head[:lo]: sum of s, sum of (b - dense bytes)
+    best = None
+    for lo in range(0, r + 1, chunk):  # the prefixes k = lo .. hi - 1
+        hi = min(lo + chunk, r + 1)
+        n = hi - lo
+        taken = head[lo : hi - 1]  # the tiles that prefixes lo + 1 .. hi - 1 add
+        here, spare, ahead = span[:n], work[:n], memory[:n]
+        # Sparse-engine cycles of the tiles it keeps: total - (prefix sum in this order).
+        here[0] = before_s
+        np.take(s, taken, out=here[1:])
+        np.cumsum(here, out=here)
+        if hi <= r:  # carried to the next chunk: its first prefix also holds head[hi - 1]
+            before_s = int(here[-1]) + int(s[head[hi - 1]])
+        np.subtract(s_sum, here, out=here)
+        if lo < m:
+            here[: min(n, m - lo)] += fill_sparse  # an idle engine pays no fill
+        np.multiply(np.arange(lo, hi, dtype=np.int64), dense_cycles, out=spare)
+        spare[1 if lo == 0 else 0 :] += fill_systolic
+        np.maximum(here, spare, out=here)
+        # Bytes moved: total - sum over the first k of (sparse bytes - dense bytes).
+        spare[0] = before_b
+        np.take(b, taken, out=spare[1:])
+        spare[1:] -= dense_bytes
+        np.cumsum(spare, out=spare)
+        if hi <= r:
+            before_b = int(spare[-1]) + int(b[head[hi - 1]]) - dense_bytes
+        np.subtract(b_sum, spare, out=spare)
+        np.divide(spare, model.bytes_per_cycle, out=ahead)
+        np.ceil(ahead, out=ahead)
+        # Cycle counts are far below 2**53, so the float maximum is exact.
+        np.maximum(here, ahead, out=here, casting="unsafe")
+        k = int(np.argmin(here))
+        if best is None or here[k] < best[0]:
+            best = (int(here[k]), lo + k)
+    return best
 
 
 def _first_true(lo: int, hi: int, pred) -> int:
@@ -110,7 +147,7 @@ def _best_in_uniform_tail(model: CostModel, r: int, u: int, su: int, bu: int) ->
     cycles rise linearly, and the memory bound is the ceiling of a linear function: each is
     monotone, so the makespan falls until the rising terms overtake the falling ones and then
     rises. Two binary searches find the first minimum exactly, with the same integer and
-    float operations as :func:`_prefix_makespans`.
+    float operations as :func:`_best_prefix_span`.
     """
     left_s = u * su  # sparse cycles of the tail
     moved_r = u * bu + r * model.dense_bytes  # bytes moved when the head is dense
@@ -177,9 +214,7 @@ def _best_split(model: CostModel, s, b, head, tail_size, tail_cost, sums) -> tup
     ``head`` indexes ``s`` and ``b`` (cycles and bytes); ``sums`` are the totals over all
     tiles, head and tail.
     """
-    spans = _prefix_makespans(model, s, b, head, head.size + tail_size, sums)
-    k = int(np.argmin(spans))
-    best = (int(spans[k]), k)
+    best = _best_prefix_span(model, s, b, head, head.size + tail_size, sums)
     if tail_size:
         in_tail = _best_in_uniform_tail(model, head.size, tail_size, *tail_cost)
         if in_tail[0] < best[0]:
@@ -214,6 +249,26 @@ def _best_prefix(
     return _best_split(model, s, b, head, tail_size, (int(s[first]), int(b[first])), sums)
 
 
+def _singles_mask(costs: TileCosts) -> np.ndarray:
+    """``(count,)`` True for the tiles with one non-zero (all but ``costs.multi``)."""
+    mask = np.ones(costs.count, bool)
+    mask[costs.multi] = False
+    return mask
+
+
+def _at_least(stats: TileStats, nonzeros: float) -> np.ndarray:
+    """``(count,)`` True for the tiles with at least ``nonzeros`` non-zeros.
+
+    ``density >= theta`` is tested as ``nnz >= theta * T**2``, without the float density
+    array: ``nnz / T**2`` is exact, so is ``theta * T**2``.
+    """
+    if nonzeros > 1:  # only tiles with more than one non-zero can pass
+        mask = np.zeros(stats.count, bool)
+        mask[stats.multi[stats.multi_nnz >= nonzeros]] = True
+        return mask
+    return np.full(stats.count, nonzeros <= 1)  # every tile holds at least one
+
+
 def _order_plans(model: CostModel, stats: TileStats, costs: TileCosts) -> list:
     """One task per order (see :func:`balance`), each returning ``(makespan, k, name, head,
     tail)`` of its best prefix: the order is ``head`` (tile indices), then the tiles where
@@ -232,7 +287,7 @@ def _order_plans(model: CostModel, stats: TileStats, costs: TileCosts) -> list:
             span, k = _best_split(
                 model, costs.multi_cycles, costs.multi_bytes, order, costs.singles, single, sums
             )
-            return span, k, name, costs.multi[order], lambda: stats.nnz == 1
+            return span, k, name, costs.multi[order], lambda: _singles_mask(costs)
         s, b = costs.cycles, costs.bytes
         head, at_low = _descending(s if name == "sparse cost" else stats.nnz)
         known = ("s",) if name == "sparse cost" else ()
@@ -241,7 +296,7 @@ def _order_plans(model: CostModel, stats: TileStats, costs: TileCosts) -> list:
 
     return [
         lambda: plan("sparse cost", costs.single_cycles, lambda: costs.multi_cycles),
-        lambda: plan("density", 1, lambda: stats.nnz[costs.multi]),
+        lambda: plan("density", 1, lambda: stats.multi_nnz),
     ]
 
 
@@ -259,18 +314,7 @@ def balance(
     """
     if costs is None:
         costs = model.tile_costs(stats)
-    # Touch the shared sums once before the threads read them.
-    costs.total_cycles, costs.total_bytes  # noqa: B018
-    best = None
-    for plan in run_all(threads, _order_plans(model, stats, costs)):
-        if best is None or plan[0] < best[0]:
-            best = plan
-    _, k, name, head, tail = best
-    dense = np.zeros(stats.count, bool)
-    dense[head[:k]] = True
-    if k > head.size:
-        dense[np.flatnonzero(tail())[: k - head.size]] = True
-    return Plan("density-aware", dense, model.totals(stats, dense, costs), {"order": name})
+    return plan_all(model, stats, costs, threads=threads, with_baselines=False)[0]
 
 
 def baselines(
@@ -278,22 +322,63 @@ def baselines(
     stats: TileStats,
     threshold: float | None = None,
     costs: TileCosts | None = None,
-):
+) -> dict:
     """The three reference plans, costed by the same model (``costs`` as in :func:`balance`)."""
-    m = stats.count
     if costs is None:
         costs = model.tile_costs(stats)
+    tasks = _baseline_plans(model, stats, threshold, costs)
+    return {plan.name: plan for plan in (task() for task in tasks)}
+
+
+def plan_all(
+    model: CostModel,
+    stats: TileStats,
+    costs: TileCosts,
+    threshold: float | None = None,
+    *,
+    threads: int = DEFAULT_THREADS,
+    with_baselines: bool = True,
+) -> tuple[Plan, dict]:
+    """:func:`balance` and :func:`baselines` in one go: ``(plan, baselines)``.
+
+    The two order searches and the three baselines are independent tasks, handed to
+    ``threads`` threads together (the same plans with any number).
+    """
+    costs.total_cycles, costs.total_bytes  # noqa: B018 - summed once, before the threads
+    searches = _order_plans(model, stats, costs)
+    references = _baseline_plans(model, stats, threshold, costs) if with_baselines else []
+    done = run_all(threads, searches + references)
+    best = None
+    for found in done[: len(searches)]:
+        if best is None or found[0] < best[0]:
+            best = found
+    _, k, name, head, tail = best
+    dense = np.zeros(stats.count, bool)
+    dense[head[:k]] = True
+    if k > head.size:
+        dense[np.flatnonzero(tail())[: k - head.size]] = True
+    plan = Plan("density-aware", dense, model.totals(stats, dense, costs), {"order": name})
+    return plan, {ref.name: ref for ref in done[len(searches) :]}
+
+
+def _baseline_plans(model: CostModel, stats: TileStats, threshold, costs: TileCosts) -> list:
+    """One task per baseline (all dense, all sparse, fixed density threshold), each returning
+    its :class:`Plan`."""
+    m = stats.count
     theta = model.break_even_density() if threshold is None else float(threshold)
-    plans = {}
-    for name, dense in (
-        ("all_dense", np.ones(m, bool)),
-        ("all_sparse", np.zeros(m, bool)),
-        # density >= theta, without the float array: nnz / T**2 is exact, so is theta * T**2
-        ("threshold", stats.nnz >= theta * (stats.tile * stats.tile)),
-    ):
-        plans[name] = Plan(name, dense, model.totals(stats, dense, costs))
-    plans["threshold"].extra["density"] = theta
-    return plans
+
+    def plan(name, dense, extra=None):
+        return Plan(name, dense, model.totals(stats, dense, costs), extra or {})
+
+    return [
+        lambda: plan("all_dense", np.ones(m, bool)),
+        lambda: plan("all_sparse", np.zeros(m, bool)),
+        lambda: plan(
+            "threshold",
+            _at_least(stats, theta * (stats.tile * stats.tile)),
+            {"density": theta},
+        ),
+    ]
 
 
 @dataclass(frozen=True)
@@ -339,7 +424,7 @@ class Mapping:
                 {
                     "name": name,
                     "nodes": int(counts[k]),
-                    "nonzeros": int(self.stats.nnz[mine].sum()),
+                    "nonzeros": self.stats.nnz_sum(mine),
                     "tiles": {
                         "dense": dense,
                         "sparse": sparse,
@@ -388,8 +473,8 @@ class Mapping:
                 "dense": int(dense.sum()),
             },
             "nonzeros": {
-                "systolic": int(stats.nnz[dense].sum()),
-                "sparse-engine": int(stats.nnz[~dense].sum()),
+                "systolic": stats.nnz_sum(dense),
+                "sparse-engine": stats.nnz_sum(~dense),
             },
             "cycles": {
                 "systolic": totals.systolic_cycles,
@@ -447,14 +532,7 @@ def map_adjacency(
         raise ValueError(f"reorder must be 'partition' or 'none', not {reorder!r}")
     stats = tile_stats(adjacency, ordering, model.tile, threads=threads)
     costs = model.tile_costs(stats)
-    costs.total_cycles, costs.total_bytes  # noqa: B018 - summed once, before the threads
-    plan, refs = run_all(
-        threads,
-        [
-            lambda: balance(model, stats, costs, threads=max(1, threads - 1)),
-            lambda: baselines(model, stats, threshold, costs),
-        ],
-    )
+    plan, refs = plan_all(model, stats, costs, threshold, threads=threads)
     best = min(refs.values(), key=lambda p: p.totals.makespan)
     if best.totals.makespan < plan.totals.makespan:
         plan = Plan(best.name, best.dense, best.totals, dict(best.extra))

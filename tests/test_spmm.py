@@ -455,14 +455,78 @@ def test_threads_give_the_same_bits(graph, tile):
             assert b.data.tobytes() == a.data.tobytes()
 
 
-def test_threaded_tile_keys_sort_like_one_sort():
+def coo_stats(a, ordering, tile):
+    """{(tile row, tile col): (nnz, distinct rows, distinct cols)} from np.unique over COO."""
+    coo = a.tocoo()
+    pu, pv = ordering.position[coo.row], ordering.position[coo.col]
+    bands = -(-ordering.size // tile)
+    tile_of = (pu // tile) * bands + pv // tile
+    ids, nnz = np.unique(tile_of, return_counts=True)
+    rows = np.unique(tile_of * ordering.size + pu) // ordering.size
+    cols = np.unique(tile_of * ordering.size + pv) // ordering.size
+    r = np.bincount(np.searchsorted(ids, rows), minlength=ids.size)
+    c = np.bincount(np.searchsorted(ids, cols), minlength=ids.size)
+    return {
+        (int(i // bands), int(i % bands)): (int(z), int(x), int(y))
+        for i, z, x, y in zip(ids, nnz, r, c)
+    }
+
+
+def test_buckets_hold_no_more_tile_rows_than_32_bit_keys_can_count():
+    """T = 4096 with 41 tile rows: tile column and in-tile fields take 30 of a key's 32 bits,
+    so a bucket holds at most 4 tile rows; the statistics stay those of every tile."""
+    from tandem.mappings.spmm import tiling
+
+    nodes, tile = 41 * 4096 - 5, 4096
+    a = gcn_normalize(power_law(nodes, 300000, seed=11))
+    ordering = identity_ordering(nodes)
+    lay = tiling._layout(ordering, tile)
+    assert tiling._key_dtype(lay) == np.uint32 and lay.b + 2 * lay.s == 30
+    buckets = tiling._bucketed_keys(a, ordering, lay, 2, 1 << 30)  # no cut by non-zeros
+    assert np.diff(np.r_[buckets.first_band, lay.bands]).max() == 4
+    stats = tile_stats(a, ordering, tile)
+    got = {
+        (int(i), int(j)): (int(z), int(r), int(c))
+        for i, j, z, r, c in zip(stats.tile_row, stats.tile_col, stats.nnz, stats.rows, stats.cols)
+    }
+    assert got == coo_stats(a, ordering, tile)
+
+
+def test_tile_keys_are_the_sorted_keys_of_every_non_zero():
     from tandem.mappings.spmm.tiling import tile_keys
 
     a = gcn_normalize(power_law(5000, 400000, seed=7))
     order = partition_ordering(a, 16)
-    want = tile_keys(a, order, 16, threads=1)
-    for threads in (2, 3, 5):
+    coo = a.tocoo()
+    pu, pv = order.position[coo.row], order.position[coo.col]
+    bits = max(1, (-(-order.size // 16) - 1).bit_length())
+    want = np.sort(((pu >> 4) << (bits + 8)) | ((pv >> 4) << 8) | ((pu & 15) << 4) | (pv & 15))
+    for threads in (1, 2, 3, 5):
         assert np.array_equal(tile_keys(a, order, 16, threads=threads), want)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_tile_stats_do_not_depend_on_buckets_runs_threads_or_key_width(wide, monkeypatch):
+    """Tiny buckets and runs (many bucket boundaries inside a run, runs of one bucket), any
+    thread count, and 64-bit bucket keys (used when 32 bits do not leave room) all give the
+    statistics of a loop over the tiles."""
+    from tandem.mappings.spmm import tiling
+
+    if wide:
+        monkeypatch.setattr(tiling, "_key_dtype", lambda lay: np.uint64)
+    a = gcn_normalize(power_law(700, 4000, seed=3))
+    ordering = partition_ordering(a, 8)
+    want = brute_stats(a, ordering, 8)
+    for bucket, chunk, threads in ((1, 1, 1), (7, 50, 2), (300, 3, 3), (1 << 16, 1 << 17, 2)):
+        stats = tile_stats(a, ordering, 8, threads=threads, bucket=bucket, chunk=chunk)
+        got = {
+            (int(i), int(j)): (int(z), int(r), int(c))
+            for i, j, z, r, c in zip(
+                stats.tile_row, stats.tile_col, stats.nnz, stats.rows, stats.cols
+            )
+        }
+        assert got == want, (bucket, chunk, threads)
+        assert np.all(np.diff(stats.tile_id) > 0)
 
 
 def test_parallel_helpers():

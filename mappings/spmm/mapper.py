@@ -38,7 +38,9 @@ __all__ = [
     "baselines",
     "map_adjacency",
     "map_graph",
+    "map_ordered",
     "npz_bytes",
+    "order_nodes",
     "plan_all",
     "write_mapping",
 ]
@@ -523,13 +525,35 @@ def map_adjacency(
         Threads for the large passes (see :mod:`.parallel`); the mapping is the same with
         any number, 1 runs everything in the calling thread.
     """
-    n = adjacency.shape[0]
+    ordering = order_nodes(adjacency, model.tile, reorder, threads=threads)
+    return map_ordered(
+        adjacency, ordering, model, threshold=threshold, source=source, threads=threads
+    )
+
+
+def order_nodes(
+    adjacency: sp.csr_matrix, tile: int, reorder: str, *, threads: int = DEFAULT_THREADS
+) -> Ordering:
+    """The node order of ``reorder`` (``"partition"`` or ``"none"``, see :func:`map_adjacency`)."""
     if reorder == "partition":
-        ordering = partition_ordering(adjacency, model.tile, threads=threads)
-    elif reorder == "none":
-        ordering = identity_ordering(n)
-    else:
-        raise ValueError(f"reorder must be 'partition' or 'none', not {reorder!r}")
+        return partition_ordering(adjacency, tile, threads=threads)
+    if reorder == "none":
+        return identity_ordering(adjacency.shape[0])
+    raise ValueError(f"reorder must be 'partition' or 'none', not {reorder!r}")
+
+
+def map_ordered(
+    adjacency: sp.csr_matrix,
+    ordering: Ordering,
+    model: CostModel,
+    *,
+    threshold: float | None = None,
+    source: str = "graph",
+    threads: int = DEFAULT_THREADS,
+) -> Mapping:
+    """:func:`map_adjacency` with the node order given: tile statistics, costs, balancing and
+    baselines."""
+    n = adjacency.shape[0]
     stats = tile_stats(adjacency, ordering, model.tile, threads=threads)
     costs = model.tile_costs(stats)
     plan, refs = plan_all(model, stats, costs, threshold, threads=threads)
@@ -563,22 +587,20 @@ def map_graph(
     The same as :func:`~.graph.gcn_normalize` (its errors name ``path``, default ``source``)
     then :func:`map_adjacency`. The mapping reads only the pattern of ``A + I``, so with
     ``threads > 1`` the normalization's degrees and scaling run in a thread of their own
-    beside the partition and the tiling. A degree error is raised before any error of the
+    beside the partition, whose scipy parts leave a core idle; the tiling, which keeps every
+    thread busy, starts once both are done. A degree error is raised before any error of the
     mapping.
     """
     path = source if path is None else path
     a = with_self_loops(graph, source=path)
     scaled = background(threads, lambda: normalize_in_place(a, source=path, threads=1))
-    if threads == 1:
-        scaled.result()  # ran already: a degree error stops here
     try:
-        mapping = map_adjacency(
-            a, model, reorder=reorder, threshold=threshold, source=source, threads=threads
-        )
+        ordering = order_nodes(a, model.tile, reorder, threads=threads)
     finally:
-        error = scaled.exception()
+        error = scaled.exception()  # waits for the normalization
         if error is not None:
             raise error
+    mapping = map_ordered(a, ordering, model, threshold=threshold, source=source, threads=threads)
     return a, mapping
 
 

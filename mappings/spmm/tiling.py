@@ -1,27 +1,35 @@
 """T x T tiles of the reordered adjacency and their statistics, vectorized over the non-zeros.
 
-Every non-zero gets one 64-bit key, ``(tile row, tile column, row in tile, column in tile)``
-packed so that sorting the keys (numpy's SIMD sort) groups the non-zeros by tile in row-major
-order inside each tile.
+Every non-zero gets a key, ``(tile row, tile column, row in tile, column in tile)`` packed so
+that sorting the keys (numpy's SIMD sort) groups the non-zeros by tile in row-major order
+inside each tile. The keys are not sorted in one piece:
 
-The keys are not sorted in one piece. They are written into *buckets*, runs of whole tile
-rows holding about :data:`BUCKET` non-zeros each: every CSR row goes, whole, to the next free
-place of its bucket (a stable scatter whose destinations are counted per row, not per
-non-zero). Every key of a bucket is below every key of the next, so the buckets sorted one
-by one are the sorted keys; and a bucket is sorted and then scanned while it sits in a core's
-cache, instead of one pass over main memory per step. Buckets are independent, so threads
-take them in turns. From a bucket's sorted keys, with no Python loop over tiles or non-zeros:
+* **Buckets.** The tile rows are cut into buckets of a few consecutive tile rows each, about
+  :data:`BUCKET` non-zeros. Inside a bucket a key only needs the tile row's offset from the
+  bucket's first one, so it fits 32 bits (``b + 2s`` bits of tile column and in-tile fields,
+  ``T = 2**s``, the rest for the offset; a bucket holds at most as many tile rows as fit).
+  Every CSR row goes, whole, to the next free place of its bucket: a stable scatter whose
+  destinations are counted per row, not per non-zero.
+* **Sort.** Each bucket is sorted on its own: 32-bit keys, in a core's cache, several times
+  faster per key than one sort of 64-bit keys over main memory. Buckets in order are the
+  sorted matrix.
+* **Scan.** Runs of consecutive sorted buckets (about :data:`CHUNK` keys) are scanned while
+  in cache, with no Python loop over tiles or non-zeros:
 
-* tile starts: neighbouring keys differ in a bit at or above ``2s`` (``T = 2**s``): one XOR,
-  one comparison;
-* non-zeros per tile: distances between the starts;
-* a tile with one non-zero (on large power-law graphs, nine tiles in ten) has one row and one
-  column: nothing more is computed or stored for it (:class:`TileStats` lists the others);
-* a tile with two: the XOR of its two keys says whether they share a row (no bit at or above
-  ``s``) or a column (no bit below ``s``);
-* larger tiles: distinct rows by ``reduceat`` over the row-change flags (a change of a bit at
-  or above ``s``); distinct columns by OR of one-hot 64-bit column masks per tile, then a
-  population count (``T / 64`` words for tiles wider than 64).
+  - tile starts: neighbouring keys differ in a bit at or above ``2s`` (one XOR, one
+    comparison), or a bucket starts;
+  - non-zeros per tile: distances between the starts;
+  - a tile with one non-zero (on large power-law graphs, nine tiles in ten) has one row and
+    one column: nothing more is computed or stored for it (:class:`TileStats` lists the
+    others);
+  - a tile with two: the XOR of its two keys says whether they share a row (no bit at or
+    above ``s``) or a column (no bit below ``s``);
+  - larger tiles: distinct rows by ``reduceat`` over the row-change flags; distinct columns
+    by OR of one-hot 64-bit column masks per tile, then a population count (``T / 64``
+    words for tiles wider than 64).
+
+Threads take blocks of CSR rows for the scatter, then runs of buckets for the sort and the
+scan: the same result with any number.
 """
 
 import itertools
@@ -34,10 +42,13 @@ import scipy.sparse as sp
 from .graph import Ordering
 from .parallel import DEFAULT_THREADS, chunks, run_all, split
 
-__all__ = ["CHUNK", "TileStats", "tile_keys", "tile_stats"]
+__all__ = ["BUCKET", "CHUNK", "TileStats", "tile_keys", "tile_stats"]
 
-_GATHER = 1 << 16
-"""Non-zeros per block of the key gather."""
+BUCKET = 1 << 16
+"""Non-zeros per bucket (a bucket holds whole tile rows, so it can hold more)."""
+
+_FILL = 1 << 16
+"""Non-zeros per block of CSR rows keyed and scattered at once: temporaries in cache."""
 
 CHUNK = 1 << 17
 """Sorted keys scanned at once (cut at tiles): 1 MB of keys, which with the scan's
@@ -180,99 +191,116 @@ def _layout(ordering: Ordering, tile: int) -> _Layout:
     return _Layout(tile, s, bands, b)
 
 
-def tile_keys(
-    adjacency: sp.csr_matrix, ordering: Ordering, tile: int, *, threads: int = DEFAULT_THREADS
-) -> np.ndarray:
-    """Sorted ``(tile row, tile column, row in tile, column in tile)`` keys of every non-zero.
+@dataclass
+class _Buckets:
+    """Every non-zero's key, bucket by bucket (see the module docstring).
 
-    int64; the fields are ``b``, ``b``, ``s`` and ``s`` bits wide (``T = 2**s``, ``b`` the bits
-    of a tile index), so sorting the keys sorts the non-zeros by tile in
-    row-major order and, inside a tile, by row, then column, and every field is a shift and a
-    mask away (no division).
+    ``key[edges[i]:edges[i + 1]]`` holds bucket ``i``, whose tile rows start at
+    ``first_band[i]``; a key is ``(tile row - first_band[i], tile column, row in tile, column in
+    tile)``, the fields ``lb``, ``b``, ``s``, ``s`` bits wide in ``key.dtype`` (uint32 when
+    ``b + 2s`` leaves room, else uint64).
     """
-    lay = _layout(ordering, tile)
-    s, bands, b = lay.s, lay.bands, lay.b
+
+    key: np.ndarray
+    edges: np.ndarray
+    first_band: np.ndarray
+
+    @cached_property
+    def bounds(self) -> list[int]:
+        """:attr:`edges` as Python ints (for slicing)."""
+        return self.edges.tolist()
+
+    def bucket(self, i: int) -> np.ndarray:
+        """Bucket ``i``'s keys."""
+        return self.key[self.bounds[i] : self.bounds[i + 1]]
+
+
+def _key_dtype(lay: _Layout) -> type:
+    """uint32 keys when the tile column and in-tile fields leave room, else uint64."""
+    return np.uint32 if lay.b + 2 * lay.s <= 32 else np.uint64
+
+
+def _bucketed_keys(
+    adjacency: sp.csr_matrix, ordering: Ordering, lay: _Layout, threads: int, bucket: int
+) -> _Buckets:
     position = ordering.position
     if adjacency.shape[0] != position.size:
         raise ValueError(f"{adjacency.shape[0]} nodes but an ordering of {position.size}")
-    # The key's fields do not overlap, so it is the sum of a row part and a column part:
-    # (tile row << b + 2s) + (row in tile << s) + (tile column << 2s) + column in tile.
-    # Both parts are per node; the non-zeros only repeat one and gather the other.
-    mask = tile - 1
-    row_part = (position >> s) << (b + 2 * s)
-    row_part |= (position & mask) << s
-    col_part = (position >> s) << (2 * s)
-    col_part |= position & mask
-    if b + 2 * s <= 31:
-        col_part = col_part.astype(np.int32)  # half the table the random gather reads
-    counts = np.diff(adjacency.indptr)
-    indices = adjacency.indices
-    if threads == 1:
-        key = np.repeat(row_part, counts)
-        _add_gathered(key, col_part, indices)
-        key.sort()
-        return key
-    # With threads: the key array is cut into one part per thread, each a run of whole tile
-    # rows with about the same number of non-zeros. Every key of a part is below every key of
-    # the next, so sorting each part (one thread each) sorts the array: the same keys as one
-    # sort. Blocks of whole rows (CSR order) are keyed by the threads side by side; a key's
-    # part is a comparison with the parts' first keys, and each block's keys of a part go to
-    # the block's place in that part (non-zeros per block and part counted per row first).
-    indptr = adjacency.indptr
-    band = position >> s
-    per_band = np.bincount(band, weights=counts, minlength=bands)  # exact below 2**53
+    s, b, bands = lay.s, lay.b, lay.bands
+    dtype = _key_dtype(lay)
+    offset_bits = 8 * np.dtype(dtype).itemsize - (b + 2 * s)  # for the tile row's offset
+    indptr, indices = adjacency.indptr, adjacency.indices
+    counts = np.diff(indptr)
     total = int(indptr[-1])
-    targets = [total * k // threads for k in range(1, threads)]
-    cuts = np.searchsorted(np.cumsum(per_band), targets) + 1  # first tile row of parts 2..
-    first_keys = [None, *(int(c) << (b + 2 * s) for c in cuts), None]
-    piece = 1 << 18  # non-zeros per block: its temporaries stay in cache
-    edges = np.unique(
-        np.r_[0, np.searchsorted(indptr, np.arange(piece, total, piece), "right") - 1, counts.size]
-    )
-    blocks = edges.size - 1
-    block_of_row = np.repeat(np.arange(blocks), np.diff(edges))
-    block_of_row *= threads
-    block_of_row += np.searchsorted(cuts, band, side="right")  # (block, part) of each row
-    per_block = np.bincount(block_of_row, weights=counts, minlength=blocks * threads)
-    per_block = per_block.astype(np.int64).reshape(blocks, threads)
-    del block_of_row
-    # Where block i's keys of part k go: the part's start, then part k's keys of blocks < i.
-    at = np.cumsum(per_block, axis=0) - per_block
-    at += np.r_[0, np.cumsum(per_block.sum(axis=0))[:-1]]
-    edges = edges.tolist()
-    key = np.empty(total, np.int64)
+    band = position >> s
+    # Buckets: a new one every 2**offset_bits tile rows, and where the non-zeros so far pass
+    # a multiple of ``bucket``.
+    ends = np.cumsum(np.bincount(band, weights=counts, minlength=bands)).astype(np.int64)
+    every = np.arange(0, bands, 1 << min(offset_bits, 62))
+    full = np.searchsorted(ends, np.arange(bucket, total, bucket), "left") + 1
+    first_band = np.unique(np.r_[every, full[full < bands]])
+    edges = np.r_[0, ends[first_band[1:] - 1], total]
+    bucket_of_band = np.repeat(np.arange(first_band.size), np.diff(np.r_[first_band, bands]))
+    bucket_of_row = bucket_of_band[band]
+    del bucket_of_band
+    # A key is the sum of a row part (tile row offset, row in tile) and a column part (tile
+    # column, column in tile): both per node; the non-zeros repeat one and gather the other.
+    mask = lay.tile - 1
+    row_part = band - first_band[bucket_of_row]
+    row_part <<= b + 2 * s
+    row_part |= (position & mask) << s
+    row_part = row_part.astype(dtype)
+    col_part = band << (2 * s)
+    col_part |= position & mask
+    col_part = col_part.astype(dtype)  # the table the random gather reads: 4 bytes a node
+    # Where each CSR row starts: rows by bucket, CSR order inside (a stable sort of the rows:
+    # a radix sort of 16-bit bucket numbers), laid end to end; ``shift`` moves a row's CSR
+    # positions there.
+    narrow = np.uint16 if first_band.size <= 1 << 16 else np.int64
+    by_bucket = np.argsort(bucket_of_row.astype(narrow), kind="stable")
+    del bucket_of_row
+    placed = np.empty(counts.size + 1, np.int64)
+    placed[0] = 0
+    np.cumsum(counts[by_bucket], out=placed[1:])
+    shift = np.empty(counts.size, np.int64)
+    shift[by_bucket] = placed[:-1]
+    shift -= indptr[:-1]
+    del by_bucket, placed
+    key = np.empty(total, dtype)
+    cuts = np.searchsorted(indptr, np.arange(_FILL, total, _FILL), "right") - 1
+    rows = np.unique(np.r_[0, cuts, counts.size]).tolist()
 
-    def fill(i):  # the CSR rows edges[i]:edges[i + 1]
-        lo, hi = edges[i], edges[i + 1]
-        keys = np.repeat(row_part[lo:hi], counts[lo:hi])
-        _add_gathered(keys, col_part, indices[indptr[lo] : indptr[hi]])
-        for k in range(threads):
-            low, high = first_keys[k], first_keys[k + 1]
-            if low is None:
-                mine = keys < high
-            elif high is None:
-                mine = keys >= low
-            else:
-                mine = (keys >= low) & (keys < high)
-            np.compress(mine, keys, out=key[at[i, k] : at[i, k] + per_block[i, k]])
+    def fill(first, last):  # the row blocks rows[first:last + 1], each in cache
+        for lo, hi in itertools.pairwise(rows[first : last + 1]):
+            start, stop = int(indptr[lo]), int(indptr[hi])
+            keys = np.repeat(row_part[lo:hi], counts[lo:hi])
+            # The gather is random over the nodes: the slow part. ``take`` with
+            # ``mode="clip"`` skips the bounds check (CSR indices are in range).
+            keys += np.take(col_part, indices[start:stop].astype(np.intp), mode="clip")
+            where = np.repeat(shift[lo:hi], counts[lo:hi])
+            where += np.arange(start, stop)
+            key[where] = keys
 
-    run_all(threads, [lambda i=i: fill(i) for i in range(blocks)])
-    starts = [0, *np.cumsum(per_block.sum(axis=0)).tolist()]
-    run_all(threads, [lambda k=k: key[starts[k] : starts[k + 1]].sort() for k in range(threads)])
+    blocks = len(rows) - 1
+    run_all(threads, [partial(fill, *r) for r in split(blocks, 8 * chunks(threads))])
+    return _Buckets(key, edges, first_band)
+
+
+def tile_keys(
+    adjacency: sp.csr_matrix, ordering: Ordering, tile: int, *, threads: int = DEFAULT_THREADS
+) -> np.ndarray:
+    """Sorted 64-bit ``(tile row, tile column, row in tile, column in tile)`` keys of every
+    non-zero, the fields ``b``, ``b``, ``s`` and ``s`` bits wide (``T = 2**s``, ``b`` the bits
+    of a tile index): the buckets' keys (module docstring) with the tile row put back.
+    The same keys with any number of ``threads``."""
+    lay = _layout(ordering, tile)
+    buckets = _bucketed_keys(adjacency, ordering, lay, threads, BUCKET)
+    edges = buckets.edges
+    for i in range(edges.size - 1):
+        buckets.bucket(i).sort()
+    key = buckets.key.astype(np.int64)
+    key += np.repeat(buckets.first_band << (lay.b + 2 * lay.s), np.diff(edges))
     return key
-
-
-def _add_gathered(keys: np.ndarray, table: np.ndarray, indices: np.ndarray) -> None:
-    """``keys += table[indices]``, in blocks of :data:`_GATHER` (the slow part: the gather is
-    random over the nodes). Small blocks keep the intp copy of the indices and the gathered
-    values in cache; ``take`` with ``mode="clip"`` skips the bounds check (CSR indices are in
-    range), about 1.5x faster than fancy indexing here."""
-    gathered = np.empty(min(_GATHER, indices.size), table.dtype)
-    for lo in range(0, indices.size, _GATHER):
-        hi = min(lo + _GATHER, indices.size)
-        here = gathered[: hi - lo]
-        np.take(table, indices[lo:hi].astype(np.intp), out=here, mode="clip")
-        keys[lo:hi] += here
 
 
 def tile_stats(
@@ -281,45 +309,51 @@ def tile_stats(
     tile: int,
     *,
     threads: int = DEFAULT_THREADS,
+    bucket: int = BUCKET,
     chunk: int = CHUNK,
 ) -> TileStats:
     """Statistics of every non-empty tile of ``adjacency`` reordered by ``ordering``.
 
-    ``threads``: the key gather, the sort and the scan run on that many threads, on disjoint
-    blocks (the same result with any number). ``chunk``: keys per scanned run (whole tiles;
-    any positive value gives the same result).
+    ``threads``: the scatter, the sorts and the scans run on that many threads, on disjoint
+    blocks (the same result with any number). ``bucket`` and ``chunk``: non-zeros per bucket
+    and per scanned run (module docstring; any positive values give the same result).
     """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive integer, not {chunk!r}")
+    for name, value in (("bucket", bucket), ("chunk", chunk)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
     lay = _layout(ordering, tile)
-    key = tile_keys(adjacency, ordering, tile, threads=threads)
-    runs = _tile_runs(key, lay, chunk)
-    parts = run_all(
-        threads,
-        [
-            partial(_scan_runs, key, runs[first : last + 1], lay)
-            for first, last in split(len(runs) - 1, chunks(threads))
-        ],
-    )
-    del key
-    return _assemble([part for found in parts for part in found], lay, threads)
+    buckets = _bucketed_keys(adjacency, ordering, lay, threads, bucket)
+    # Runs of whole non-empty buckets with about ``chunk`` keys each.
+    edges = buckets.edges
+    full = np.flatnonzero(np.diff(edges) > 0)
+    starts = edges[full]
+    total = int(edges[-1])
+    cuts = np.searchsorted(starts, np.arange(chunk, total, chunk), "left")
+    runs = list(itertools.pairwise(np.unique(np.r_[0, cuts, full.size]).tolist()))
+    tasks = [
+        partial(_sort_and_scan, buckets, full, runs[lo:hi], lay)
+        for lo, hi in split(len(runs), 4 * chunks(threads))
+    ]
+    parts = [part for found in run_all(threads, tasks) for part in found]
+    del buckets
+    return _assemble(parts, lay, threads)
 
 
-def _tile_runs(key: np.ndarray, lay: _Layout, chunk: int) -> list[int]:
-    """Edges of runs of about ``chunk`` sorted keys, each cut at the start of a tile."""
-    n = key.size
-    if n == 0:
-        return [0]
-    # The first key of each run's tile: clear the in-tile bits of the key at the cut.
-    at = np.arange(chunk, n, chunk)
-    first_key = (key[at] >> (2 * lay.s)) << (2 * lay.s)
-    return np.unique(np.r_[0, np.searchsorted(key, first_key, "left"), n]).tolist()
-
-
-def _scan_runs(key: np.ndarray, edges: list[int], lay: _Layout) -> list:
-    """The tiles of ``key[edges[i]:edges[i + 1]]`` for each i, in order (one thread)."""
+def _sort_and_scan(buckets: _Buckets, full: np.ndarray, runs: list, lay: _Layout) -> list:
+    """Sort each bucket of each run (``full[i:j]`` for ``(i, j)`` in ``runs``: indices of
+    non-empty buckets), then scan the run (one thread)."""
     workspace = _Workspace()
-    return [_scan_run(key[lo:hi], lay, workspace) for lo, hi in itertools.pairwise(edges)]
+    found = []
+    for i, j in runs:
+        mine = full[i:j]
+        for k in mine.tolist():
+            buckets.bucket(k).sort()
+        lo, hi = buckets.bounds[mine[0]], buckets.bounds[mine[-1] + 1]
+        starts = buckets.edges[mine] - lo
+        found.append(
+            _scan_run(buckets.key[lo:hi], lay, workspace, starts, buckets.first_band[mine])
+        )
+    return found
 
 
 class _Workspace:
@@ -346,16 +380,31 @@ class _Part:
     multi_cols: np.ndarray
 
 
-def _scan_run(key: np.ndarray, lay: _Layout, workspace: _Workspace) -> _Part:
+def _scan_run(
+    key: np.ndarray,
+    lay: _Layout,
+    workspace: _Workspace,
+    bucket_starts: np.ndarray,
+    first_band: np.ndarray,
+) -> _Part:
+    """The tiles of a run of sorted buckets: ``key[bucket_starts[i]:]`` up to the next start
+    is a bucket whose tile rows start at ``first_band[i]``."""
     n, s, tile = key.size, lay.s, lay.tile
-    change = workspace.get("change", n - 1, np.int64)  # XOR of neighbouring keys
+    change = workspace.get(f"change{key.dtype}", n - 1, key.dtype)  # XOR of neighbours
     np.bitwise_xor(key[1:], key[:-1], out=change)
     flag = workspace.get("flag", n, bool)
-    flag[0] = True
     np.greater_equal(change, 1 << (2 * s), out=flag[1:])
+    flag[bucket_starts] = True  # a bucket's first key starts a tile, whatever its bits
     starts = np.flatnonzero(flag)
-    tile_id = key[starts]
-    tile_id >>= 2 * s  # (tile row, tile column): the key without the in-tile fields
+    # (tile row, tile column): the key without the in-tile fields, the bucket's first tile
+    # row added back.
+    ids = key[starts]
+    ids >>= 2 * s
+    tile_id = ids.astype(np.int64)
+    # Every bucket start is a tile start: a bucket's tiles begin at its place among them.
+    first_tile = np.searchsorted(starts, bucket_starts).tolist() + [starts.size]
+    for k, base in enumerate((first_band << lay.b).tolist()):
+        tile_id[first_tile[k] : first_tile[k + 1]] += base
     nnz = np.empty(starts.size, np.int64)
     np.subtract(starts[1:], starts[:-1], out=nnz[:-1])
     nnz[-1] = n - starts[-1]

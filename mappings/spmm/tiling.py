@@ -241,31 +241,54 @@ def _bucketed_keys(
     first_band = np.unique(np.r_[every, full[full < bands]])
     edges = np.r_[0, ends[first_band[1:] - 1], total]
     bucket_of_band = np.repeat(np.arange(first_band.size), np.diff(np.r_[first_band, bands]))
-    bucket_of_row = bucket_of_band[band]
-    del bucket_of_band
-    # A key is the sum of a row part (tile row offset, row in tile) and a column part (tile
-    # column, column in tile): both per node; the non-zeros repeat one and gather the other.
+    nb = first_band.size
+    # Per node, in ranges of rows side by side: the key's row part (tile row offset, row in
+    # tile) and column part (tile column, column in tile), whose sum is a non-zero's key (the
+    # non-zeros repeat one and gather the other); and where its CSR row goes: rows by bucket,
+    # CSR order inside, laid end to end. ``shift`` moves a row's CSR positions there.
+    n = position.size
+    row_part = np.empty(n, dtype)
+    col_part = np.empty(n, dtype)  # the table the random gather reads: 4 bytes a node
+    by_bucket = np.empty(n, np.int64)  # (bucket << 32) | row, sorted below
+    shift = np.empty(n, np.int64)
     mask = lay.tile - 1
-    row_part = band - first_band[bucket_of_row]
-    row_part <<= b + 2 * s
-    row_part |= (position & mask) << s
-    row_part = row_part.astype(dtype)
-    col_part = band << (2 * s)
-    col_part |= position & mask
-    col_part = col_part.astype(dtype)  # the table the random gather reads: 4 bytes a node
-    # Where each CSR row starts: rows by bucket, CSR order inside (a stable sort of the rows:
-    # a radix sort of 16-bit bucket numbers), laid end to end; ``shift`` moves a row's CSR
-    # positions there.
-    narrow = np.uint16 if first_band.size <= 1 << 16 else np.int64
-    by_bucket = np.argsort(bucket_of_row.astype(narrow), kind="stable")
-    del bucket_of_row
-    placed = np.empty(counts.size + 1, np.int64)
-    placed[0] = 0
-    np.cumsum(counts[by_bucket], out=placed[1:])
-    shift = np.empty(counts.size, np.int64)
-    shift[by_bucket] = placed[:-1]
-    shift -= indptr[:-1]
-    del by_bucket, placed
+    pieces = split(n, threads)
+
+    def parts(lo, hi):  # rows [lo, hi); returns their non-zeros per bucket
+        here = band[lo:hi]
+        mine = bucket_of_band[here]
+        in_tile = position[lo:hi] & mask
+        key = here - first_band[mine]
+        key <<= b + 2 * s
+        key |= in_tile << s
+        row_part[lo:hi] = key
+        key = here << (2 * s)
+        key |= in_tile
+        col_part[lo:hi] = key
+        rows = by_bucket[lo:hi]
+        np.left_shift(mine, 32, out=rows)
+        rows |= np.arange(lo, hi)
+        rows.sort()  # a stable order of the rows by bucket: row numbers break the ties
+        return np.bincount(mine, weights=counts[lo:hi], minlength=nb).astype(np.int64)
+
+    per_piece = np.array(run_all(threads, [partial(parts, *r) for r in pieces])).reshape(-1, nb)
+    # Bucket k's rows of piece h start after its rows of the pieces before h; ``start`` also
+    # takes away the piece's own non-zeros of the buckets before k, which ``place`` counts.
+    start = edges[:-1] + np.cumsum(per_piece, axis=0) - per_piece
+    start -= np.cumsum(per_piece, axis=1) - per_piece
+
+    def place(h, lo, hi):  # rows [lo, hi) of piece h
+        rows = by_bucket[lo:hi]
+        bucket_of = rows >> 32
+        rows &= (1 << 32) - 1
+        sizes = counts[rows]
+        run_up = np.cumsum(sizes)
+        run_up -= sizes  # non-zeros of the piece's rows before each, in bucket order
+        run_up += start[h][bucket_of]
+        run_up -= indptr[rows]
+        shift[rows] = run_up
+
+    run_all(threads, [partial(place, h, *r) for h, r in enumerate(pieces)])
     key = np.empty(total, dtype)
     cuts = np.searchsorted(indptr, np.arange(_FILL, total, _FILL), "right") - 1
     rows = np.unique(np.r_[0, cuts, counts.size]).tolist()

@@ -186,6 +186,8 @@ def _index_bits(bands: int) -> int:
 
 
 def _layout(ordering: Ordering, tile: int) -> _Layout:
+    """Key fields for ``tile``; the whole (tile row, tile column, row, column) must fit 63
+    bits, which also keeps node numbers below 2**32."""
     if isinstance(tile, bool) or not isinstance(tile, int) or tile < 2 or tile & (tile - 1):
         raise ValueError(f"tile must be a power of two >= 2, not {tile!r}")
     s = tile.bit_length() - 1
@@ -202,8 +204,8 @@ class _Buckets:
 
     ``key[edges[i]:edges[i + 1]]`` holds bucket ``i``, whose tile rows start at
     ``first_band[i]``; a key is ``(tile row - first_band[i], tile column, row in tile, column in
-    tile)``, the fields ``lb``, ``b``, ``s``, ``s`` bits wide in ``key.dtype`` (uint32 when
-    ``b + 2s`` leaves room, else uint64).
+    tile)``: the offset takes the bits ``b + 2s`` leave of ``key.dtype`` (uint32 when they
+    leave some, else uint64), then ``b``, ``s``, ``s`` bits.
     """
 
     key: np.ndarray
@@ -228,6 +230,7 @@ def _key_dtype(lay: _Layout) -> type:
 def _bucketed_keys(
     adjacency: sp.csr_matrix, ordering: Ordering, lay: _Layout, threads: int, bucket: int
 ) -> _Buckets:
+    """Every non-zero's key in its bucket, unsorted inside (module docstring)."""
     position = ordering.position
     if adjacency.shape[0] != position.size:
         raise ValueError(f"{adjacency.shape[0]} nodes but an ordering of {position.size}")
@@ -263,13 +266,13 @@ def _bucketed_keys(
         here = band[lo:hi]
         mine = bucket_of_band[here]
         in_tile = position[lo:hi] & mask
-        key = here - first_band[mine]
-        key <<= b + 2 * s
-        key |= in_tile << s
-        row_part[lo:hi] = key
-        key = here << (2 * s)
-        key |= in_tile
-        col_part[lo:hi] = key
+        part = here - first_band[mine]
+        part <<= b + 2 * s
+        part |= in_tile << s
+        row_part[lo:hi] = part
+        part = here << (2 * s)
+        part |= in_tile
+        col_part[lo:hi] = part
         rows = by_bucket[lo:hi]
         np.left_shift(mine, 32, out=rows)
         rows |= np.arange(lo, hi)

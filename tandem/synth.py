@@ -177,10 +177,19 @@ def _yosys_error(log: str) -> str:
 
 
 def _failed_in_abc9(log: str) -> bool:
-    """Did yosys stop inside ``synth_xilinx``'s ABC9 LUT mapping?"""
+    """Did yosys stop inside ``synth_xilinx``'s ABC9 LUT mapping?
+
+    The step that failed is the last ``N.N. Executing ...`` headline before the error; it is
+    ABC9's when it lies in the section of ABC9's own headline (``3.22.14.7.`` is in the
+    section of ``3.22.14.5. Executing ABC9.``, ``3.23.`` is not).
+    """
     head = log[: log.rfind("ERROR")] if "ERROR" in log else log
-    passes = [line for line in head.splitlines() if "Executing" in line][-8:]
-    return any(word in line for line in passes for word in ("ABC9", "ABC_OPS"))
+    passes = [line.split(" ", 1)[0] for line in head.splitlines() if ". Executing " in line]
+    abc9 = [line.split(" ", 1)[0] for line in head.splitlines() if ". Executing ABC9" in line]
+    if not passes or not abc9:
+        return False
+    section = abc9[-1].rstrip(".").rsplit(".", 1)[0] + "."
+    return passes[-1].startswith(section)
 
 
 def _yosys_command() -> list[str]:

@@ -62,6 +62,8 @@ def test_only_an_abc9_failure_switches_the_lut_mapper():
     assert _yosys_error(ABC9_CRASH_LOG).startswith("ERROR: Assert `count_id")
     parse = "1. Executing Verilog-2005 frontend: x.v\nERROR: syntax error, unexpected ';'\n"
     assert not _failed_in_abc9(parse)
+    later = ABC9_CRASH_LOG.replace("ERROR", "3.23. Executing XILINX_DFFOPT pass.\nERROR")
+    assert not _failed_in_abc9(later)  # ABC9 ran; a later step failed
     script = yosys_script("t.v", "t", "xcup", "s.json", dsp_stat_file="d.json", lut_mapper="abc")
     steps = script.split("; ")
     assert "abc -luts 2:2,3,6:5,10,20" in steps and not any(s.startswith("abc9") for s in steps)

@@ -268,7 +268,7 @@ def _at_least(stats: TileStats, nonzeros: float) -> np.ndarray:
         mask = np.zeros(stats.count, bool)
         mask[stats.multi[stats.multi_nnz >= nonzeros]] = True
         return mask
-    return np.full(stats.count, nonzeros <= 1)  # every tile holds at least one
+    return np.ones(stats.count, bool)  # every tile holds at least one
 
 
 def _order_plans(model: CostModel, stats: TileStats, costs: TileCosts) -> list:

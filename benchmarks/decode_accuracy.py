@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     add_figures_option(parser)
     args = parser.parse_args(argv)
     import torch
-    from tandem.host.decode import (
+    from tandem.host.devices import HpuDevice
+    from tandem.host.system.decode import (
         Decoder,
         HpuAttention,
         Llama,
@@ -45,8 +46,7 @@ def main(argv=None) -> int:
         hpu_params_for,
         logit_agreement,
     )
-    from tandem.host.devices import HpuDevice
-    from tandem.host.model import find_model, load_gguf
+    from tandem.host.system.model import find_model, load_gguf
 
     from tandem.errors import UserError
 

@@ -9,8 +9,8 @@ import argparse
 import sys
 
 import numpy as np
-from tandem.host.exp2 import Exp2Params, exp2_golden, exp2_reference
-from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden, reciprocal_reference
+from tandem.host.common.exp2 import Exp2Params, exp2_golden, exp2_reference
+from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_golden, reciprocal_reference
 
 from tandem.bench import Figures, add_figures_option
 from tandem.config import resolve_params

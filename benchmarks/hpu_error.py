@@ -23,8 +23,8 @@ import sys
 
 import numpy as np
 from tandem.host.hpu import HpuParams
-from tandem.host.hpu_accuracy import relative_errors
-from tandem.host.smollm2_fixture import decode_cases, load_smollm2_qkv
+from tandem.host.hpu.accuracy import relative_errors
+from tandem.host.hpu.smollm2_fixture import decode_cases, load_smollm2_qkv
 
 from tandem.bench import Figures, add_figures_option
 from tandem.config import resolve_params

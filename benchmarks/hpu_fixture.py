@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
-from tandem.host.model import Tokenizer  # the runtime's GPT-2 byte-level BPE
+from tandem.host.system.model import Tokenizer  # the runtime's GPT-2 byte-level BPE
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "smollm2_qkv.npz"

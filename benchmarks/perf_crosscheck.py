@@ -3,11 +3,11 @@
 Run: ``python benchmarks/perf_crosscheck.py [--backend golden|rtl] [--simulator verilator|icarus]
 [--layers N] [--lengths 37 90 20 64] [--steps 3] [--cards 2]``
 
-Runs :class:`tandem.host.decode.Decoder` with every decode attention on ``--cards``
+Runs :class:`tandem.host.system.decode.Decoder` with every decode attention on ``--cards``
 :class:`~tandem.host.devices.HpuDevice` cards (golden model or the RTL itself) on a
 SmolLM2-135M-shaped Llama (the real weights when the GGUF file is found, else random weights;
 the cycles depend on the attention shape only), and prints, per decode step and card, the
-cycles the runtime reports next to those :func:`tandem.host.perf.hpu_step_cycles` predicts,
+cycles the runtime reports next to those :func:`tandem.host.system.perf.hpu_step_cycles` predicts,
 and their ratio. ``--layers`` cuts the model short (the per-layer calls are the same) so
 that an RTL run stays short. Exit status 1 when a ratio is off by more than 10 %.
 """
@@ -17,7 +17,7 @@ import sys
 import time
 
 import numpy as np
-from tandem.host.perf import hpu_step_cycles, load_model
+from tandem.host.system.perf import hpu_step_cycles, load_model
 
 from tandem.bench import Figures, add_figures_option
 
@@ -37,9 +37,9 @@ def main(argv=None) -> int:
         return 2
 
     import torch
-    from tandem.host.decode import Decoder, HpuAttention, Llama, hpu_params_for
     from tandem.host.devices import HpuDevice
-    from tandem.host.model import LlamaConfig, random_llama
+    from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
+    from tandem.host.system.model import LlamaConfig, random_llama
 
     torch.set_num_threads(1)
     shape = load_model("smollm2-135m")

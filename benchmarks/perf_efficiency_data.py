@@ -4,7 +4,7 @@ Run: ``python benchmarks/perf_efficiency_data.py [JSON] [--out FILE]``
 
 Reads the report ``python benchmarks/hpu_stream_efficiency.py`` wrote (default
 ``build/benchmarks/hpu_stream_efficiency.json``) and writes
-``constraints/measured/hpu_stream_efficiency.yaml``, which :mod:`tandem.host.perf` reads:
+``constraints/measured/hpu_stream_efficiency.yaml``, which :mod:`tandem.host.system.perf` reads:
 the engine configuration the figures were measured with, the command, and per read latency
 and sequence length the read beats per port of one request, the efficiency of one request
 alone and of the benchmark's queued batch, and the cycles of a lone request outside its read

@@ -2,8 +2,8 @@
 
 Run: ``python benchmarks/perf_paper.py [--out DIR]``
 
-Projects decode for the paper's setup (:data:`tandem.host.perf.PAPER`) with
-:func:`tandem.host.perf.decode_projection` at batches 1..128 and prints, next to the paper's
+Projects decode for the paper's setup (:data:`tandem.host.system.perf.PAPER`) with
+:func:`tandem.host.system.perf.decode_projection` at batches 1..128 and prints, next to the paper's
 measured claims (up to 4.1x tokens/s over the GPU alone, which runs out of memory at large
 batches; 4.6x tokens/s/W), the model's best-against-best ratios, and how they move with the
 assumptions the model states: the read latency of the measured stream efficiency (2 or 100
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from tandem.host.perf import PAPER, decode_projection, paper_comparison, plot, table
+from tandem.host.system.perf import PAPER, decode_projection, paper_comparison, plot, table
 
 from tandem.bench import Figures, add_figures_option
 

@@ -273,7 +273,7 @@ class SpmmStreams:
         returns them, ``sparse_rows`` ``(M,)`` and ``sparse_sums`` ``(M, L)`` as
         :func:`~tandem.host.spmm.sparse_engine_golden` does.
         """
-        from .arith import wrap
+        from tandem.host.common.arith import wrap
 
         sysp, spp = self.params
         order, t, f = self.mapping.ordering, self.mapping.stats.tile, self.features

@@ -1,7 +1,7 @@
 """Accelerator devices with interchangeable backends: the host API of the ``hpu`` card.
 
 :class:`HpuDevice` is one HPU card: device memory that holds KV caches in the layout of
-:class:`~tandem.mappings.kv_layout.KvLayout`, and the attention engine. Its API is small and
+:class:`~tandem.mappings.hpu.kv_layout.KvLayout`, and the attention engine. Its API is small and
 synchronous::
 
     dev = HpuDevice(HpuParams(), memory_bytes=64 << 20, backend="golden")  # or "rtl"
@@ -29,7 +29,7 @@ results for the same calls; ``dev.last_cycles`` is modelled engine cycles (golde
 from dataclasses import dataclass, field
 
 import numpy as np
-from tandem.mappings.kv_layout import PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 from .hpu import HpuParams, HpuRequest, HpuResult
 from .transport import GoldenTransport, Transport

@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)", MAPPERS)
     _add_tool_family(sub, "pack", "pack weights into a design's streams", PACKERS)
 
-    from tandem.host import decode, model  # light: torch and gguf load inside their run()
+    from tandem.host.system import decode, model  # light: torch and gguf load inside their run()
 
     p = sub.add_parser("model", help="get model weights for the decode runtime")
     family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_arguments(tp)
     tp.set_defaults(func=decode.run)
 
-    from tandem.host import perf
+    from tandem.host.system import perf
 
     p = sub.add_parser("perf", help="performance model: GPU alone vs GPU + HPU cards")
     family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)

@@ -1,9 +1,9 @@
 """Registrations of the designs that ship with tandem: one entry per design."""
 
-from tandem.host.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden
-from tandem.host.exp2 import Exp2Params, exp2_golden
+from tandem.host.common.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden
+from tandem.host.common.exp2 import Exp2Params, exp2_golden
+from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_golden
 from tandem.host.hpu import HpuParams, hpu_golden
-from tandem.host.reciprocal import ReciprocalParams, reciprocal_golden
 from tandem.host.sparse_dsp import (
     SparseDspChainParams,
     SparseMpeParams,

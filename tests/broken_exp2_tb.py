@@ -1,7 +1,7 @@
 """A design whose golden model is off by one LSB at one input: the harness must report it."""
 
 import numpy as np
-from tandem.host.exp2 import Exp2Params, exp2_golden
+from tandem.host.common.exp2 import Exp2Params, exp2_golden
 from tandem.hw.common.exp2 import Exp2
 from tandem.sim.common.exp2_tb import corner_cases_at_line_rate  # noqa: F401
 

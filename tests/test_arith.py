@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from tandem.host.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden, wrap
+from tandem.host.common.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden, wrap
 from tandem.hw.common.adder_tree import AdderTree
 from tandem.hw.common.mac import Mac
 from tandem.sim.amaranth_sim import run_scenario

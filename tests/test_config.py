@@ -1,6 +1,6 @@
 import pytest
-from tandem.host.exp2 import Exp2Params
-from tandem.host.reciprocal import ReciprocalParams
+from tandem.host.common.exp2 import Exp2Params
+from tandem.host.common.reciprocal import ReciprocalParams
 
 from tandem.config import ParamError, UserError, resolve_params
 

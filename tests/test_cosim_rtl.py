@@ -112,8 +112,8 @@ def test_rtl_backend_errors(sim_cache, tmp_path):
 def test_rtl_decode_same_tokens(sim_cache, tmp_path):
     """The tiny Llama generates the same tokens with every attention on RTL as on golden."""
     torch = pytest.importorskip("torch")
-    from tandem.host.decode import TINY, Decoder, HpuAttention, Llama
-    from tandem.host.model import byte_tokenizer, random_llama
+    from tandem.host.system.decode import TINY, Decoder, HpuAttention, Llama
+    from tandem.host.system.model import byte_tokenizer, random_llama
 
     torch.set_num_threads(1)
     model = Llama(TINY, random_llama(TINY, 0), "cpu")

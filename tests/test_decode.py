@@ -13,7 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tandem.host.decode import (  # noqa: E402
+from tandem.host.devices import CapacityError, HpuDevice  # noqa: E402
+from tandem.host.system.decode import (  # noqa: E402
     TINY,
     Decoder,
     HpuAttention,
@@ -24,8 +25,7 @@ from tandem.host.decode import (  # noqa: E402
     logit_agreement,
     schedule,
 )
-from tandem.host.devices import CapacityError, HpuDevice  # noqa: E402
-from tandem.host.model import (  # noqa: E402
+from tandem.host.system.model import (  # noqa: E402
     MODELS,
     ModelError,
     Tokenizer,
@@ -260,7 +260,7 @@ def fake_package(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
     (pkg / "Fake.gguf").write_bytes(b"GGUF" + bytes(60))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    from tandem.host import model
+    from tandem.host.system import model
 
     monkeypatch.setitem(model.MODELS, "fake", model._ModelSource("Fake.gguf", "fake", "fake_smol"))
     return pkg

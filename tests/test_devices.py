@@ -5,7 +5,7 @@ import pytest
 from tandem.host.devices import Attend, CapacityError, HpuDevice
 from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
 from tandem.host.transport import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
-from tandem.mappings.kv_layout import PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
 

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from tandem.host.exp2 import Exp2Params, exp2_golden, exp2_reference
+from tandem.host.common.exp2 import Exp2Params, exp2_golden, exp2_reference
 from tandem.hw.common.exp2 import Exp2
 from tandem.sim.amaranth_sim import run_scenario
 

@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tandem.host.fixed import round_shift_right, saturate, to_fixed
+from tandem.host.common.fixed import round_shift_right, saturate, to_fixed
 from tandem.hw.common import fixed as hw_fixed
 
 

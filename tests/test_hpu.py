@@ -16,9 +16,9 @@ from tandem.host.hpu import (
     score_scale,
     unpack_results,
 )
-from tandem.host.hpu_accuracy import relative_errors
-from tandem.host.smollm2_fixture import decode_cases, load_smollm2_qkv
-from tandem.mappings.kv_layout import AXI_BOUNDARY, KvLayout
+from tandem.host.hpu.accuracy import relative_errors
+from tandem.host.hpu.smollm2_fixture import decode_cases, load_smollm2_qkv
+from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, KvLayout
 from tandem.sim.hpu_amaranth import run_hpu
 
 from tandem.config import ParamError

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from tandem.host.hpu import HpuParams, HpuRequest, pack_descriptor
-from tandem.host.perf import (
+from tandem.host.system.perf import (
     ModelShape,
     StreamEfficiency,
     decode_projection,
@@ -276,7 +276,7 @@ def test_hpu_bound_switches_with_engines():
 def test_engines_per_card_from_synthesized_resources():
     """SmolLM2's engine is the synthesized default: DSPs, not HBM ports, bound the count; an
     engine never synthesized is not checked, and says so."""
-    from tandem.host.perf import ENGINE_RESOURCE_SHARE, engine_fit, hpu_params_for_model
+    from tandem.host.system.perf import ENGINE_RESOURCE_SHARE, engine_fit, hpu_params_for_model
 
     from tandem.boards import load_board
 
@@ -373,9 +373,9 @@ def test_cli_missing_option(capsys):
 def test_step_cycles_agree_with_runtime():
     """SmolLM2-135M shape: predicted cycles per step within 10 % of the golden runtime's."""
     torch = pytest.importorskip("torch")
-    from tandem.host.decode import Decoder, HpuAttention, Llama, hpu_params_for
     from tandem.host.devices import HpuDevice
-    from tandem.host.model import LlamaConfig, random_llama
+    from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
+    from tandem.host.system.model import LlamaConfig, random_llama
 
     m = load_model("smollm2-135m")
     # The runtime's cycles depend on the shape of attention only: the vocabulary is cut to keep

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from tandem.host.reciprocal import (
+from tandem.host.common.reciprocal import (
     ReciprocalParams,
     leading_one,
     reciprocal_golden,

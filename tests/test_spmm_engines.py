@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from tandem.host.arith import wrap
+from tandem.host.common.arith import wrap
 from tandem.host.spmm import (
     SparseEngineParams,
     SystolicParams,

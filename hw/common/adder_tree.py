@@ -1,9 +1,9 @@
-"""Pipelined adder tree. Parameters and golden model: :mod:`tandem.host.arith`."""
+"""Pipelined adder tree. Parameters and golden model: :mod:`tandem.host.common.arith`."""
 
 from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from tandem.host.arith import AdderTreeParams
+from tandem.host.common.arith import AdderTreeParams
 
 from .pipeline import stall_all_pipeline
 

@@ -1,10 +1,13 @@
-"""``exp2`` gateware: 2**x for x <= 0, one result per cycle. Method: :mod:`tandem.host.exp2`."""
+"""``exp2`` gateware: 2**x for x <= 0, one result per cycle.
+
+Method: :mod:`tandem.host.common.exp2`.
+"""
 
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from tandem.host.exp2 import Exp2Params, exp2_table
+from tandem.host.common.exp2 import Exp2Params, exp2_table
 
 from .fixed import round_shift_right
 from .pipeline import stall_all_pipeline
@@ -23,7 +26,7 @@ class Exp2(wiring.Component):
     ----------
     params : Exp2Params
         Number formats and table size; the ROM contents come from
-        :func:`tandem.host.exp2.exp2_table`, the same tables the golden model reads.
+        :func:`tandem.host.common.exp2.exp2_table`, the same tables the golden model reads.
 
     Attributes
     ----------

@@ -1,11 +1,11 @@
-"""Fixed-point building blocks for gateware, bit-exact with :mod:`tandem.host.fixed`.
+"""Fixed-point building blocks for gateware, bit-exact with :mod:`tandem.host.common.fixed`.
 
 These return Amaranth expressions; the caller registers them where its pipeline needs a cut.
-The rounding modes carry the same names and meanings as in :mod:`tandem.host.fixed`.
+The rounding modes carry the same names and meanings as in :mod:`tandem.host.common.fixed`.
 """
 
 from amaranth.hdl import Const, Mux, Shape, Value
-from tandem.host.fixed import ROUNDING_MODES, value_range
+from tandem.host.common.fixed import ROUNDING_MODES, value_range
 
 __all__ = ["round_shift_right", "saturate"]
 

@@ -1,9 +1,12 @@
-"""Signed multiply-accumulate shaped like one DSP48E2. Golden model: :mod:`tandem.host.arith`."""
+"""Signed multiply-accumulate shaped like one DSP48E2.
+
+Golden model: :mod:`tandem.host.common.arith`.
+"""
 
 from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from tandem.host.arith import MacParams
+from tandem.host.common.arith import MacParams
 
 __all__ = ["Mac"]
 

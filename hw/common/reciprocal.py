@@ -1,10 +1,13 @@
-"""``reciprocal`` gateware: 1/x for positive fixed point. Method: :mod:`tandem.host.reciprocal`."""
+"""``reciprocal`` gateware: 1/x for positive fixed point.
+
+Method: :mod:`tandem.host.common.reciprocal`.
+"""
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from tandem.host.reciprocal import ReciprocalParams, reciprocal_seed_table
+from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_seed_table
 
 from .fixed import round_shift_right, saturate
 from .pipeline import stall_all_pipeline
@@ -32,7 +35,7 @@ class Reciprocal(wiring.Component):
     ----------
     params : ReciprocalParams
         Formats and iteration count; the seed ROM holds
-        :func:`tandem.host.reciprocal.reciprocal_seed_table`, as the golden model does.
+        :func:`tandem.host.common.reciprocal.reciprocal_seed_table`, as the golden model does.
 
     Attributes
     ----------

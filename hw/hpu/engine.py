@@ -1,7 +1,7 @@
 """``hpu`` gateware: decode attention over a KV cache in device memory.
 
 Number formats and the arithmetic every stage performs: :mod:`tandem.host.hpu` (the golden
-model, bit-exact with this file). KV layout and read bursts: :mod:`tandem.mappings.kv_layout`.
+model, bit-exact with this file). KV layout and read bursts: :mod:`tandem.mappings.hpu.kv_layout`.
 
 Dataflow of one request::
 
@@ -30,7 +30,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigne
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu import HpuParams
-from tandem.mappings.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
 
 from ..common.axi import BURST_INCR, AxiReadManager, AxiWriteManager
 from ..common.exp2 import Exp2

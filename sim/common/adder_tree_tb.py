@@ -1,4 +1,7 @@
-"""cocotb regression of ``adder-tree`` against :func:`tandem.host.arith.adder_tree_golden`."""
+"""cocotb regression of ``adder-tree`` against its golden model.
+
+Golden model: :func:`tandem.host.common.arith.adder_tree_golden`.
+"""
 
 import cocotb
 import numpy as np

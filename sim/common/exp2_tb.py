@@ -1,4 +1,4 @@
-"""cocotb regression of ``exp2`` against :func:`tandem.host.exp2.exp2_golden`."""
+"""cocotb regression of ``exp2`` against :func:`tandem.host.common.exp2.exp2_golden`."""
 
 import cocotb
 import numpy as np

@@ -1,4 +1,4 @@
-"""cocotb regression of ``mac`` against :func:`tandem.host.arith.mac_golden`."""
+"""cocotb regression of ``mac`` against :func:`tandem.host.common.arith.mac_golden`."""
 
 import cocotb
 import numpy as np

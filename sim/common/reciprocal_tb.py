@@ -1,4 +1,7 @@
-"""cocotb regression of ``reciprocal`` against :func:`tandem.host.reciprocal.reciprocal_golden`."""
+"""cocotb regression of ``reciprocal`` against its golden model.
+
+Golden model: :func:`tandem.host.common.reciprocal.reciprocal_golden`.
+"""
 
 import cocotb
 import numpy as np

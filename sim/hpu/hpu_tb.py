@@ -2,7 +2,7 @@
 
 The testbench plays host and device memory: it keeps each sequence's KV cache (the int8 rows
 and binary16 scales the host wrote), writes them into :class:`DeviceMemory` at the addresses
-of :class:`~tandem.mappings.kv_layout.KvLayout`, sends descriptors (:func:`pack_descriptor`,
+of :class:`~tandem.mappings.hpu.kv_layout.KvLayout`, sends descriptors (:func:`pack_descriptor`,
 split into little-endian beats) and compares every result beat bit-exactly with
 :func:`result_words` of the golden model. It also checks what the engine did to memory:
 
@@ -42,7 +42,7 @@ from tandem.host.hpu import (
     score_scale,
     unpack_results,
 )
-from tandem.mappings.kv_layout import PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory
 from tandem.sim.stream import StreamSink, random_pause
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, timed_golden

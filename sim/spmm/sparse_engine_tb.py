@@ -8,7 +8,7 @@ sums) is compared bit-exactly with the golden model, and the scattered sums also
 
 import cocotb
 import numpy as np
-from tandem.host.arith import wrap
+from tandem.host.common.arith import wrap
 from tandem.host.spmm import sparse_engine_golden, sparse_tile_golden, sparse_tile_stream
 from tandem.sim.stream import pack_fields
 from tandem.sim.tb import StreamTestbench, timed_golden

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+from tandem.host.common.fixed import round_shift_right
 
 from tandem.config import ParamError, Params, param
-
-from .fixed import round_shift_right
 
 __all__ = ["Exp2Params", "exp2_golden", "exp2_reference", "exp2_table"]
 

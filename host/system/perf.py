@@ -4,7 +4,7 @@ Everything below is a formula over figures that come from files: the model's sha
 (``constraints/models/*.yaml``), the GPU's and the board's data-sheet figures
 (``constraints/gpus``, ``constraints/boards``), the HPU engine's parameters
 (:class:`~tandem.host.hpu.HpuParams`, the KV layout of
-:class:`~tandem.mappings.kv_layout.KvLayout`) and the stream efficiency the engine's RTL
+:class:`~tandem.mappings.hpu.kv_layout.KvLayout`) and the stream efficiency the engine's RTL
 reached in simulation (``constraints/measured/hpu_stream_efficiency.yaml``, written from
 ``python benchmarks/hpu_stream_efficiency.py``). Nothing is fitted to the paper's results.
 
@@ -123,7 +123,7 @@ power): nameplate maxima, not measured power. ``bottleneck`` names the term that
 step (for the GPU alone the largest of weights/compute/attention; with HPUs the term of ``T``).
 
 The runtime cross-check (:func:`hpu_step_cycles`) predicts the accelerator cycles of one
-decode step of :mod:`tandem.host.decode` (one engine per card, the engine's own ports as its
+decode step of :mod:`tandem.host.system.decode` (one engine per card, the engine's own ports as its
 memory): per call ``fill + sum max(R, D, O) + sum R * (1 / e_RTL(sum R) - 1)`` (the beats,
 the slower of descriptor and result streams where they exceed the reads, and the read-latency
 stalls of the whole call), summed over layers and sub-batches.
@@ -136,11 +136,10 @@ from typing import Any
 
 import numpy as np
 import yaml
+from tandem.host.hpu import HpuParams, request_beats
 
 from tandem.boards import Board, Gpu, load_board, load_gpu
 from tandem.errors import UserError, did_you_mean
-
-from .hpu import HpuParams, request_beats
 
 __all__ = [
     "EFFICIENCY_FILE",
@@ -448,7 +447,7 @@ def hpu_step_cycles(
     latency: int = 2,
     efficiency: StreamEfficiency | None = None,
 ) -> dict[str, float]:
-    """Predicted accelerator cycles per card of one decode step of :mod:`tandem.host.decode`.
+    """Predicted accelerator cycles per card of one decode step of :mod:`tandem.host.system.decode`.
 
     Parameters
     ----------
@@ -600,7 +599,7 @@ def decode_projection(
     Returns
     -------
     list of dict
-        One row per (system, batch); see :mod:`tandem.host.perf` and ``docs/perf.md``.
+        One row per (system, batch); see :mod:`tandem.host.system.perf` and ``docs/perf.md``.
     """
     m = load_model(model) if isinstance(model, str) else model
     g = load_gpu(gpu) if isinstance(gpu, str) else gpu

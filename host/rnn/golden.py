@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+from tandem.host.common.fixed import round_shift_right, saturate
 from tandem.mappings.rnn.tiling import GATES, TileProgram, ceil_div, packed_rows
 
 from tandem.config import ParamError, Params, param
 
-from .fixed import round_shift_right, saturate
-
 __all__ = [
+    "ISSUE_TO_WRITE",
     "STATE_BITS",
     "QuantLstm",
     "RnnParams",

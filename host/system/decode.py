@@ -38,12 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tandem.host.devices import Attend, CapacityError, HpuDevice, SeqAlloc
+from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
+from tandem.host.system.model import LlamaConfig
 
 from tandem.errors import UserError
-
-from .devices import Attend, CapacityError, HpuDevice, SeqAlloc
-from .hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
-from .model import LlamaConfig
 
 __all__ = [
     "DecodeResult",
@@ -79,7 +78,7 @@ class Llama:
     Parameters
     ----------
     config
-        Shapes (:class:`~tandem.host.model.LlamaConfig`).
+        Shapes (:class:`~tandem.host.system.model.LlamaConfig`).
     weights
         llama.cpp tensor names to float32 tensors ``[out, in]`` (:func:`load_gguf`,
         :func:`random_llama`); ``output.weight`` absent means tied embeddings.
@@ -683,7 +682,7 @@ def add_arguments(parser) -> None:
 
 def load_model(name: str, device=None):
     """``(Llama, Tokenizer, label)`` for ``--model``: a known name, a .gguf path, or tiny."""
-    from .model import MODELS, byte_tokenizer, find_model, load_gguf, random_llama
+    from tandem.host.system.model import MODELS, byte_tokenizer, find_model, load_gguf, random_llama
 
     if name == "tiny":
         return Llama(TINY, random_llama(TINY, 0), device), byte_tokenizer(), "tiny (random)"

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+from tandem.host.common.fixed import round_shift_right, saturate
 
 from tandem.config import ParamError, Params, param
-
-from .fixed import round_shift_right, saturate
 
 __all__ = [
     "ReciprocalParams",

@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["DEFAULT_PATH", "decode_cases", "load_smollm2_qkv"]
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tests" / "data" / "smollm2_qkv.npz"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "tests" / "data" / "smollm2_qkv.npz"
 
 
 def load_smollm2_qkv(path: str | Path | None = None) -> dict[str, np.ndarray]:

@@ -55,10 +55,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+from tandem.host.common.arith import wrap
 
 from tandem.config import ParamError, Params, param
-
-from .arith import wrap
 
 __all__ = [
     "GcnResult",

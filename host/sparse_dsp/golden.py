@@ -36,10 +36,9 @@ summed over time in the reduction node's two 32-bit lane accumulators.
 from dataclasses import dataclass
 
 import numpy as np
+from tandem.host.common.arith import wrap
 
 from tandem.config import ParamError, Params, param
-
-from .arith import wrap
 
 __all__ = [
     "CASCADE_MAX_PRODUCTS",

@@ -1,8 +1,7 @@
 """Accuracy of the ``hpu`` engine against float attention (``torch`` SDPA) on real inputs."""
 
 import numpy as np
-
-from .hpu import HpuParams, hpu_golden, key_smoothing, quantize_rows, score_scale
+from tandem.host.hpu import HpuParams, hpu_golden, key_smoothing, quantize_rows, score_scale
 
 __all__ = ["relative_errors"]
 

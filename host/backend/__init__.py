@@ -1,0 +1,1 @@
+"""The device/backend stack every datapath shares."""

@@ -1,0 +1,47 @@
+"""The ``hpu`` attention datapath on the host: parameters, wire formats, golden model."""
+
+from .codec import (
+    HpuRequest,
+    HpuResult,
+    decode_result,
+    descriptor_beats,
+    pack_descriptor,
+    read_port_bursts,
+    request_beats,
+    result_words,
+    unpack_results,
+)
+from .golden import (
+    hpu_golden,
+    merge_partials,
+)
+from .params import (
+    HEADER_BYTES,
+    HpuParams,
+    check_scales,
+    decode_scales,
+    key_smoothing,
+    quantize_rows,
+    score_scale,
+)
+
+__all__ = [
+    "HEADER_BYTES",
+    "HpuParams",
+    "HpuRequest",
+    "HpuResult",
+    "check_scales",
+    "decode_result",
+    "decode_scales",
+    "descriptor_beats",
+    "hpu_golden",
+    "key_smoothing",
+    "merge_partials",
+    "pack_descriptor",
+    "quantize_rows",
+    "read_port_bursts",
+    "request_beats",
+    "result_words",
+    "score_scale",
+    "unpack_results",
+]

@@ -1,0 +1,287 @@
+"""``hpu`` parameters and the host's number formats: binary16 scales, quantization, smoothing.
+
+The engine's number formats are written out in :mod:`tandem.host.hpu.golden`; the descriptor
+and result formats in :mod:`tandem.host.hpu.codec`.
+"""
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from tandem.host.common.exp2 import Exp2Params
+from tandem.host.common.reciprocal import ReciprocalParams
+from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, KvLayout
+
+from tandem.config import ParamError, Params, param
+
+__all__ = [
+    "HEADER_BYTES",
+    "HpuParams",
+    "check_scales",
+    "decode_scales",
+    "key_smoothing",
+    "quantize_rows",
+    "score_scale",
+]
+
+HEADER_BYTES = 64
+LOG2_E = 1.0 / math.log(2.0)
+
+
+@dataclass(frozen=True)
+class HpuParams(Params):
+    """Shape, memory interface and number formats of the ``hpu`` attention engine.
+
+    Memory: K and V rows are read through ``read_ports`` AXI4 read masters of
+    ``mem_data_bits`` (``8 * lanes``: one beat is one cycle's worth of int8 elements), in
+    bursts of at most ``max_burst_beats`` beats with up to ``max_outstanding`` bursts in flight
+    per port. With one port, K and V share its bandwidth, so a request takes twice the cycles
+    of two ports. See :mod:`tandem.mappings.kv_layout` for the layout and
+    :func:`read_port_bursts` for the bursts each port issues.
+    """
+
+    design = "hpu"
+
+    head_dim: int = param(64, "elements per query, key and value vector", choices=(32, 64, 128))
+    lanes: int = param(
+        32,
+        "int8 elements of K or V consumed per cycle per read port",
+        min=8,
+        max=64,
+        power_of_two=True,
+    )
+    gqa_group: int = param(
+        3, "query vectors per KV head (grouped-query attention; 1 = multi-head)", min=1, max=8
+    )
+    max_seq_len: int = param(
+        4096, "longest sequence (tokens) one request may cover", min=1, max=131072
+    )
+    mem_data_bits: int = param(
+        256,
+        "data width of every AXI4 port in bits; must equal 8 * lanes",
+        choices=(64, 128, 256, 512),
+    )
+    read_ports: int = param(
+        2,
+        "AXI4 read masters: 2 (k_axi reads K, v_axi reads V) or 1 (kv_axi reads a page's K "
+        "part, then its V part)",
+        choices=(1, 2),
+    )
+    max_outstanding: int = param(
+        16, "read bursts in flight per port before the address channel waits", min=1, max=64
+    )
+    max_burst_beats: int = param(
+        16, "longest read burst in beats (AXI4 allows 256)", min=1, max=256, power_of_two=True
+    )
+    addr_bits: int = param(32, "AXI address width", min=16, max=64)
+    q_bits: int = param(
+        16,
+        "query element width: int16 (default: smoothed queries need the range) or int8",
+        choices=(8, 16),
+    )
+    score_int_bits: int = param(
+        9,
+        "integer bits of a score in log2 units (saturating; exp2 underflows long before)",
+        min=4,
+        max=16,
+    )
+    score_frac_bits: int = param(10, "fraction bits of a score in log2 units", min=4, max=16)
+    prob_frac_bits: int = param(
+        16, "fraction bits of the softmax weights p, alpha and of the sum l", min=8, max=20
+    )
+    weight_bits: int = param(
+        26,
+        "width of the unsigned value weight w = p * v_scale (w * v fits one 27x18 DSP)",
+        min=10,
+        max=26,
+    )
+    weight_frac_bits: int = param(
+        24,
+        "fraction bits of w (v scales up to 2**(weight_bits - weight_frac_bits) fit)",
+        min=8,
+        max=30,
+    )
+    out_bits: int = param(24, "width of each signed full-mode output element", min=8, max=32)
+    out_frac_bits: int = param(16, "fraction bits of each full-mode output element", min=0, max=30)
+
+    def check(self) -> None:
+        if self.mem_data_bits != 8 * self.lanes:
+            raise ParamError(
+                "mem_data_bits",
+                f"mem_data_bits must be 8 * lanes ({8 * self.lanes}) so that one beat feeds one "
+                f"cycle, not {self.mem_data_bits!r}",
+            )
+        if self.out_frac_bits >= self.out_bits:
+            raise ParamError(
+                "out_frac_bits",
+                f"out_frac_bits must be below out_bits ({self.out_bits}), "
+                f"not {self.out_frac_bits!r}",
+            )
+        if self.weight_frac_bits + self.recip_frac_bits < self.out_frac_bits:
+            raise ParamError(
+                "out_frac_bits",
+                f"out_frac_bits must not exceed weight_frac_bits + reciprocal fraction bits, "
+                f"not {self.out_frac_bits!r}",
+            )
+
+    # --- derived sizes -------------------------------------------------------------------
+    @cached_property
+    def layout(self) -> KvLayout:
+        """The KV layout (:class:`tandem.mappings.kv_layout.KvLayout`) for ``head_dim``."""
+        return KvLayout(self.head_dim)
+
+    @property
+    def beat_bytes(self) -> int:
+        """Bytes per memory (and descriptor) beat."""
+        return self.mem_data_bits // 8
+
+    @property
+    def read_port_names(self) -> tuple[str, ...]:
+        """Names of the AXI4 read ports, in the order of :func:`read_port_bursts`."""
+        return ("k_axi", "v_axi") if self.read_ports == 2 else ("kv_axi",)
+
+    @property
+    def row_elems(self) -> int:
+        """Elements per stored row, padding included (padding meets zero query elements)."""
+        return self.layout.row_bytes
+
+    @property
+    def row_beats(self) -> int:
+        """Beats per K or V row."""
+        return self.row_elems // self.lanes
+
+    @property
+    def scale_beats(self) -> int:
+        """Beats per 64-byte scale block."""
+        return BLOCK_BYTES // self.beat_bytes
+
+    @property
+    def q_beats(self) -> int:
+        """Descriptor beats per query vector (``row_elems`` elements of ``q_bits``)."""
+        return self.row_elems * self.q_bits // self.mem_data_bits
+
+    @property
+    def header_beats(self) -> int:
+        """Descriptor beats of the 64-byte header."""
+        return HEADER_BYTES // self.beat_bytes
+
+    @property
+    def position_bits(self) -> int:
+        """Bits of a token count 0..max_seq_len."""
+        return self.max_seq_len.bit_length()
+
+    @property
+    def dot_bits(self) -> int:
+        """Signed width of an exact q.k dot product."""
+        return self.q_bits + 8 + (self.row_elems - 1).bit_length()
+
+    @property
+    def score_bits(self) -> int:
+        """Signed width of a score."""
+        return 1 + self.score_int_bits + self.score_frac_bits
+
+    @property
+    def l_bits(self) -> int:
+        """Unsigned width of the running sum l (at most max_seq_len * 1.0)."""
+        return self.prob_frac_bits + self.position_bits
+
+    @property
+    def o_bits(self) -> int:
+        """Signed width of an accumulator element: sum of max_seq_len products w * v."""
+        return self.weight_bits + 8 + self.position_bits
+
+    @property
+    def word_bits(self) -> int:
+        """Width of one element of a result beat (o, y, m or l, sign-extended)."""
+        return self.o_bits
+
+    @property
+    def recip_frac_bits(self) -> int:
+        """Fraction bits of 1/l; l >= 1, so 1/l keeps 16 significant bits up to max_seq_len."""
+        return 16 + self.position_bits
+
+    @property
+    def score_min(self) -> int:
+        """Most negative score: the running maximum's start value."""
+        return -(1 << (self.score_bits - 1))
+
+    @cached_property  # validated once: the golden model reads it on every request
+    def exp2(self) -> Exp2Params:
+        """The ``exp2`` unit: input -|s - m| saturates at -32, far below p's resolution."""
+        return Exp2Params(
+            in_int_bits=5,
+            in_frac_bits=self.score_frac_bits,
+            out_frac_bits=self.prob_frac_bits,
+            lut_bits=min(6, self.score_frac_bits),
+            lut_frac_bits=self.prob_frac_bits + 4,
+        )
+
+    @cached_property
+    def reciprocal(self) -> ReciprocalParams:
+        """The ``reciprocal`` unit computing 1/l."""
+        return ReciprocalParams(
+            in_bits=self.l_bits,
+            in_frac_bits=self.prob_frac_bits,
+            out_bits=self.recip_frac_bits + 1,
+            out_frac_bits=self.recip_frac_bits,
+            seed_bits=6,
+            newton_steps=2,
+            work_frac_bits=min(24, 62 - self.l_bits),
+        )
+
+    @property
+    def out_shift(self) -> int:
+        """Right shift from o * (1/l) to the output format."""
+        return self.weight_frac_bits + self.recip_frac_bits - self.out_frac_bits
+
+
+# --- binary16 scales ---------------------------------------------------------------------
+def decode_scales(scales) -> tuple[np.ndarray, np.ndarray]:
+    """``(mant, exp)`` int64 arrays with ``scale = mant * 2**exp``, as the gateware decodes.
+
+    The sign bit is ignored, like in the gateware.
+    """
+    bits = np.asarray(scales, dtype=np.float16).view(np.uint16).astype(np.int64)
+    field = (bits >> 10) & 0x1F
+    mant = (bits & 0x3FF) | np.where(field != 0, 1 << 10, 0)
+    return mant, np.maximum(field, 1) - 25
+
+
+def check_scales(name: str, scales) -> np.ndarray:
+    scales = np.asarray(scales, dtype=np.float16)
+    if not np.all(np.isfinite(scales)) or np.any(scales < 0) or np.any(np.signbit(scales)):
+        raise ValueError(f"{name} must be finite, non-negative binary16 values")
+    return scales
+
+
+def score_scale(q_scale, head_dim: int) -> np.ndarray:
+    """The binary16 score scale ``q_scale * log2(e) / sqrt(head_dim)`` the descriptor carries."""
+    return np.asarray(np.asarray(q_scale, np.float64) * LOG2_E / math.sqrt(head_dim), np.float16)
+
+
+def key_smoothing(keys, floor: float = 1e-3) -> np.ndarray:
+    """Per-channel factors ``s`` that flatten K's channels before per-token quantization.
+
+    ``s[c] = max_t |K[t, c]|`` (at least ``floor``). The host stores ``K / s`` and sends
+    ``q * s``: the scores are unchanged, but every channel of ``K / s`` spans [-1, 1], so one
+    int8 scale per token no longer spends its range on a few large channels (SmoothQuant's
+    idea, applied to attention). On SmolLM2-135M it cuts the worst output error from 5.5 % to
+    2 % (``python benchmarks/hpu_error.py``). Compute it once per (layer, KV head) from the
+    cache the prefill produced.
+    """
+    return np.maximum(np.abs(np.asarray(keys, dtype=np.float64)).max(axis=0), floor)
+
+
+def quantize_rows(x, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row quantization of ``x`` [..., d] to ``bits``-bit integers.
+
+    Returns ``(values int64, scales float16)``; the scale is ``max|x| / (2**(bits-1) - 1)``
+    rounded to binary16, and values are ``x / scale`` rounded to nearest and clipped.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    top = (1 << (bits - 1)) - 1
+    scales = (np.abs(x).max(axis=-1) / top).astype(np.float16)
+    safe = np.where(scales > 0, scales.astype(np.float64), 1.0)
+    values = np.clip(np.rint(x / safe[..., None]), -top, top).astype(np.int64)
+    return values, scales

@@ -1,15 +1,15 @@
 """The golden backend's cycle model of the HPU against the RTL's simulated cycles, and its fit.
 
 The golden transport reports the cycles of a batch of requests from a model
-(:func:`tandem.host.transport.call_cycles`)::
+(:func:`tandem.host.hpu.cycles.call_cycles`)::
 
     cycles(batch) = FILL + sum over requests of (max(D, R, O) + GAP)
 
 This script runs the same batches through :class:`tandem.host.devices.HpuDevice` on both
 backends (bit-identical results are checked), prints model against RTL cycles per batch, and
 fits ``FILL`` and ``GAP`` (integers minimizing the largest relative error over all batches; the
-fitted pair is what :data:`~tandem.host.transport.FILL_CYCLES` and
-:data:`~tandem.host.transport.GAP_CYCLES` should hold). The batches mix lengths 1-250, batch
+fitted pair is what :data:`~tandem.host.hpu.cycles.FILL_CYCLES` and
+:data:`~tandem.host.hpu.cycles.GAP_CYCLES` should hold). The batches mix lengths 1-250, batch
 sizes 1-8, appends and partial requests, on two engine configurations (``--configs``): the
 co-simulation tests' ``hd32-g2`` and the default engine; the fit is over both at once, since
 the constants serve every configuration. The default engine in Icarus takes several minutes.
@@ -24,7 +24,7 @@ import sys
 import numpy as np
 from tandem.host.devices import Attend, HpuDevice
 from tandem.host.hpu import HpuParams, quantize_rows, score_scale
-from tandem.host.transport import FILL_CYCLES, GAP_CYCLES
+from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES
 
 from tandem.bench import Figures, add_figures_option
 from tandem.config import resolve_params

@@ -45,23 +45,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .hpu import HpuParams, HpuRequest, HpuResult, hpu_golden, pack_descriptor
-from .hpu import request_beats as beat_counts
+from .hpu.cycles import call_cycles
 
 __all__ = [
-    "FILL_CYCLES",
-    "GAP_CYCLES",
     "CallResult",
     "GoldenTransport",
     "Transport",
-    "call_cycles",
-    "request_beats",
 ]
-
-#: Pipeline fill of one batch: first read's memory latency, K side, FIFO, V side, output
-#: (fitted to the RTL by benchmarks/decode_cycles.py).
-FILL_CYCLES = 41
-#: Turn-around cycles between two requests of a batch (fitted likewise).
-GAP_CYCLES = 4
 
 
 @dataclass
@@ -70,24 +60,6 @@ class CallResult:
 
     results: list[HpuResult]
     cycles: int
-
-
-def request_beats(params: HpuParams, request: HpuRequest) -> tuple[int, int, int]:
-    """``(descriptor beats, read beats per port, result beats)`` of one request.
-
-    The counts come from :func:`tandem.host.hpu.request_beats`, the one place that knows them.
-    """
-    reads, desc, out = beat_counts(
-        params, [request.length], append=request.append, partial=request.partial
-    )
-    return int(desc[0]), int(reads[0]), int(out[0])
-
-
-def call_cycles(params: HpuParams, requests: list[HpuRequest]) -> int:
-    """Modelled engine cycles of one batch (see the module docstring)."""
-    if not requests:
-        return 0
-    return FILL_CYCLES + sum(max(request_beats(params, r)) + GAP_CYCLES for r in requests)
 
 
 def _as_emitted(result: HpuResult, request: HpuRequest) -> HpuResult:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tandem.host.devices import Attend, HpuDevice
 from tandem.host.hpu import HpuParams, quantize_rows, score_scale
-from tandem.host.transport import call_cycles
+from tandem.host.hpu.cycles import call_cycles
 from tandem.host.transport_rtl import CosimError, CosimTimeoutError
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from tandem.host.devices import Attend, CapacityError, HpuDevice
 from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
-from tandem.host.transport import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
+from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
@@ -150,7 +150,7 @@ def test_cycle_model():
     from tandem.host.hpu import HpuRequest
 
     short = HpuRequest(0, 0, 1, q, c)
-    desc, read, out = request_beats(P, short)
+    desc, read, out = (int(b[0]) for b in request_beats(P, [short.length], append=False))
     # header 4 beats + 2 queries of 64 int16 elements (8 beats each); 1 scale block + 1 row;
     # 2 result rows of 4 beats.
     assert (desc, read, out) == (4 + 2 * 8, 4 + 4, 2 * 4)

@@ -402,7 +402,7 @@ def test_request_beats_match_bursts_and_descriptor(read_ports, append):
     for length in (1, 2, 31, 32, 33, 70, 256):
         seq = make_sequence(params, length, rng)
         request = request_for(seq, seq_id=1, base=0x1FC0, n=length, append=append)
-        reads, desc, out = request_beats(params, [length], append=append, partial=True)
+        desc, reads, out = request_beats(params, [length], append=append, partial=True)
         bursts = read_port_bursts(params, 0x1FC0, length - int(append))
         assert all(sum(b.beats for b in port) == reads[0] for port in bursts.values())
         assert desc[0] * params.beat_bytes == len(pack_descriptor(params, request))

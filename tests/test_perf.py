@@ -102,7 +102,7 @@ def test_unknown_model():
 def test_request_beats_match_layout_and_descriptor(shape):
     p = HpuParams(**shape)
     for length in (1, 2, 31, 32, 33, 64, 100, 257):
-        reads, desc, out = request_beats(p, [length])
+        desc, reads, out = request_beats(p, [length])
         bursts = p.layout.read_bursts(
             0, length - 1, value=False, beat_bytes=p.beat_bytes, max_beats=p.max_burst_beats
         )

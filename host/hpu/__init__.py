@@ -7,10 +7,10 @@ from .codec import (
     descriptor_beats,
     pack_descriptor,
     read_port_bursts,
-    request_beats,
     result_words,
     unpack_results,
 )
+from .cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
 from .golden import (
     hpu_golden,
     merge_partials,
@@ -26,10 +26,13 @@ from .params import (
 )
 
 __all__ = [
+    "FILL_CYCLES",
+    "GAP_CYCLES",
     "HEADER_BYTES",
     "HpuParams",
     "HpuRequest",
     "HpuResult",
+    "call_cycles",
     "check_scales",
     "decode_result",
     "decode_scales",

@@ -9,7 +9,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 from .params import HEADER_BYTES, HpuParams, check_scales
 
@@ -20,7 +19,6 @@ __all__ = [
     "descriptor_beats",
     "pack_descriptor",
     "read_port_bursts",
-    "request_beats",
     "result_words",
     "unpack_results",
 ]
@@ -94,25 +92,6 @@ def read_port_bursts(params: HpuParams, base: int, rows: int) -> dict[str, list]
     for burst in k_bursts + v_bursts:  # K before V within each page
         by_page.setdefault((burst.address - base) // layout.page_bytes, []).append(burst)
     return {"kv_axi": [b for page in sorted(by_page) for b in by_page[page]]}
-
-
-def request_beats(params: HpuParams, contexts, *, append: bool = True, partial: bool = False):
-    """``(R, D, O)``: read beats per port, descriptor beats and result beats per request.
-
-    ``contexts`` are sequence lengths including the new token (arrays allowed). ``R`` counts
-    the beats one read port carries: the K (or V) part of every page with two ports, both parts
-    with one. ``D`` equals ``len(pack_descriptor(...)) / beat_bytes`` and ``R`` the beats of
-    :func:`read_port_bursts`; the engine's cycle models (the golden transport, the performance
-    model) read these counts from here.
-    """
-    p = params
-    t = np.asarray(contexts, dtype=np.int64)
-    n = t - 1 if append else t
-    pages = -(-n // PAGE_TOKENS)
-    reads = (pages * p.scale_beats + n * p.row_beats) * (2 // p.read_ports)
-    desc = p.header_beats + (2 * p.row_beats if append else 0) + p.gqa_group * p.q_beats
-    out = p.gqa_group * (p.row_beats + (1 if partial else 0))
-    return reads, np.full_like(t, desc), np.full_like(t, out)
 
 
 def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:

@@ -414,7 +414,7 @@ def hpu_call_cycles(
     contexts = np.asarray(contexts)
     if contexts.size == 0:
         return 0.0
-    reads, desc, out = request_beats(params, contexts)
+    desc, reads, out = request_beats(params, contexts)
     total = reads.sum()
     stalls = total * (1.0 / float(eff.efficiency(total, latency)) - 1.0)
     beats = np.maximum(np.maximum(reads, desc), out).sum()
@@ -785,7 +785,7 @@ def _gpu_hpu(
         )
     half = (b + 1) // 2
     sizes = [half, b - half] if b > 1 else [1]
-    reads, desc, out = request_beats(params, contexts)
+    desc, reads, out = request_beats(params, contexts)
     hbm_bw = float(board.memory[0]["bandwidth_gb_s"]) * 1e9
     fill_s = eff.fill_cycles(latency) / clock
     write_bytes = 2 * (params.row_elems + 2)

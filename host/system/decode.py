@@ -41,6 +41,7 @@ import numpy as np
 from tandem.host.devices import Attend, CapacityError, HpuDevice, SeqAlloc
 from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
 from tandem.host.system.model import LlamaConfig
+from tandem.mappings.hpu.placement import CardSpace, NoRoomError, place
 
 from tandem.errors import UserError
 
@@ -277,22 +278,25 @@ class HpuAttention:
         self.last_cycles: dict[str, int] = {}
 
     def _place(self, capacity: int) -> list[_Slice]:
-        """Slices of ``capacity`` tokens, each on the card with the most room at the time."""
-        slices, first = [], 0
+        """Allocate the slices :func:`~tandem.mappings.hpu.placement.place` decides."""
+        # The cards' free spans in address order, as their first-fit allocator keeps them.
+        space = [CardSpace([size for _, size in d._free], d.free_sequences) for d in self.devices]
         try:
-            while first < capacity:
-                fits = [d.tokens_fit(self.heads) for d in self.devices]
-                room = [d.largest_free if f else -1 for d, f in zip(self.devices, fits)]
-                best = int(np.argmax(room))  # the most free memory; ties to the lowest index
-                take = min(capacity - first, fits[best], self.max_slice_tokens or capacity)
-                if take <= 0:
-                    raise CapacityError(
-                        f"no card has room for another slice of a {capacity}-token sequence "
-                        f"({self.heads} KV regions per token)"
-                    )
-                alloc = self.devices[best].allocate(take, self.heads)
-                slices.append(_Slice(best, alloc, first, take))
-                first += take
+            decided = place(
+                capacity,
+                space,
+                layout=self.params.layout,
+                heads=self.heads,
+                max_seq_len=self.params.max_seq_len,
+                max_slice_tokens=self.max_slice_tokens,
+            )
+        except NoRoomError as exc:
+            raise CapacityError(str(exc)) from None
+        slices = []
+        try:
+            for s in decided:
+                alloc = self.devices[s.card].allocate(s.tokens, self.heads)
+                slices.append(_Slice(s.card, alloc, s.first, s.tokens))
         except CapacityError:
             for s in slices:
                 self.devices[s.device].free(s.alloc)

@@ -3,8 +3,10 @@
 For each design, the generated Verilog of its default parameters is synthesized out of context
 for its board (:func:`tandem.synth.synthesize`: UltraScale+ mapping, DSP48E2) and the cells are
 counted: LUT, FF, DSP, BRAM36, and each as a share of the board. The DSP count is checked
-against what the design's parameters imply where that is known (one DSP per MAC lane), so a
-multiplier that yosys built from LUTs shows up as ``lut_multipliers``.
+against what the design's parameters imply where that is known (one DSP per MAC lane, the
+registry entry's :attr:`~tandem.registry.Design.expected_dsps`), so a multiplier that yosys
+built from LUTs shows up as ``lut_multipliers``. Each design is synthesized for its registered
+board (:attr:`~tandem.registry.Design.board`).
 
 ``--quick`` synthesizes three small designs (exp2, mac, the DSP chain); the HPU engine alone
 takes about 20 minutes (``hpu_stream_efficiency.py --synth`` synthesizes its paper
@@ -20,24 +22,11 @@ import sys
 import time
 
 from tandem.bench import Figures, add_figures_option, skip
-from tandem.boards import RESOURCE_KEYS, design_board
+from tandem.boards import RESOURCE_KEYS
 from tandem.errors import UserError
 from tandem.registry import all_designs, get_design
 
 QUICK = ("exp2", "mac", "sparse-dsp-chain")
-
-
-def expected_dsps(name: str, params) -> int | None:
-    """DSP48E2 count the parameters imply, where the design maps one multiplier per DSP."""
-    if name == "mac":
-        return 1
-    if name == "sparse-dsp-chain":
-        return params.stages
-    if name == "sparse-mpe":
-        return params.chains * params.stages
-    if name == "systolic":
-        return params.rows * params.cols
-    return None
 
 
 def main(argv=None) -> int:
@@ -64,7 +53,7 @@ def main(argv=None) -> int:
     )
     for design in designs:
         params = design.params()
-        board = design_board(design.name)
+        board = design.board
         start = time.perf_counter()
         try:
             report = synthesize(design, params, board)
@@ -74,7 +63,7 @@ def main(argv=None) -> int:
             continue
         seconds = time.perf_counter() - start
         used = report.used
-        expected = expected_dsps(design.name, params)
+        expected = None if design.expected_dsps is None else design.expected_dsps(params)
         print(
             f"{design.name:<17} {board:<7} {used['lut']:>8.0f} {used['ff']:>8.0f} "
             f"{used['dsp']:>5.0f} {used['bram36']:>7g} {used.get('lut_multipliers', 0):>7.0f} "

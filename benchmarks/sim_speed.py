@@ -16,9 +16,11 @@ simulator the script reports
   golden seconds.
 
 ``--quick`` runs one representative test (its line-rate or streaming test) of the designs whose
-regression is long, instead of the whole regression, and the HPU with ``max_seq_len=512``, the
-configuration ``hpu_stream_efficiency.py`` builds in ``tandem bench --quick``, so the two share
-one Verilator build.
+regression is long, instead of the whole regression, and changes the parameters some designs
+name for quick runs: the HPU with ``max_seq_len=512``, the configuration
+``hpu_stream_efficiency.py`` builds in ``tandem bench --quick``, so the two share one Verilator
+build. Both come from the design's registry entry
+(:attr:`~tandem.registry.Design.quick_test`, :attr:`~tandem.registry.Design.quick_overrides`).
 
 Run: ``python benchmarks/sim_speed.py [--quick] [--designs hpu rnn ...]
 [--simulators verilator icarus] [--figures FILE]``
@@ -35,24 +37,13 @@ from tandem.bench import Figures, add_figures_option, skip
 from tandem.errors import UserError
 from tandem.registry import all_designs, get_design
 
-#: One representative test for --quick (it streams at the design's full rate) of the designs
-#: whose whole regression takes long; the others run whole (a second or two).
-QUICK_TESTS = {
-    "hpu": "line_rate_streaming",
-    "rnn": "utilization",
-}
-
-
-#: Parameters --quick changes, to share a simulator build with another quick benchmark.
-QUICK_OVERRIDES = {"hpu": {"max_seq_len": 512}}
-
 
 def measure(design_name: str, simulator: str, quick: bool, seed: int, out: Path) -> dict:
     """Run one design's regression in one simulator; return its speed figures."""
     design = get_design(design_name)
-    testcase = QUICK_TESTS.get(design_name) if quick else None
+    testcase = design.quick_test if quick else None
     start = time.perf_counter()
-    overrides = QUICK_OVERRIDES.get(design_name, {}) if quick else {}
+    overrides = design.quick_overrides if quick else {}
     result = run_regression(
         design,
         design.params(**overrides),

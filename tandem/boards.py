@@ -14,10 +14,10 @@ import yaml
 from .errors import UserError, did_you_mean
 
 __all__ = [
+    "DEFAULT_BOARD",
     "Board",
     "Gpu",
     "board_names",
-    "design_board",
     "gpu_names",
     "load_board",
     "load_gpu",
@@ -25,14 +25,9 @@ __all__ = [
 
 RESOURCE_KEYS = ("lut", "ff", "dsp", "bram36", "uram")
 
-#: The board a design is synthesized for when none is named: the board its paper used.
-DESIGN_BOARDS = {"hpu": "u55c", "sparse-dsp-chain": "u280", "sparse-mpe": "u280"}
+#: The board of a design whose registry entry names none (:attr:`tandem.registry.Design.board`
+#: holds each design's board: the board its paper used).
 DEFAULT_BOARD = "vck190"
-
-
-def design_board(design_name: str) -> str:
-    """Default board of ``design_name`` (:data:`DESIGN_BOARDS`, else :data:`DEFAULT_BOARD`)."""
-    return DESIGN_BOARDS.get(design_name, DEFAULT_BOARD)
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,7 @@ def _cmd_designs(args) -> int:
     if args.json:
         data = [
             {
-                "name": d.name,
-                "summary": d.summary,
+                **d.describe(),
                 "params": [
                     {
                         "name": p.name,
@@ -136,29 +135,26 @@ def _cmd_synth(args) -> int:
     return 0
 
 
-# ``tandem map NAME`` and ``tandem pack NAME``: each module named here defines
-# ``add_arguments(parser)`` and ``run(args) -> int`` (exit status). Its import must stay light:
-# heavy imports belong inside ``run``. A module that has not landed yet is left out.
-MAPPERS = {
-    "spmm": ("tandem.mappings.spmm.cli", "tile a GCN adjacency for the systolic + sparse engines"),
-    "rnn": ("tandem.mappings.rnn.cli", "tile program and dispatch schedule of an LSTM/GRU"),
-}
-PACKERS = {
-    "nm": ("tandem.mappings.nm.cli", "pack an int8 matrix into N:M value and index streams"),
-}
+def _add_tool_family(sub, kind: str, help_text: str) -> None:
+    """``tandem map NAME`` or ``tandem pack NAME``: one subcommand per distinct tool the
+    registered designs name (:attr:`tandem.registry.Design.tools`).
 
+    Each tool's module defines ``add_arguments(parser)`` and ``run(args) -> int`` (exit
+    status); its import is light (heavy imports inside ``run``). A module that has not landed
+    yet is left out.
+    """
+    from .registry import all_tools
 
-def _add_tool_family(sub, command: str, help_text: str, tools: dict) -> None:
-    p = sub.add_parser(command, help=help_text)
+    p = sub.add_parser(kind, help=help_text)
     family = p.add_subparsers(dest="tool", required=True, parser_class=_Parser)
-    for name, (module_name, summary) in tools.items():
+    for tool in all_tools(kind):
         try:
-            module = importlib.import_module(module_name)
+            module = importlib.import_module(tool.module)
         except ModuleNotFoundError as exc:
-            if exc.name is None or not module_name.startswith(exc.name):
+            if exc.name is None or not tool.module.startswith(exc.name):
                 raise
             continue
-        tp = family.add_parser(name, help=summary, description=summary)
+        tp = family.add_parser(tool.name, help=tool.summary, description=tool.summary)
         module.add_arguments(tp)
         tp.set_defaults(func=module.run)
 
@@ -196,8 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
     p.set_defaults(func=_cmd_synth)
 
-    _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)", MAPPERS)
-    _add_tool_family(sub, "pack", "pack weights into a design's streams", PACKERS)
+    _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
+    _add_tool_family(sub, "pack", "pack weights into a design's streams")
 
     from tandem.host.system import decode, model  # light: torch and gguf load inside their run()
 

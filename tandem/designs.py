@@ -1,9 +1,15 @@
-"""Registrations of the designs that ship with tandem: one entry per design."""
+"""Registrations of the designs that ship with tandem: one entry per design, every fact of it.
+
+Importing this module registers them (:func:`tandem.design.register`); :mod:`tandem.registry`
+does so on its first lookup. This module imports :mod:`tandem.design`, never
+:mod:`tandem.registry`, so the two form no import cycle.
+"""
 
 from tandem.host.common.arith import AdderTreeParams, MacParams, adder_tree_golden, mac_golden
 from tandem.host.common.exp2 import Exp2Params, exp2_golden
 from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_golden
 from tandem.host.hpu import HpuParams, hpu_golden
+from tandem.host.rnn import RnnParams, rnn_golden
 from tandem.host.sparse_dsp import (
     SparseDspChainParams,
     SparseMpeParams,
@@ -21,13 +27,39 @@ from tandem.hw.common.exp2 import Exp2
 from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
 from tandem.hw.hpu.engine import Hpu
-from tandem.hw.rnn.design import RNN_DESIGN  # noqa: F401  (registers `rnn` on import)
+from tandem.hw.rnn.engine import Rnn
 from tandem.hw.sparse_dsp.chain import SparseDspChain
 from tandem.hw.sparse_dsp.mpe import SparseMpe
 from tandem.hw.spmm.sparse_engine import SparseEngine
 from tandem.hw.spmm.systolic import Systolic
 
-from .registry import Design, register
+from .design import Design, SweepBenchmark, Tool, register
+
+__all__ = ["HPU_SERVER", "NM_PACKER", "RNN_MAPPER", "SPMM_MAPPER", "STREAM_SERVER"]
+
+# The mappers and packers; designs that share one name the same record.
+SPMM_MAPPER = Tool(
+    "map",
+    "spmm",
+    "tandem.mappings.spmm.cli",
+    "tile a GCN adjacency for the systolic + sparse engines",
+)
+RNN_MAPPER = Tool(
+    "map", "rnn", "tandem.mappings.rnn.cli", "tile program and dispatch schedule of an LSTM/GRU"
+)
+NM_PACKER = Tool(
+    "pack", "nm", "tandem.mappings.nm.cli", "pack an int8 matrix into N:M value and index streams"
+)
+
+HPU_SERVER = "tandem.sim.cosim.hpu_server"
+# Serves any design with stream ports; the host encodes every beat.
+STREAM_SERVER = "tandem.sim.cosim.stream_server"
+
+
+def _per_cycle(figures: dict) -> float:
+    """Stream transfers per clock cycle, from a line-rate test's figures."""
+    return figures["transfers"] / figures["cycles"]
+
 
 register(
     Design(
@@ -37,6 +69,10 @@ register(
         generator=Exp2,
         golden=exp2_golden,
         testbench="tandem.sim.common.exp2_tb",
+        docs="docs/fixed_point.md",
+        sweep=SweepBenchmark(
+            "corner_cases_at_line_rate", "results/cycle", lambda p, f: _per_cycle(f)
+        ),
     )
 )
 
@@ -48,6 +84,10 @@ register(
         generator=Reciprocal,
         golden=reciprocal_golden,
         testbench="tandem.sim.common.reciprocal_tb",
+        docs="docs/fixed_point.md",
+        sweep=SweepBenchmark(
+            "corner_cases_at_line_rate", "results/cycle", lambda p, f: _per_cycle(f)
+        ),
     )
 )
 
@@ -59,6 +99,8 @@ register(
         generator=AdderTree,
         golden=adder_tree_golden,
         testbench="tandem.sim.common.adder_tree_tb",
+        docs="docs/fixed_point.md",
+        sweep=SweepBenchmark("line_rate", "inputs/cycle", lambda p, f: _per_cycle(f) * p.n_inputs),
     )
 )
 
@@ -70,6 +112,8 @@ register(
         generator=Mac,
         golden=mac_golden,
         testbench="tandem.sim.common.mac_tb",
+        docs="docs/fixed_point.md",
+        expected_dsps=lambda p: 1,
     )
 )
 
@@ -81,6 +125,19 @@ register(
         generator=Hpu,
         golden=hpu_golden,
         testbench="tandem.sim.hpu.hpu_tb",
+        board="u55c",  # the HPU paper's card
+        docs="docs/hpu.md",
+        cosim_server=HPU_SERVER,
+        device="tandem.host.hpu.device:HpuDevice",
+        # KV bytes read per cycle while streaming a long sequence.
+        sweep=SweepBenchmark(
+            "line_rate_streaming",
+            "KV bytes/cycle",
+            lambda p, f: f["stream_efficiency"] * p.read_ports * p.mem_data_bits / 8,
+        ),
+        quick_test="line_rate_streaming",
+        # The configuration hpu_stream_efficiency.py builds in `tandem bench --quick`.
+        quick_overrides={"max_seq_len": 512},
     )
 )
 
@@ -92,6 +149,13 @@ register(
         generator=Systolic,
         golden=systolic_golden,
         testbench="tandem.sim.spmm.systolic_tb",
+        docs="docs/spmm.md",
+        tools=(SPMM_MAPPER,),
+        cosim_server=STREAM_SERVER,
+        device="tandem.host.spmm.device:SpmmDevice",
+        # The array does every MAC of a tile, dense; the test records how many.
+        sweep=SweepBenchmark("line_rate", "MACs/cycle", lambda p, f: f["macs"] / f["cycles"]),
+        expected_dsps=lambda p: p.rows * p.cols,
     )
 )
 
@@ -103,6 +167,10 @@ register(
         generator=SparseEngine,
         golden=sparse_engine_golden,
         testbench="tandem.sim.spmm.sparse_engine_tb",
+        docs="docs/spmm.md",
+        tools=(SPMM_MAPPER,),
+        cosim_server=STREAM_SERVER,
+        device="tandem.host.spmm.device:SpmmDevice",
     )
 )
 
@@ -114,6 +182,14 @@ register(
         generator=SparseDspChain,
         golden=chain_golden,
         testbench="tandem.sim.sparse_dsp.chain_tb",
+        board="u280",  # FlightLLM's card
+        docs="docs/sparse_dsp.md",
+        tools=(NM_PACKER,),
+        # Both lanes of every stage: useful MACs per cycle.
+        sweep=SweepBenchmark(
+            "line_rate", "MACs/cycle", lambda p, f: f["dsp_utilization"] * 2 * p.stages
+        ),
+        expected_dsps=lambda p: p.stages,
     )
 )
 
@@ -125,5 +201,33 @@ register(
         generator=SparseMpe,
         golden=mpe_golden,
         testbench="tandem.sim.sparse_dsp.mpe_tb",
+        board="u280",  # FlightLLM's card
+        docs="docs/sparse_dsp.md",
+        tools=(NM_PACKER,),
+        cosim_server=STREAM_SERVER,
+        device="tandem.host.sparse_dsp.device:SparseMpeDevice",
+        expected_dsps=lambda p: p.chains * p.stages,
+    )
+)
+
+register(
+    Design(
+        name="rnn",
+        summary="LSTM/GRU tile dispatcher (SHARP-style): W.x of the next step and U.h tiles "
+        "overlap the wait for h on one MAC array",
+        params=RnnParams,
+        generator=Rnn,
+        golden=rnn_golden,
+        testbench="tandem.sim.rnn.rnn_tb",
+        docs="docs/rnn.md",
+        tools=(RNN_MAPPER,),
+        cosim_server=STREAM_SERVER,
+        device="tandem.host.rnn.device:RnnDevice",
+        sweep=SweepBenchmark(
+            "utilization",
+            "MACs/cycle",
+            lambda p, f: f["overlapped_utilization"] * p.tile_rows * p.tile_cols,
+        ),
+        quick_test="utilization",
     )
 )

@@ -1,81 +1,71 @@
-"""The design registry: every design registers once, and the CLI lists from here.
+"""The design registry: every design registers once, and everything that needs a fact about a
+design looks it up here.
 
-A design bundles its name, its parameter class, its Amaranth generator, its golden model and
-its cocotb test module. ``tandem/designs.py`` holds the registrations of the designs that ship
-with tandem; other packages can call :func:`register` too.
+A design bundles its name, its parameter class, its Amaranth generator, its golden model, its
+cocotb test module and every other per-design fact (default board, mapper or packer,
+co-simulation server, host device, sweep benchmark, docs page): see :class:`Design`.
+``tandem/designs.py`` holds the registrations of the designs that ship with tandem; other
+packages can call :func:`register` too.
+
+The modules form no import cycle: :mod:`tandem.design` holds the record and :func:`register`
+and imports neither this module nor :mod:`tandem.designs`; :mod:`tandem.designs` imports only
+:mod:`tandem.design` (and the generators and golden models); this module imports both, the
+built-ins only on the first lookup, so that importing it stays cheap (no Amaranth, no numpy).
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from .config import Params
+from .design import Design, SweepBenchmark, Tool, register, registered
 from .errors import UserError, did_you_mean
 
-__all__ = ["Design", "all_designs", "get_design", "register"]
+__all__ = [
+    "Design",
+    "SweepBenchmark",
+    "Tool",
+    "all_designs",
+    "all_tools",
+    "get_design",
+    "register",
+]
 
 
-@dataclass(frozen=True)
-class Design:
-    """One registered design.
+def _registered() -> dict[str, Design]:
+    """Every design registered so far, the built-ins loaded first."""
+    from . import designs  # noqa: F401  (registers the built-in designs on first import)
 
-    Attributes
-    ----------
-    name
-        CLI name; the generated top module is this name with ``-`` turned into ``_``.
-    summary
-        One line for ``tandem designs``.
-    params
-        The design's :class:`~tandem.config.Params` subclass: its only parameter set.
-    generator
-        Callable building the top ``wiring.Component`` from a parameter set.
-    golden
-        The bit-exact golden model, ``golden(params, inputs) -> outputs``.
-    testbench
-        Dotted name of the cocotb module that verifies the generated Verilog.
-    """
-
-    name: str
-    summary: str
-    params: type[Params]
-    generator: Callable[[Params], Any]
-    golden: Callable[..., Any]
-    testbench: str
-
-    @property
-    def top(self) -> str:
-        """Verilog name of the top module."""
-        return self.name.replace("-", "_")
-
-
-_designs: dict[str, Design] = {}
-
-
-def register(design: Design) -> Design:
-    """Add ``design`` to the registry; names must be unique."""
-    if design.name in _designs and _designs[design.name] != design:
-        raise ValueError(f"design {design.name!r} is already registered")
-    _designs[design.name] = design
-    return design
-
-
-def _load_builtin() -> None:
-    from . import designs  # noqa: F401  (registers the built-in designs on import)
+    return registered()
 
 
 def all_designs() -> list[Design]:
     """Every registered design, sorted by name."""
-    _load_builtin()
-    return [_designs[name] for name in sorted(_designs)]
+    known = _registered()
+    return [known[name] for name in sorted(known)]
 
 
 def get_design(name: str) -> Design:
     """The design called ``name``; a :class:`UserError` with a suggestion if there is none."""
-    _load_builtin()
+    known = _registered()
     try:
-        return _designs[name]
+        return known[name]
     except KeyError:
-        known = ", ".join(sorted(_designs))
         raise UserError(
-            f"unknown design {name!r}{did_you_mean(name, _designs)}; known: {known}"
+            f"unknown design {name!r}{did_you_mean(name, known)}; known: {', '.join(sorted(known))}"
         ) from None
+
+
+def all_tools(kind: str) -> list[Tool]:
+    """The distinct ``tandem map`` (``kind="map"``) or ``tandem pack`` tools the designs name,
+    in the order the designs were registered.
+
+    Designs that share a tool must name the same :class:`Tool`; two different tools with one
+    name are a ``ValueError``.
+    """
+    tools: dict[str, Tool] = {}
+    for design in _registered().values():
+        for tool in design.tools:
+            if tool.kind != kind:
+                continue
+            if tools.setdefault(tool.name, tool) != tool:
+                raise ValueError(
+                    f"{design.name} names a different `tandem {kind} {tool.name}` "
+                    f"({tool.module}) than another design ({tools[tool.name].module})"
+                )
+    return list(tools.values())

@@ -4,7 +4,7 @@
 (``dask.distributed``): a local cluster by default (``--workers N`` processes, one thread
 each), or an existing cluster with ``--scheduler ADDRESS``. The grid file::
 
-    board: u280              # optional; default: tandem.boards.design_board(DESIGN)
+    board: u280              # optional; default: the design's registered board
     grid:                    # every combination of these values is one point
       stages: [2, 4, 8]
       acc_bits: [32, 40]
@@ -17,9 +17,10 @@ A point is one parameter set. Evaluating it (:func:`evaluate_point`):
 2. generates the Verilog (:func:`tandem.generate.generate`);
 3. synthesizes it with yosys for the board (:func:`tandem.synth.synthesize`): LUT, FF, DSP,
    BRAM;
-4. runs the design's sweep benchmark (:data:`SWEEP_BENCHMARKS`): one cocotb test of the design's
-   regression in Verilator, checked bit-exact against the golden model, whose measured cycles
-   give the throughput in work per clock cycle (MACs/cycle for the arrays, results/cycle for
+4. runs the design's sweep benchmark (its registry entry's
+   :attr:`~tandem.registry.Design.sweep`): one cocotb test of the design's regression in
+   Verilator, checked bit-exact against the golden model, whose measured cycles give the
+   throughput in work per clock cycle (MACs/cycle for the arrays, results/cycle for
    the streaming units).
 
 Points are independent and idempotent. Each result is cached in ``OUT/cache/<key>.json``, the
@@ -41,79 +42,21 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .boards import design_board
+from .design import SweepBenchmark
 from .errors import UserError
 
 __all__ = [
-    "SWEEP_BENCHMARKS",
     "SweepBenchmark",
     "evaluate_point",
     "load_grid",
     "pareto_front",
     "run_sweep",
 ]
-
-
-@dataclass(frozen=True)
-class SweepBenchmark:
-    """How a sweep measures one design's throughput.
-
-    Attributes
-    ----------
-    testcase
-        The cocotb test of the design's regression that runs (bit-exact against the golden
-        model) and records the figures.
-    unit
-        Unit of the throughput (work per clock cycle).
-    throughput
-        ``throughput(params, figures) -> float`` from the test's recorded figures.
-    """
-
-    testcase: str
-    unit: str
-    throughput: Callable[[Any, dict], float]
-
-
-def _per_cycle(figures: dict) -> float:
-    return figures["transfers"] / figures["cycles"]
-
-
-#: The sweep benchmark of every design that has one.
-SWEEP_BENCHMARKS: dict[str, SweepBenchmark] = {
-    "adder-tree": SweepBenchmark(
-        "line_rate", "inputs/cycle", lambda p, f: _per_cycle(f) * p.n_inputs
-    ),
-    "exp2": SweepBenchmark(
-        "corner_cases_at_line_rate", "results/cycle", lambda p, f: _per_cycle(f)
-    ),
-    "reciprocal": SweepBenchmark(
-        "corner_cases_at_line_rate", "results/cycle", lambda p, f: _per_cycle(f)
-    ),
-    # The array does every MAC of a tile, dense; the test records how many.
-    "systolic": SweepBenchmark("line_rate", "MACs/cycle", lambda p, f: f["macs"] / f["cycles"]),
-    # Both lanes of every stage: useful MACs per cycle.
-    "sparse-dsp-chain": SweepBenchmark(
-        "line_rate", "MACs/cycle", lambda p, f: f["dsp_utilization"] * 2 * p.stages
-    ),
-    "rnn": SweepBenchmark(
-        "utilization",
-        "MACs/cycle",
-        lambda p, f: f["overlapped_utilization"] * p.tile_rows * p.tile_cols,
-    ),
-    # KV bytes read per cycle while streaming a long sequence.
-    "hpu": SweepBenchmark(
-        "line_rate_streaming",
-        "KV bytes/cycle",
-        lambda p, f: f["stream_efficiency"] * p.read_ports * p.mem_data_bits / 8,
-    ),
-}
 
 
 #: The resource the Pareto plot and front use, in order of preference: the first one any point
@@ -152,7 +95,7 @@ def load_grid(path: str | Path, design) -> tuple[str, list[dict[str, Any]]]:
         axes[name] = values
     names = list(axes)
     points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes.values())]
-    board = data.get("board") or design_board(design.name)
+    board = data.get("board") or design.board
     return str(board), points
 
 
@@ -220,7 +163,7 @@ def evaluate_point(
 
         report = synthesize(design, params, board)
         row["resources"] = {k: report.used.get(k, 0) for k in ("lut", "ff", "dsp", "bram36")}
-    bench = SWEEP_BENCHMARKS.get(design_name)
+    bench = design.sweep
     if bench is not None:
         from tandem.sim.runner import run_regression
 
@@ -376,7 +319,7 @@ def run_sweep(
 
     design = get_design(design_name)
     board, points = load_grid(grid_path, design)
-    if design_name not in SWEEP_BENCHMARKS and not synth:
+    if design.sweep is None and not synth:
         raise UserError(f"{design_name} has no sweep benchmark; run with synthesis")
     if synth:
         from .boards import load_board

@@ -10,6 +10,7 @@ from tandem.sim.runner import _parse_results_xml
 
 from tandem.bench import BENCHMARKS, SKIP_EXIT, Benchmark, Figures, markdown_summary, run_suite
 from tandem.cli import main
+from tandem.registry import get_design
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,6 +98,8 @@ def test_every_listed_script_exists_and_takes_figures():
     for bench in BENCHMARKS:
         source = (ROOT / "benchmarks" / bench.script).read_text()
         assert "add_figures_option(parser)" in source, bench.script
+        for design in bench.designs:
+            get_design(design)  # a registered design
 
 
 def test_real_scripts_through_the_suite(tmp_path):

@@ -22,6 +22,31 @@ def test_designs_lists_every_design_with_defaults():
     data = json.loads(tandem("designs", "--json").stdout)
     exp2 = next(d for d in data if d["name"] == "exp2")
     assert {p["name"]: p["default"] for p in exp2["params"]}["lut_bits"] == 6
+    # Every per-design fact of the registry, as JSON.
+    hpu = next(d for d in data if d["name"] == "hpu")
+    assert hpu["board"] == "u55c" and hpu["docs"] == "docs/hpu.md"
+    assert hpu["cosim_server"] == "tandem.sim.cosim.hpu_server"
+    assert hpu["sweep"]["testcase"] == hpu["quick_test"] == "line_rate_streaming"
+    assert hpu["quick_overrides"] == {"max_seq_len": 512}
+    systolic = next(d for d in data if d["name"] == "systolic")
+    assert [(t["kind"], t["name"]) for t in systolic["tools"]] == [("map", "spmm")]
+
+
+@pytest.mark.parametrize(
+    ("args", "listed"),
+    [
+        (["map", "--help"], ["spmm", "rnn", "tile a GCN adjacency for the systolic + sparse"]),
+        (["pack", "--help"], ["nm", "pack an int8 matrix into N:M value and index streams"]),
+        (["map", "spmm", "--help"], ["--graph", "--features"]),
+        (["map", "rnn", "--help"], ["tile program and dispatch schedule of an LSTM/GRU"]),
+        (["pack", "nm", "--help"], ["--weights", "--pattern"]),
+    ],
+)
+def test_map_and_pack_commands_come_from_the_registry(args, listed):
+    proc = tandem(*args)
+    assert proc.returncode == 0, proc.stderr
+    for text in listed:
+        assert text in proc.stdout
 
 
 @pytest.mark.parametrize(

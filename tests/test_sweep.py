@@ -32,6 +32,9 @@ def test_grid_is_the_cartesian_product_with_fixed_values(tmp_path):
     path = _grid(tmp_path, "board: u280\ngrid:\n  n_inputs: [2, 4]\n  in_bits: [8, 12]\n")
     board, points = load_grid(path, get_design("adder-tree"))
     assert board == "u280" and len(points) == 4
+    # No board in the file: the design's registered board.
+    path = _grid(tmp_path, "grid:\n  stages: [2, 4]\n")
+    assert load_grid(path, get_design("sparse-dsp-chain"))[0] == "u280"
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ def test_cell_counting():
 def test_mac_multiply_maps_onto_one_dsp48e2():
     design = get_design("mac")
     report = synthesize(design, design.params(), "u280")
-    assert report.used["dsp"] == 1
+    assert report.used["dsp"] == 1 == design.expected_dsps(design.params())
     assert report.cells.get("DSP48E2") == 1
     assert report.percent["dsp"] == pytest.approx(100 / 9024)
 

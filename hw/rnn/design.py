@@ -1,25 +1,15 @@
-"""The ``rnn`` design entry for the registry (``tandem generate|sim|synth rnn``).
+"""The ``rnn`` design entry (``tandem generate|sim|synth rnn``), for code that imports it here.
 
-``tandem/designs.py`` registers :data:`RNN_DESIGN`; importing this module registers it too, so
-the cocotb testbench finds the design even in a process that imported nothing else.
+``tandem/designs.py`` registers ``rnn`` like every other design; :data:`RNN_DESIGN` is that
+registry entry, looked up on first use (importing this module registers nothing).
 """
 
-from tandem.host.rnn import RnnParams, rnn_golden
+__all__ = ["RNN_DESIGN"]  # noqa: F822  (provided by the module __getattr__ below)
 
-from tandem.registry import Design, register
 
-from .engine import Rnn
+def __getattr__(name: str):
+    if name == "RNN_DESIGN":
+        from tandem.registry import get_design
 
-__all__ = ["RNN_DESIGN"]
-
-RNN_DESIGN = register(
-    Design(
-        name="rnn",
-        summary="LSTM/GRU tile dispatcher (SHARP-style): W.x of the next step and U.h tiles "
-        "overlap the wait for h on one MAC array",
-        params=RnnParams,
-        generator=Rnn,
-        golden=rnn_golden,
-        testbench="tandem.sim.rnn.rnn_tb",
-    )
-)
+        return get_design("rnn")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

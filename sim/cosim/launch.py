@@ -3,10 +3,11 @@ RTL transports of :mod:`tandem.host.transport_rtl` and :mod:`tandem.host.accel_t
 
 Builds the generated Verilog of ``--design`` once per (parameters, simulator) through
 :func:`tandem.sim.runner.run_regression` (cached builds, shared with ``tandem sim``) and runs
-the design's cocotb server module, which connects back to the host's socket:
-:mod:`tandem.sim.cosim.hpu_server` for ``hpu``, :mod:`tandem.sim.cosim.stream_server` for the
-stream engines. Exits 0 when the server finished cleanly, 1 otherwise (the simulator log is in
-``--run-dir``).
+the design's cocotb server module (its registry entry's
+:attr:`~tandem.registry.Design.cosim_server`: :mod:`tandem.sim.cosim.hpu_server` for ``hpu``,
+:mod:`tandem.sim.cosim.stream_server` for the stream engines), which connects back to the host's
+socket. Exits 0 when the server finished cleanly, 1 otherwise (the simulator log is in
+``--run-dir``), 2 for a design that has no server.
 """
 
 import argparse
@@ -14,10 +15,6 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-
-#: cocotb server module of each design; every other design is served as a stream engine.
-SERVERS = {"hpu": "tandem.sim.cosim.hpu_server"}
-STREAM_SERVER = "tandem.sim.cosim.stream_server"
 
 
 def main(argv=None) -> int:
@@ -35,7 +32,9 @@ def main(argv=None) -> int:
     from tandem.registry import get_design
 
     design = get_design(args.design)
-    server = dataclasses.replace(design, testbench=SERVERS.get(args.design, STREAM_SERVER))
+    if design.cosim_server is None:
+        parser.error(f"design {design.name!r} has no co-simulation server (no host device)")
+    server = dataclasses.replace(design, testbench=design.cosim_server)
     params = design.params(**json.loads(args.params))
     plusargs = [f"+tandem_cosim_socket={args.socket}"]
     if args.memory is not None:

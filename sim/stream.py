@@ -15,8 +15,16 @@ from collections.abc import Iterable, Iterator
 
 import cocotb
 from cocotb.triggers import Event, RisingEdge
+from tandem.host.common import bits
 
-__all__ = ["StreamSink", "StreamSource", "pack_fields", "random_pause", "to_signed"]
+__all__ = [
+    "StreamSink",
+    "StreamSource",
+    "pack_fields",
+    "random_pause",
+    "to_signed",
+    "unpack_fields",
+]
 
 
 def random_pause(rng, probability: float) -> Iterator[bool]:
@@ -164,13 +172,20 @@ class StreamSink(_StreamPort):
 
 
 def pack_fields(fields, widths) -> int:
-    """Pack integers (signed allowed) into one payload, first field in the least significant bits.
+    """One payload from integers (signed allowed), first field in the least significant bits.
 
-    This is how Amaranth lays out ``data.StructLayout`` fields (in declaration order) and
-    ``data.ArrayLayout`` elements (index 0 lowest).
+    The positional form of :func:`tandem.host.common.bits.pack` that the testbenches use:
+    ``fields`` are the values, ``widths`` raw fields (a value fits when either its signed or
+    its unsigned reading does; anything else is a ``ValueError``). This is how Amaranth lays
+    out ``data.StructLayout`` fields (in declaration order) and ``data.ArrayLayout`` elements
+    (index 0 lowest).
     """
-    payload, offset = 0, 0
-    for value, width in zip(fields, widths, strict=True):
-        payload |= (int(value) & ((1 << width) - 1)) << offset
-        offset += width
-    return payload
+    return bits.pack(widths, fields)
+
+
+def unpack_fields(payload: int, widths, *, signed: bool = True) -> list[int]:
+    """Fields of a payload, first field in the least significant bits (signed by default).
+
+    The positional form of :func:`tandem.host.common.bits.unpack`.
+    """
+    return list(bits.unpack(bits.as_fields(widths, signed=signed), payload).values())

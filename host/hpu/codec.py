@@ -3,25 +3,155 @@
 The host packs a :class:`HpuRequest` into descriptor bytes (:func:`pack_descriptor`); the
 engine's result beats come back as words (:func:`decode_result`) and are rebuilt into an
 :class:`HpuResult` (:func:`unpack_results`). Both backends of the device go through here.
+
+The descriptor header and the result beat are field lists (:data:`HEADER_FIELDS`,
+:func:`result_fields`): the host packs and unpacks through them
+(:mod:`tandem.host.common.bits`), and the gateware views its header registers and its result
+payload through the Amaranth layouts built from the same lists (:func:`header_layout`,
+:func:`result_layout`).
 """
 
-import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+from tandem.host.common import bits
 
 from .params import HEADER_BYTES, HpuParams, check_scales
 
 __all__ = [
+    "HEADER_FIELDS",
+    "HeaderField",
     "HpuRequest",
     "HpuResult",
     "decode_result",
     "descriptor_beats",
+    "header_fields",
+    "header_layout",
     "pack_descriptor",
+    "pack_header",
     "read_port_bursts",
+    "result_fields",
+    "result_layout",
     "result_words",
+    "unpack_header",
     "unpack_results",
 ]
+
+
+# --- the descriptor header and the result beat as field lists ----------------------------
+class HeaderField(NamedTuple):
+    """One field of the descriptor header.
+
+    Attributes
+    ----------
+    name : str
+        The field's name (in :func:`pack_header`'s values and the gateware's view).
+    offset : int
+        Bit offset in the header; byte ``b`` of the header is bits ``8b + 7 .. 8b``.
+    width : int
+        Bits of one element.
+    kind : str
+        ``"uint"`` (unsigned integer), ``"flag"`` (one bit) or ``"binary16"`` (IEEE half
+        float; the host passes floats, the gateware sees the 16 bits).
+    per_query : bool
+        One element per query of the GQA group (``gqa_group`` of them, element g at
+        ``offset + g * width``).
+    """
+
+    name: str
+    offset: int
+    width: int
+    kind: str
+    per_query: bool = False
+
+
+#: The 64-byte descriptor header (little-endian): ``seq_id`` u32 at byte 0, ``length`` u32 at
+#: byte 4, ``base`` u64 at byte 8, the flags byte 16 (bit 0 ``append``, bit 1 ``partial``),
+#: the new token's k and v scales binary16 at bytes 20 and 22, the score scale of query g
+#: binary16 at byte ``24 + 2 g``. Every other bit is zero.
+HEADER_FIELDS = (
+    HeaderField("seq_id", 0, 32, "uint"),
+    HeaderField("length", 32, 32, "uint"),
+    HeaderField("base", 64, 64, "uint"),
+    HeaderField("append", 128, 1, "flag"),
+    HeaderField("partial", 129, 1, "flag"),
+    HeaderField("new_k_scale", 160, 16, "binary16"),
+    HeaderField("new_v_scale", 176, 16, "binary16"),
+    HeaderField("score_scale", 192, 16, "binary16", per_query=True),
+)
+
+
+def header_fields(params: HpuParams) -> tuple[bits.Field, ...]:
+    """:data:`HEADER_FIELDS` as a :mod:`~tandem.host.common.bits` field list for ``params``."""
+    return tuple(
+        bits.Field(f.name, f.width, False, params.gqa_group if f.per_query else None, f.offset)
+        for f in HEADER_FIELDS
+    )
+
+
+def header_layout(params: HpuParams):
+    """The header as an Amaranth ``data.FlexibleLayout`` of ``8 * HEADER_BYTES`` bits.
+
+    Every field of :data:`HEADER_FIELDS` at its offset (``score_scale`` an ``ArrayLayout`` of
+    ``gqa_group`` 16-bit elements); the gateware views its header beats, concatenated (beat 0
+    lowest), through it.
+    """
+    return bits.layout(header_fields(params), size=8 * HEADER_BYTES)
+
+
+def _binary16_bits(name: str, values) -> np.ndarray:
+    return check_scales(name, values).astype("<f2").view("<u2").astype(np.int64)
+
+
+def pack_header(params: HpuParams, values: dict) -> bytes:
+    """The 64 header bytes of ``values`` (``{field name: value}``, every field of the list).
+
+    ``binary16`` fields take floats (non-negative, finite; ``score_scale`` ``gqa_group`` of
+    them), the others integers in range.
+    """
+    raw = {}
+    for field in HEADER_FIELDS:
+        value = values[field.name]
+        if field.kind == "binary16":
+            value = _binary16_bits(field.name, value)
+            value = value if field.per_query else int(value.reshape(-1)[0])
+        raw[field.name] = value
+    return bits.pack(header_fields(params), raw).to_bytes(HEADER_BYTES, "little")
+
+
+def unpack_header(params: HpuParams, data: bytes) -> dict:
+    """Field values of a descriptor's header (its first ``HEADER_BYTES`` bytes).
+
+    Integers for ``uint`` and ``flag`` fields, ``numpy.float16`` for ``binary16`` ones
+    (``score_scale``: an array of ``gqa_group``).
+    """
+    if len(data) < HEADER_BYTES:
+        raise ValueError(f"a descriptor header is {HEADER_BYTES} bytes, not {len(data)}")
+    raw = bits.unpack(header_fields(params), int.from_bytes(data[:HEADER_BYTES], "little"))
+    out = {}
+    for field in HEADER_FIELDS:
+        value = raw[field.name]
+        if field.kind == "binary16":
+            value = np.asarray(value, dtype="<u2").view(np.float16)
+            value = value if field.per_query else value[()]
+        out[field.name] = value
+    return out
+
+
+def result_fields(params: HpuParams) -> tuple[bits.Field, ...]:
+    """The ``result_o`` payload: ``data`` (``lanes`` signed words of ``word_bits``, word 0
+    lowest), ``tag`` (u32, the sequence id) and ``last`` (final beat of a request)."""
+    return (
+        bits.Field("data", params.word_bits, True, params.lanes),
+        bits.Field("tag", 32),
+        bits.Field("last", 1),
+    )
+
+
+def result_layout(params: HpuParams):
+    """The ``result_o`` payload as an Amaranth ``data.StructLayout`` (:func:`result_fields`)."""
+    return bits.layout(result_fields(params))
 
 
 # --- requests, descriptors and results ---------------------------------------------------
@@ -97,11 +227,9 @@ def read_port_bursts(params: HpuParams, base: int, rows: int) -> dict[str, list]
 def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
     """The bytes of ``request`` on the descriptor stream, beat after beat.
 
-    Header (64 bytes, little-endian): ``seq_id`` u32 at 0, ``length`` u32 at 4, ``base`` u64 at
-    8, flags u8 at 16 (bit 0 append, bit 1 partial), new k scale and new v scale binary16 at 20
-    and 22, score scale of query g binary16 at ``24 + 2 g``. Then, when appending, the new k
-    row and the new v row (``row_elems`` int8 each, zero-padded); then the ``gqa_group``
-    queries, ``row_elems`` elements of ``q_bits`` each, zero-padded.
+    The header (:data:`HEADER_FIELDS`, 64 bytes, :func:`pack_header`). Then, when appending,
+    the new k row and the new v row (``row_elems`` int8 each, zero-padded); then the
+    ``gqa_group`` queries, ``row_elems`` elements of ``q_bits`` each, zero-padded.
     """
     p = params
     if not 1 <= request.length <= p.max_seq_len:
@@ -109,12 +237,17 @@ def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
     p.layout.check_base(request.base)
     q = np.asarray(request.q, dtype=np.int64).reshape(p.gqa_group, p.head_dim)
     q_scale = check_scales("q_scale", request.q_scale).reshape(p.gqa_group)
-    flags = int(request.append) | (int(request.partial) << 1)
-    header = struct.pack("<IIQB3x", request.seq_id, request.length, request.base, flags)
-    new_scales = np.array([request.new_k_scale, request.new_v_scale], dtype=np.float16)
-    check_scales("new k/v scale", new_scales)
-    header += new_scales.astype("<f2").tobytes() + q_scale.astype("<f2").tobytes()
-    out = [header.ljust(HEADER_BYTES, b"\0")]
+    header = {
+        "seq_id": request.seq_id,
+        "length": request.length,
+        "base": request.base,
+        "append": int(request.append),
+        "partial": int(request.partial),
+        "new_k_scale": request.new_k_scale,
+        "new_v_scale": request.new_v_scale,
+        "score_scale": q_scale,
+    }
+    out = [pack_header(p, header)]
     if request.append:
         out.append(_row_bytes(request.new_k, p.row_elems, 8))
         out.append(_row_bytes(request.new_v, p.row_elems, 8))
@@ -131,16 +264,9 @@ def descriptor_beats(params: HpuParams, request: HpuRequest) -> list[int]:
 
 
 def decode_result(params: HpuParams, payload: int) -> tuple[list[int], int, int]:
-    """``(words, tag, last)`` of one ``result_o`` payload (words signed, word 0 in the LSBs)."""
-    width, lanes = params.word_bits, params.lanes
-    mask, sign = (1 << width) - 1, 1 << (width - 1)
-    words = []
-    for i in range(lanes):
-        word = (payload >> (i * width)) & mask
-        words.append(word - (1 << width) if word & sign else word)
-    tag = (payload >> (lanes * width)) & 0xFFFFFFFF
-    last = (payload >> (lanes * width + 32)) & 1
-    return words, tag, last
+    """``(words, tag, last)`` of one ``result_o`` payload (:func:`result_fields`)."""
+    fields = bits.unpack(result_fields(params), payload)
+    return fields["data"], fields["tag"], fields["last"]
 
 
 @dataclass

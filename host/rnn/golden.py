@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+from tandem.host.common import bits
 from tandem.host.common.fixed import round_shift_right, saturate
 from tandem.mappings.rnn.tiling import GATES, TileProgram, ceil_div, packed_rows
 
@@ -581,35 +582,11 @@ def out_fields(params: RnnParams) -> list[tuple[str, int]]:
     return [("h", params.units_per_block * STATE_BITS), ("c", params.units_per_block * STATE_BITS)]
 
 
-def _pack_vector(values, width: int) -> int:
-    word = 0
-    for index, value in enumerate(np.asarray(values, dtype=np.int64).ravel().tolist()):
-        word |= (int(value) & ((1 << width) - 1)) << (index * width)
-    return word
-
-
-def _unpack_vector(word: int, width: int, count: int) -> np.ndarray:
-    mask = (1 << width) - 1
-    raw = np.array([(word >> (i * width)) & mask for i in range(count)], dtype=np.int64)
-    return np.where(raw >> (width - 1) & 1, raw - (1 << width), raw)
-
-
-def pack_fields(fields: list[tuple[str, int]], values: dict) -> int:
-    """One payload integer from named field values (LSB-first, as Amaranth lays out structs)."""
-    word, offset = 0, 0
-    for name, width in fields:
-        word |= (int(values.get(name, 0)) & ((1 << width) - 1)) << offset
-        offset += width
-    return word
-
-
-def unpack_fields(fields: list[tuple[str, int]], word: int) -> dict[str, int]:
-    """Inverse of :func:`pack_fields` (unsigned field values)."""
-    out, offset = {}, 0
-    for name, width in fields:
-        out[name] = (word >> offset) & ((1 << width) - 1)
-        offset += width
-    return out
+#: One payload from named field values, LSB-first as Amaranth lays out structs
+#: (:func:`tandem.host.common.bits.pack`; every field needs a value, in range).
+pack_fields = bits.pack
+#: Field values of one payload (:func:`tandem.host.common.bits.unpack`; unsigned fields).
+unpack_fields = bits.unpack
 
 
 def tile_beats(params: RnnParams, program: TileProgram, tiles, biases) -> list[int]:
@@ -623,8 +600,8 @@ def tile_beats(params: RnnParams, program: TileProgram, tiles, biases) -> list[i
             for name in ("src", "col", "row", "first", "last", "wait", "need", "end")
         }
         if params.weight_source == "memory":
-            values["weights"] = _pack_vector(tiles[e], params.weight_bits)
-        values["bias"] = _pack_vector(biases[program.row[e]], params.acc_bits)
+            values["weights"] = bits.pack_array(tiles[e], params.weight_bits)
+        values["bias"] = bits.pack_array(biases[program.row[e]], params.acc_bits)
         beats.append(pack_fields(layout, values))
     return beats
 
@@ -632,7 +609,7 @@ def tile_beats(params: RnnParams, program: TileProgram, tiles, biases) -> list[i
 def weight_beats(params: RnnParams, tiles) -> list[int]:
     """``w_i`` payloads of one step (``weight_source = "stream"``): one tile per program entry,
     weights row-major; send them again for every step."""
-    return [_pack_vector(tile, params.weight_bits) for tile in tiles]
+    return [bits.pack_array(tile, params.weight_bits) for tile in tiles]
 
 
 def x_beats(params: RnnParams, program: TileProgram, x) -> list[int]:
@@ -644,7 +621,7 @@ def x_beats(params: RnnParams, program: TileProgram, x) -> list[int]:
     padded[:, :, :width] = x
     blocks = padded.reshape(steps, batch, program.x_blocks, tc)
     return [
-        _pack_vector(blocks[t, b, j], STATE_BITS)
+        bits.pack_array(blocks[t, b, j], STATE_BITS)
         for t in range(steps)
         for b in range(batch)
         for j in range(program.x_blocks)
@@ -681,8 +658,8 @@ def decode_outputs(params: RnnParams, program: TileProgram, beats, steps: int):
         for k in range(program.row_blocks):
             for b in range(batch):
                 f = unpack_fields(layout, int(beats[index]))
-                h[t, b, k * ub : (k + 1) * ub] = _unpack_vector(f["h"], STATE_BITS, ub)
-                c[t, b, k * ub : (k + 1) * ub] = _unpack_vector(f["c"], STATE_BITS, ub)
+                h[t, b, k * ub : (k + 1) * ub] = bits.unpack_array(f["h"], STATE_BITS, ub)
+                c[t, b, k * ub : (k + 1) * ub] = bits.unpack_array(f["c"], STATE_BITS, ub)
                 index += 1
     return h[:, :, :hidden], c[:, :, :hidden]
 

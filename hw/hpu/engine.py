@@ -30,6 +30,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigne
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu import HpuParams
+from tandem.host.hpu.codec import header_layout, result_layout
 from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
 
 from ..common.axi import BURST_INCR, AxiReadManager, AxiWriteManager
@@ -93,10 +94,12 @@ class Hpu(wiring.Component):
     Attributes
     ----------
     desc_i : In(stream.Signature(unsigned(mem_data_bits)))
-        Descriptor bytes (:func:`tandem.host.hpu.pack_descriptor`), byte b in bits 8b..8b+7.
+        Descriptor bytes (:func:`tandem.host.hpu.pack_descriptor`), byte b in bits 8b..8b+7;
+        the header beats are read through :func:`tandem.host.hpu.codec.header_layout`.
     result_o : Out(stream.Signature(result_layout))
-        ``data`` (``lanes`` signed words of ``word_bits``), ``tag`` (the sequence id) and
-        ``last`` (final beat of a request); beats as :func:`tandem.host.hpu.result_words`.
+        :func:`tandem.host.hpu.codec.result_layout`: ``data`` (``lanes`` signed words of
+        ``word_bits``), ``tag`` (the sequence id) and ``last`` (final beat of a request);
+        beats as :func:`tandem.host.hpu.result_words`.
     k_axi, v_axi : Out(AxiReadManager)
         Read managers for the K and V parts of the pages (``read_ports = 2``).
     kv_axi : Out(AxiReadManager)
@@ -111,13 +114,7 @@ class Hpu(wiring.Component):
         if not isinstance(params, HpuParams):
             raise TypeError(f"params must be an HpuParams, not {params!r}")
         self.params = p = params
-        self.result_layout = data.StructLayout(
-            {
-                "data": unsigned(p.lanes * p.word_bits),
-                "tag": unsigned(32),
-                "last": unsigned(1),
-            }
-        )
+        self.result_layout = result_layout(p)
         read = AxiReadManager(addr_bits=p.addr_bits, data_bits=p.mem_data_bits)
         super().__init__(
             {
@@ -150,7 +147,12 @@ class Hpu(wiring.Component):
             [Signal(beat_bits, name=f"slot{s}_body{b}") for b in range(body_beats)]
             for s in range(DESCRIPTOR_SLOTS)
         ]
-        headers = [Cat(*regs) for regs in header_regs]
+        # The header beats, concatenated (beat 0 lowest), seen through the header's layout:
+        # a field may span two beats when beats are narrower than 64 bytes.
+        hdr_layout = header_layout(p)
+        assert hdr_layout.size == p.header_beats * beat_bits
+        headers_flat = [Cat(*regs) for regs in header_regs]
+        headers = [data.View(hdr_layout, flat) for flat in headers_flat]
         bodies = [Cat(*regs) for regs in body_regs]
         full = Signal(DESCRIPTOR_SLOTS)  # parsed, not yet released by the K side
         read = Signal(DESCRIPTOR_SLOTS)  # read bursts started
@@ -167,10 +169,13 @@ class Hpu(wiring.Component):
         def pick(values, ptr):
             return Array(values)[ptr]
 
-        self._parser(m, header_regs, body_regs, full, fill_ptr)
+        def pick_header(ptr):
+            return data.View(hdr_layout, pick(headers_flat, ptr))
+
+        self._parser(m, header_regs, headers, body_regs, full, fill_ptr)
 
         def stored_rows(header):
-            return (header[32:64] - header[128])[: p.position_bits]
+            return (header.length - header.append)[: p.position_bits]
 
         row_bits = p.row_elems * 8
         q_base = 2 * row_bits
@@ -180,8 +185,7 @@ class Hpu(wiring.Component):
             for b in range(DESCRIPTOR_SLOTS)
         ]
         q_scale_banks = [
-            [headers[b][192 + 16 * g : 208 + 16 * g] for g in range(groups)]
-            for b in range(DESCRIPTOR_SLOTS)
+            [headers[b].score_scale[g] for g in range(groups)] for b in range(DESCRIPTOR_SLOTS)
         ]
 
         # ---- readers: they start on the next slot as soon as they are free, so the next
@@ -190,7 +194,7 @@ class Hpu(wiring.Component):
         # the appended token. ----
         read_start = Signal()
         writes_idle = Signal()
-        read_header = pick(headers, read_ptr)
+        read_header = pick_header(read_ptr)
         if p.read_ports == 2:
             (k_fifo,), k_busy = self._reader(
                 m, self.k_axi, read_start, read_header, parts=(False,), name="k"
@@ -214,7 +218,7 @@ class Hpu(wiring.Component):
 
         # ---- writer: new k row, new v row, and their two scales ----
         write_start = Signal()
-        write_header = pick(headers, write_ptr)
+        write_header = pick_header(write_ptr)
         write_body = pick([body[:q_base] for body in bodies], write_ptr)
         writer_idle = self._writer(m, write_start, write_header, write_body, writes_idle)
         m.d.comb += write_start.eq(
@@ -227,7 +231,7 @@ class Hpu(wiring.Component):
         # ---- K stage start, and the V side's request queue (the V side starts each request
         # later than the K side) ----
         start_k = Signal()
-        k_header = pick(headers, k_ptr)
+        k_header = pick_header(k_ptr)
         k_body = pick([body[:q_base] for body in bodies], k_ptr)
         v_request = data.StructLayout(
             {
@@ -245,11 +249,11 @@ class Hpu(wiring.Component):
         v_entry = data.View(v_request, Signal(v_request.size, name="v_request_in"))
         m.d.comb += [
             v_entry.new_v.eq(k_body[row_bits : 2 * row_bits]),
-            v_entry.new_v_scale.eq(k_header[176:192]),
+            v_entry.new_v_scale.eq(k_header.new_v_scale),
             v_entry.rows.eq(stored_rows(k_header)),
-            v_entry.append.eq(k_header[128]),
-            v_entry.seq_id.eq(k_header[0:32]),
-            v_entry.partial.eq(k_header[129]),
+            v_entry.append.eq(k_header.append),
+            v_entry.seq_id.eq(k_header.seq_id),
+            v_entry.partial.eq(k_header.partial),
             v_requests.w_data.eq(v_entry.as_value()),
             v_requests.w_en.eq(start_k),
         ]
@@ -272,13 +276,13 @@ class Hpu(wiring.Component):
         with m.If(start_k):
             m.d.sync += k_slot.eq(k_ptr)
         new_k = pick([body[:row_bits] for body in bodies], k_slot)
-        new_k_scale = pick(headers, k_slot)[160:176]
+        new_k_scale = pick_header(k_slot).new_k_scale
         k_beat = self._sequencer(
             m,
             "k",
             start_k,
             stored_rows(k_header),
-            k_header[128],
+            k_header.append,
             k_fifo,
             new_k,
             new_k_scale,
@@ -441,7 +445,7 @@ class Hpu(wiring.Component):
         return m
 
     # ------------------------------------------------------------------------------------
-    def _parser(self, m, header_regs, body_regs, full, fill_ptr):
+    def _parser(self, m, header_regs, headers, body_regs, full, fill_ptr):
         """Fill the descriptor slot ``fill_ptr`` beat by beat, then mark it ``full``.
 
         A request without an append has no k/v rows in its descriptor: its queries land at
@@ -450,7 +454,7 @@ class Hpu(wiring.Component):
         p = self.params
         body_beats = len(body_regs[0])
         beat_index = Signal(range(p.header_beats + body_beats + 1))
-        append_flag = Array(Cat(*regs)[128] for regs in header_regs)[fill_ptr]
+        append_flag = Array(header.append for header in headers)[fill_ptr]
         m.d.comb += self.desc_i.ready.eq(~full.bit_select(fill_ptr, 1))
         body_index = Signal(range(body_beats + 2 * p.row_beats + p.header_beats + 1))
         m.d.comb += body_index.eq(
@@ -476,10 +480,10 @@ class Hpu(wiring.Component):
                 ]
 
     # ------------------------------------------------------------------------------------
-    def _writer(self, m, start, header_flat, body_flat, writes_idle):
+    def _writer(self, m, start, header, body_flat, writes_idle):
         """Write the appended token: k row, v row (head_dim bytes strobed), then both scales.
 
-        ``start`` hands the writer a descriptor slot (``header_flat``, ``body_flat``); it
+        ``start`` hands the writer a descriptor slot (``header``, ``body_flat``); it
         writes only when the slot's append flag is set. Drives ``writes_idle`` (no write
         pending or unacknowledged) and returns a signal that is high while a ``start`` can be
         taken.
@@ -492,7 +496,7 @@ class Hpu(wiring.Component):
         page_base = Signal(p.addr_bits, name="w_page_base")
         data_k = Signal(p.row_elems * 8, name="w_k")
         data_v = Signal(p.row_elems * 8, name="w_v")
-        scales = Signal(32, name="w_scales")
+        scales = Signal(data.StructLayout({"k": 16, "v": 16}), name="w_scales")
         outstanding = Signal(range(8), name="w_outstanding")
         beat = Signal(range(p.row_beats + 1), name="w_beat")
         m.d.comb += [
@@ -563,29 +567,28 @@ class Hpu(wiring.Component):
                         m.d.sync += pending.eq(0)
 
         with m.FSM(name="writer"):
-            with m.State("IDLE"), m.If(start & header_flat[128]):
+            with m.State("IDLE"), m.If(start & header.append):
                 position = Signal(p.position_bits, name="w_position")
-                m.d.comb += position.eq(header_flat[32:64] - 1)
+                m.d.comb += position.eq(header.length - 1)
                 m.d.sync += [
                     pending.eq(1),
                     offset.eq(position[:5]),
-                    page_base.eq(
-                        header_flat[64 : 64 + p.addr_bits] + position[5:] * layout.page_bytes
-                    ),
+                    page_base.eq(header.base[: p.addr_bits] + position[5:] * layout.page_bytes),
                     data_k.eq(body_flat[0 : p.row_elems * 8]),
                     data_v.eq(body_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
-                    scales.eq(header_flat[160:192]),
+                    scales.k.eq(header.new_k_scale),
+                    scales.v.eq(header.new_v_scale),
                 ]
                 m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
             row_states("V", "KS_AW", layout.part_bytes, data_v)
-            scale_states("KS", "VS_AW", 0, scales[0:16])
-            scale_states("VS", "IDLE", layout.part_bytes, scales[16:32])
+            scale_states("KS", "VS_AW", 0, scales.k)
+            scale_states("VS", "IDLE", layout.part_bytes, scales.v)
         m.d.comb += writes_idle.eq((outstanding == 0) & ~pending)
         return ~pending
 
     # ------------------------------------------------------------------------------------
-    def _reader(self, m, axi, start, header_flat, *, parts: tuple[bool, ...], name: str):
+    def _reader(self, m, axi, start, header, *, parts: tuple[bool, ...], name: str):
         """Burst address generator and read-data FIFOs for the given parts of the pages.
 
         ``parts`` lists the page parts this port reads, in order (``False`` = K, ``True`` = V):
@@ -636,8 +639,8 @@ class Hpu(wiring.Component):
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
         with m.If(start):
-            rows = header_flat[32:64] - header_flat[128]
-            base = header_flat[64 : 64 + p.addr_bits]
+            rows = header.length - header.append
+            base = header.base[: p.addr_bits]
             m.d.sync += [
                 active.eq(rows != 0),
                 rows_left.eq(rows),

@@ -51,6 +51,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from tandem.host.common import bits
 from tandem.host.rnn import (
     ISSUE_TO_WRITE,
     STATE_BITS,
@@ -66,10 +67,6 @@ from ..common.fixed import round_shift_right, saturate
 __all__ = ["Rnn"]
 
 _ENTRY_FIELDS = ("src", "col", "row", "first", "last", "wait", "need", "end")
-
-
-def _layout(fields):
-    return data.StructLayout({name: unsigned(width) for name, width in fields})
 
 
 def _clamp(value, limit: int):
@@ -94,9 +91,9 @@ class Rnn(wiring.Component):
         if not isinstance(params, RnnParams):
             raise TypeError(f"params must be an RnnParams, not {params!r}")
         self.params = p = params
-        self.tile_layout = _layout(tile_fields(p))
-        self.cmd_layout = _layout(cmd_fields(p))
-        self.out_layout = _layout(out_fields(p))
+        self.tile_layout = bits.layout(tile_fields(p))
+        self.cmd_layout = bits.layout(cmd_fields(p))
+        self.out_layout = bits.layout(out_fields(p))
         ports = {
             "tile_i": In(stream.Signature(self.tile_layout)),
             "cmd_i": In(stream.Signature(self.cmd_layout)),
@@ -115,7 +112,7 @@ class Rnn(wiring.Component):
         lv = (tc - 1).bit_length()
         wb, ab = p.weight_bits, p.acc_bits
         entry_fields = [(n, w) for n, w in tile_fields(p) if n in _ENTRY_FIELDS]
-        entry_layout = _layout(entry_fields)
+        entry_layout = bits.layout(entry_fields)
 
         # --- memories -----------------------------------------------------------------------
         depth = p.max_entries

@@ -20,6 +20,7 @@ of ``S`` stages runs ``S / L`` units side by side, ``chains`` chains run more; a
 from dataclasses import dataclass
 
 import numpy as np
+from tandem.host.common import bits
 from tandem.host.sparse_dsp import (
     MODE_MM,
     MODE_MV,
@@ -48,15 +49,16 @@ MODES = {"mv": MODE_MV, "mm": MODE_MM}
 
 
 def pack_config(fields, cfg: dict) -> int:
-    """The configuration word as an integer (first field in the least significant bits)."""
-    word, offset = 0, 0
-    for name, width in fields:
-        value = int(cfg[name])
-        if not 0 <= value < (1 << width):
-            raise NMError(f"configuration field {name} = {value} does not fit {width} bits")
-        word |= value << offset
-        offset += width
-    return word
+    """The configuration word as an integer (first field in the least significant bits).
+
+    ``fields`` are ``(name, width)`` pairs (unsigned); a value that does not fit is an
+    :class:`NMError`.
+    """
+    fields = bits.as_fields(fields)
+    try:
+        return bits.pack(fields, {f.name: cfg[f.name] for f in fields})
+    except ValueError as error:
+        raise NMError(f"configuration {error}") from None
 
 
 def _group_nonzero(packed: NMPacked) -> np.ndarray:
@@ -379,19 +381,12 @@ class MpeStreams:
     def weight_payload(self, t: int) -> int:
         """Beat ``t`` of the weight stream as one integer (stage 0 of chain 0 lowest)."""
         p = self.params
-        word, offset = 0, 0
-        for c in range(p.chains):
-            for j in range(p.stages):
-                for field, width in zip(self.w_beats[t, c, j], (8, 8, p.index_bits)):
-                    word |= (int(field) & ((1 << width) - 1)) << offset
-                    offset += width
-        return word
+        slot = [("w0", 8, True), ("w1", 8, True), ("idx", p.index_bits)]
+        return bits.pack(slot * (p.chains * p.stages), self.w_beats[t].reshape(-1))
 
     def act_payload(self, t: int) -> int:
-        word = 0
-        for i, v in enumerate(self.act_beats[t]):
-            word |= (int(v) & 0xFF) << (8 * i)
-        return word
+        """Beat ``t`` of the activation stream: int8 elements, element 0 lowest."""
+        return bits.pack_array(self.act_beats[t], 8)
 
     def unpack(self, results) -> np.ndarray:
         """Y (``W @ x`` [rows], or [rows, batch]) from the engine's results."""

@@ -26,6 +26,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 from tandem.host.hpu import decode_result
+from tandem.host.hpu.codec import unpack_header
 from tandem.sim.hpu.hpu_tb import _evaluate_combinational
 from tandem.sim.hpu.memory import DeviceMemory
 from tandem.sim.stream import StreamSink
@@ -72,7 +73,7 @@ class _Server(StreamTestbench):
                 int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)
             ]
             self.desc.send_all(beats)
-            length = int.from_bytes(data[4:8], "little")  # header: length u32 at byte 4
+            length = unpack_header(p, data)["length"]
             work += len(beats) + p.layout.region_bytes(length) // step + p.gqa_group * p.row_beats
         start = self.now_cycles()
         results = []

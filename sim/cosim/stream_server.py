@@ -21,7 +21,7 @@ use), so this server knows no design:
         offer one beat until taken; the count starts with that transfer's cycle, included;
     ``("recv", port, count)`` / ``("recv", port, count, widths)``
         wait for ``count`` output beats; with ``widths`` each beat is unpacked into signed
-        fields (first field lowest, :func:`~tandem.sim.spmm.common.unpack_fields`) and the
+        fields (first field lowest, :func:`~tandem.sim.stream.unpack_fields`) and the
         beats come back as an int64 array ``(count, len(widths))``, else as a list of ints
         (signed as the manifest says). Each ``recv`` appends to ``outputs``.
 
@@ -38,8 +38,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 from tandem.sim.sparse_dsp.common import evaluate_combinational
-from tandem.sim.spmm.common import unpack_fields
-from tandem.sim.stream import pack_fields
+from tandem.sim.stream import pack_fields, unpack_fields
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench
 
 from . import link

@@ -1,4 +1,4 @@
-"""Shared pieces of the SpMM testbenches: payload packing and the tile-sample plusargs.
+"""Shared pieces of the SpMM testbenches: the output check and the tile-sample plusargs.
 
 The cost-model sweep of ``benchmarks/spmm_cost_model.py`` is defined only when the runner
 passes ``+tandem_spmm_densities=0.01,0.1,...`` (with ``+tandem_spmm_tile=T`` and
@@ -7,6 +7,7 @@ passes ``+tandem_spmm_densities=0.01,0.1,...`` (with ``+tandem_spmm_tile=T`` and
 
 import cocotb
 import numpy as np
+from tandem.host.common import bits
 
 __all__ = [
     "DENSITIES",
@@ -15,7 +16,6 @@ __all__ = [
     "plusarg_floats",
     "random_tile",
     "run_fields_check",
-    "unpack_fields",
 ]
 
 DENSITIES = "tandem_spmm_densities"
@@ -35,16 +35,6 @@ def random_tile(rng, tile: int, density: float, a_bits: int) -> np.ndarray:
         mask[rng.integers(tile), rng.integers(tile)] = True
     values = rng.integers(1, 1 << (a_bits - 1), (tile, tile))
     return np.where(mask, values, 0)
-
-
-def unpack_fields(payload: int, widths) -> list[int]:
-    """Signed fields of a packed payload, first field in the least significant bits."""
-    fields, offset = [], 0
-    for width in widths:
-        raw = (payload >> offset) & ((1 << width) - 1)
-        fields.append(raw - (1 << width) if raw >> (width - 1) & 1 else raw)
-        offset += width
-    return fields
 
 
 async def run_fields_check(
@@ -79,11 +69,10 @@ async def run_fields_check(
     limit = (len(expected) + len(inputs)) * 40 + 1000
     raw = await with_timeout(sink.recv_n(len(expected)), limit * CLOCK_PERIOD_NS, "ns")
     cycles = tb.now_cycles() - start
-    actual = np.array([unpack_fields(int(v), widths) for v in raw], np.int64).reshape(
-        -1, len(widths)
-    )
+    fields = bits.as_fields(widths, signed=True)
     if unsigned_first:
-        actual[:, 0] &= (1 << widths[0]) - 1
+        fields = (fields[0]._replace(signed=False), *fields[1:])
+    actual = bits.unpack_rows(fields, raw)
     wrong = np.argwhere(actual != expected)
     if wrong.size:
         beat, fld = (int(v) for v in wrong[0])

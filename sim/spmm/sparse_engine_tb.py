@@ -9,8 +9,8 @@ sums) is compared bit-exactly with the golden model, and the scattered sums also
 import cocotb
 import numpy as np
 from tandem.host.common.arith import wrap
+from tandem.host.common.bits import Field, pack_rows
 from tandem.host.spmm import sparse_engine_golden, sparse_tile_golden, sparse_tile_stream
-from tandem.sim.stream import pack_fields
 from tandem.sim.tb import StreamTestbench, timed_golden
 
 from .common import DENSITIES, FEATURES, TILE, plusarg_floats, random_tile, run_fields_check
@@ -18,11 +18,17 @@ from .common import DENSITIES, FEATURES, TILE, plusarg_floats, random_tile, run_
 
 def _payloads(p, kind, row, col, value, x, row_end):
     ib = p.index_bits
-    widths = [1, ib, ib, p.a_bits] + [p.x_bits] * p.lanes + [1]
-    return [
-        pack_fields([int(k), int(r), int(c), int(v), *xx, int(e)], widths)
-        for k, r, c, v, xx, e in zip(kind, row, col, value, x, row_end)
+    fields = [
+        ("kind", 1),
+        ("row", ib),
+        ("col", ib),
+        ("value", p.a_bits, True),
+        Field("x", p.x_bits, True, p.lanes),
+        ("row_end", 1),
     ]
+    columns = [np.asarray(v, np.int64).reshape(len(kind), -1) for v in (kind, row, col, value)]
+    columns += [np.asarray(x, np.int64), np.asarray(row_end, np.int64).reshape(-1, 1)]
+    return pack_rows(fields, np.concatenate(columns, axis=1))
 
 
 def _coo(a_tile):

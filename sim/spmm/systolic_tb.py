@@ -7,21 +7,22 @@ is compared bit-exactly with the golden model, and the tile results also with
 
 import cocotb
 import numpy as np
+from tandem.host.common.bits import Field, pack_rows
 from tandem.host.spmm import (
     systolic_decode,
     systolic_golden,
     systolic_tile_golden,
     systolic_tile_stream,
 )
-from tandem.sim.stream import pack_fields
 from tandem.sim.tb import StreamTestbench, timed_golden
 
 from .common import DENSITIES, FEATURES, TILE, plusarg_floats, random_tile, run_fields_check
 
 
 def _payloads(p, a, x, last):
-    widths = [p.a_bits] * p.rows + [p.x_bits] * p.cols + [1]
-    return [pack_fields(list(aa) + list(xx) + [int(lv)], widths) for aa, xx, lv in zip(a, x, last)]
+    fields = [Field("a", p.a_bits, True, p.rows), Field("x", p.x_bits, True, p.cols), ("last", 1)]
+    rows = np.concatenate([np.asarray(a), np.asarray(x), np.asarray(last)[:, None]], axis=1)
+    return pack_rows(fields, rows.astype(np.int64))
 
 
 async def _check_tiles(tb, name, tiles, features, **pauses):

@@ -1,11 +1,12 @@
 """The golden backend's cycle model of the HPU against the RTL's simulated cycles, and its fit.
 
 The golden transport reports the cycles of a batch of requests from a model
-(:func:`tandem.host.hpu.cycles.call_cycles`)::
+(:func:`tandem.host.hpu.cycles.call_cycles`, the one cycle model with its co-simulation
+memory :data:`~tandem.host.hpu.cycles.COSIM_MEMORY`)::
 
     cycles(batch) = FILL + sum over requests of (max(D, R, O) + GAP)
 
-This script runs the same batches through :class:`tandem.host.devices.HpuDevice` on both
+This script runs the same batches through :class:`tandem.host.hpu.device.HpuDevice` on both
 backends (bit-identical results are checked), prints model against RTL cycles per batch, and
 fits ``FILL`` and ``GAP`` (integers minimizing the largest relative error over all batches; the
 fitted pair is what :data:`~tandem.host.hpu.cycles.FILL_CYCLES` and
@@ -22,9 +23,8 @@ import argparse
 import sys
 
 import numpy as np
-from tandem.host.devices import Attend, HpuDevice
-from tandem.host.hpu import HpuParams, quantize_rows, score_scale
-from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES
+from tandem.host.hpu import Attend, HpuDevice, HpuParams, quantize_rows, score_scale
+from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, request_cycles
 
 from tandem.bench import Figures, add_figures_option
 from tandem.config import resolve_params
@@ -109,8 +109,11 @@ def measure(params: HpuParams, simulator: str, seed: int) -> list[tuple[int, int
                 x, y = getattr(a, name), getattr(b, name)
                 if not ((x is None and y is None) or np.array_equal(x, y)):
                     raise ValueError(f"RTL and golden results differ ({name})")
-        # The model's busy part, sum of max(D, R, O), is what remains without FILL and GAP.
-        busy = modelled - FILL_CYCLES - len(case) * GAP_CYCLES
+        # The model's busy part, sum of max(D, R, O): what FILL and GAP are fitted around.
+        lengths, appends, partials = zip(*case)
+        busy = int(request_cycles(params, lengths, append=appends, partial=partials).sum())
+        if modelled != FILL_CYCLES + busy + len(case) * GAP_CYCLES:
+            raise ValueError("the golden backend does not report the cycle model's cycles")
         rows.append((simulated, busy, len(case), modelled))
     return rows
 

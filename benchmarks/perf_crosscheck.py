@@ -4,7 +4,7 @@ Run: ``python benchmarks/perf_crosscheck.py [--backend golden|rtl] [--simulator 
 [--layers N] [--lengths 37 90 20 64] [--steps 3] [--cards 2]``
 
 Runs :class:`tandem.host.system.decode.Decoder` with every decode attention on ``--cards``
-:class:`~tandem.host.devices.HpuDevice` cards (golden model or the RTL itself) on a
+:class:`~tandem.host.hpu.device.HpuDevice` cards (golden model or the RTL itself) on a
 SmolLM2-135M-shaped Llama (the real weights when the GGUF file is found, else random weights;
 the cycles depend on the attention shape only), and prints, per decode step and card, the
 cycles the runtime reports next to those :func:`tandem.host.system.perf.hpu_step_cycles` predicts,
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         return 2
 
     import torch
-    from tandem.host.devices import HpuDevice
+    from tandem.host.hpu import HpuDevice
     from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
     from tandem.host.system.model import LlamaConfig, random_llama
 
@@ -56,8 +56,9 @@ def main(argv=None) -> int:
     capacity = max(args.lengths) + args.steps
     params = hpu_params_for(config, max_seq_len=max(64, 1 << (capacity - 1).bit_length()))
     options = {"simulator": args.simulator} if args.backend == "rtl" else {}
+    card_bytes = 32 << 20
     cards = [
-        HpuDevice(params, memory_bytes=32 << 20, name=f"hpu{i}", backend=args.backend, **options)
+        HpuDevice(params, memory_bytes=card_bytes, name=f"hpu{i}", backend=args.backend, **options)
         for i in range(args.cards)
     ]
     rng = np.random.default_rng(0)
@@ -81,7 +82,13 @@ def main(argv=None) -> int:
     for step, measured in enumerate(result.step_cycles, start=1):
         contexts = [n + step for n in args.lengths]
         predicted = hpu_step_cycles(
-            shape_used, params, contexts, cards=args.cards, capacities=capacities, latency=2
+            shape_used,
+            params,
+            contexts,
+            cards=args.cards,
+            capacities=capacities,
+            card_bytes=card_bytes,
+            latency=2,
         )
         for card in sorted(measured):
             ratio = predicted.get(card, 0.0) / measured[card]

@@ -2,10 +2,12 @@
 runtime's allocations (host/system/decode.py) and against the performance model."""
 
 import pytest
-from tandem.host.devices import CapacityError, HpuDevice
-from tandem.host.hpu import HpuParams
+from tandem.host.common.errors import CapacityError
+from tandem.host.hpu import HpuDevice, HpuParams
+from tandem.host.hpu.cycles import COSIM_MEMORY
 from tandem.host.system.decode import HpuAttention
 from tandem.host.system.model import LlamaConfig
+from tandem.host.system.perf import ModelShape, hpu_step_cycles, place_sequences
 from tandem.mappings.hpu.kv_layout import KvLayout
 from tandem.mappings.hpu.placement import CardSpace, NoRoomError, Slice, place, place_batch
 
@@ -120,3 +122,69 @@ def test_runtime_placement_after_frees():
     )  # fmt: skip
     got = [attention._place(c) for c in (128, 64, 200)]
     assert [[Slice(s.device, s.first, s.capacity) for s in g] for g in got] == expected
+
+
+# --- the performance model places and counts as the runtime does -----------------------------
+SHAPE = ModelShape(
+    name="tiny", full_name="tiny", layers=CONFIG.n_layers, hidden=CONFIG.dim,
+    heads=CONFIG.n_heads, kv_heads=CONFIG.n_kv_heads, head_dim=CONFIG.head_dim,
+    intermediate=CONFIG.hidden, vocab=CONFIG.vocab, tied_embeddings=True, dtype_bytes=2,
+    max_context=4096,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cards", "card_bytes", "max_seq_len", "max_slice_tokens"),
+    [
+        (3, 40 * PAGE, 512, None),  # several cards, round-robin-like
+        (2, 10 * PAGE, 512, None),  # splits from memory
+        (3, 64 * PAGE, 64, None),  # splits from max_seq_len
+        (4, 64 * PAGE, 512, 40),  # splits from max_slice_tokens
+    ],
+)
+def test_perf_model_places_as_runtime(cards, card_bytes, max_seq_len, max_slice_tokens):
+    attention = _runtime([card_bytes] * cards, max_seq_len, max_slice_tokens)
+    capacities = [100, 40, 170, 33, 90, 5, 64]
+    predicted = place_sequences(
+        params(max_seq_len), capacities, cards, heads=HEADS, card_bytes=card_bytes,
+        max_slice_tokens=max_slice_tokens,
+    )  # fmt: skip
+    got = [attention._place(c) for c in capacities]
+    assert [[Slice(s.device, s.first, s.capacity) for s in g] for g in got] == predicted
+    assert any(len(slices) > 1 for slices in predicted) == (cards != 3 or max_seq_len == 64)
+
+
+def test_step_cycles_equal_golden_runtime_with_splits():
+    """With the golden backend's memory model the perf model predicts its cycles exactly, on
+    several cards, with a sequence split over two of them (partial requests, a full slice)."""
+    torch = pytest.importorskip("torch")
+    from tandem.host.system.decode import Decoder, Llama
+    from tandem.host.system.model import random_llama
+
+    lengths, new_tokens = [37, 90, 20, 64], 4
+    capacities = [n + new_tokens for n in lengths]
+    memory = 3 * PAGE  # 96 tokens per card: the fourth sequence is split over hpu2 and hpu0
+    placement = place_sequences(params(), capacities, 3, heads=HEADS, card_bytes=memory)
+    assert [[(s.card, s.first, s.tokens) for s in p] for p in placement] == [
+        [(0, 0, 41)], [(1, 0, 94)], [(2, 0, 24)], [(2, 0, 64), (0, 64, 4)],
+    ]  # fmt: skip
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = Llama(CONFIG, random_llama(CONFIG, 0), "cpu")
+        attention = _runtime([memory] * 3)
+        prompts = [[(7 * i + b) % CONFIG.vocab for i in range(n)] for b, n in enumerate(lengths)]
+        result = Decoder(model, attention).generate(prompts, new_tokens)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(result.step_cycles) == new_tokens - 1
+    for step, measured in enumerate(result.step_cycles, start=1):
+        contexts = [n + step for n in lengths]
+        kw = {"cards": 3, "capacities": capacities, "card_bytes": memory}
+        exact = hpu_step_cycles(SHAPE, params(), contexts, memory=COSIM_MEMORY, **kw)
+        assert exact == measured, step
+        # The measured memory at the runtime's latency: the 10 % of benchmarks/perf_crosscheck.
+        near = hpu_step_cycles(SHAPE, params(), contexts, latency=2, **kw)
+        assert set(near) == set(measured)
+        for card, cycles in measured.items():
+            assert near[card] == pytest.approx(cycles, rel=0.10), (step, card)

@@ -3,25 +3,49 @@ model read.
 
 The engine overlaps requests (docs/hpu.md, "How a request flows"): the descriptor parser, the
 two read ports and the result stream each work on their own request, so a batch is bound by
-the busiest of the three per request, plus the pipeline's fill once per batch::
+the busiest of the three per request, plus what its memory adds::
 
-    cycles(batch) = FILL + sum over requests of max(D, R, O) + GAP
+    cycles(batch) = FILL + sum over requests of (max(D, R, O) + GAP) + STALLS
     D = descriptor beats  = header_beats + (2 row_beats if append) + G * q_beats
     R = read beats / port = the beats of KvLayout.read_bursts (scale blocks + rows)
     O = result beats      = G * (row_beats + 1 if partial else row_beats)
+    STALLS = sum R * (1 / e(sum R) - 1)
 
-``FILL`` covers the memory latency of the first burst, the K and V pipelines and the output
-(:data:`FILL_CYCLES`); ``GAP`` the turn-around between two requests (:data:`GAP_CYCLES`).
-Both are fitted to the RTL: ``python benchmarks/decode_cycles.py`` runs ten batches (1-8
-requests, lengths 1-250, appends and partial requests) on both backends for two engines (the
-co-simulation tests' ``hd32-g2`` and the default one) and picks the integers that minimize the
-largest relative error over both: FILL 41, GAP 4, within 10.3 % of Icarus on ``hd32-g2`` and
-9.3 % on the default engine. A fit to one engine alone gets 7-8 % on it but up to 32 % on the
-other: what is left is structure the model does not have (a lone request overlaps its
-descriptor, reads and results less than ``max(D, R, O)`` assumes; the turn-around depends on
-the pipeline depths). The RTL co-simulation test checks the model stays within 15 %.
+(:func:`request_beats`, :func:`request_cycles`, :func:`batch_cycles`). ``FILL``, ``GAP`` and
+the stream efficiency ``e`` describe the memory behind the read ports (a :class:`Memory`);
+there are two, with their provenance:
+
+* :data:`COSIM_MEMORY`, the default (the golden backend, :func:`call_cycles`): the
+  co-simulation's memory, which answers every beat after a fixed latency. ``FILL`` covers the
+  memory latency of the first burst, the K and V pipelines and the output
+  (:data:`FILL_CYCLES`); ``GAP`` the turn-around between two requests (:data:`GAP_CYCLES`);
+  ``e = 1`` (the latency of later bursts is inside ``FILL``/``GAP``). Both are fitted to the
+  RTL: ``python benchmarks/decode_cycles.py`` runs ten batches (1-8 requests, lengths 1-250,
+  appends and partial requests) on both backends for two engines (the co-simulation tests'
+  ``hd32-g2`` and the default one) and picks the integers that minimize the largest relative
+  error over both: FILL 41, GAP 4, within 10.3 % of Icarus on ``hd32-g2`` and 9.3 % on the
+  default engine. A fit to one engine alone gets 7-8 % on it but up to 32 % on the other: what
+  is left is structure the model does not have (a lone request overlaps its descriptor, reads
+  and results less than ``max(D, R, O)`` assumes; the turn-around depends on the pipeline
+  depths). The RTL co-simulation test checks the model stays within 15 %.
+* :meth:`Memory.measured` (the performance model, :mod:`tandem.host.system.perf`): a memory
+  with a read latency of ``L`` cycles, from the stream efficiency the RTL reached in
+  simulation at that latency (``constraints/measured/hpu_stream_efficiency.yaml``, written by
+  ``python benchmarks/hpu_stream_efficiency.py``). ``FILL`` = a lone request's cycles outside
+  its read window (mean over the measured lengths), ``GAP = 0``, and ``e`` the measured
+  efficiency of one request of ``sum R`` beats per port: a batch streams as one long request
+  (``k`` queued requests of ``n`` tokens reach the efficiency of one of ``k * n`` tokens), so
+  the latency stalls are those of the whole batch. At the co-simulation's latency (2 cycles)
+  this memory predicts the golden backend's decode-step cycles within 10 %
+  (``benchmarks/perf_crosscheck.py``).
+
+The two were separate models before (this module and ``hpu_call_cycles`` of the performance
+model); joining them changed no figure: :func:`call_cycles` gives the integers it gave, and
+the performance model's per-call cycles are the same sums.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -30,13 +54,64 @@ from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 from .codec import HpuRequest
 from .params import HpuParams
 
-__all__ = ["FILL_CYCLES", "GAP_CYCLES", "RequestBeats", "call_cycles", "request_beats"]
+__all__ = [
+    "COSIM_MEMORY",
+    "FILL_CYCLES",
+    "GAP_CYCLES",
+    "Memory",
+    "RequestBeats",
+    "batch_cycles",
+    "call_cycles",
+    "request_beats",
+    "request_cycles",
+]
 
 #: Pipeline fill of one batch: first read's memory latency, K side, FIFO, V side, output
 #: (fitted to the RTL by benchmarks/decode_cycles.py).
 FILL_CYCLES = 41
 #: Turn-around cycles between two requests of a batch (fitted likewise).
 GAP_CYCLES = 4
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the memory behind the read ports adds to a batch's busy cycles.
+
+    Parameters
+    ----------
+    fill
+        Cycles once per batch (``FILL``).
+    gap
+        Cycles per request (``GAP``).
+    efficiency
+        Stream efficiency of a batch reading ``beats`` beats per port (``e``); None: 1, no
+        stalls beyond ``fill`` and ``gap``.
+    name
+        What the memory is, for reports.
+    """
+
+    fill: float
+    gap: float = 0
+    efficiency: Callable[[float], float] | None = None
+    name: str = ""
+
+    @classmethod
+    def measured(cls, stream, latency: int) -> "Memory":
+        """The memory of a measured stream efficiency (``perf.StreamEfficiency``) at ``latency``.
+
+        ``fill`` = ``stream.fill_cycles(latency)``, ``gap`` 0, ``e`` =
+        ``stream.efficiency(beats, latency)`` (see the module docstring).
+        """
+        return cls(
+            fill=stream.fill_cycles(latency),
+            gap=0,
+            efficiency=lambda beats: float(stream.efficiency(beats, latency)),
+            name=f"measured stream efficiency at read latency {latency}",
+        )
+
+
+#: The co-simulation memory the FILL/GAP fit describes (the golden backend's).
+COSIM_MEMORY = Memory(FILL_CYCLES, GAP_CYCLES, None, "co-simulation memory (FILL/GAP fit)")
 
 
 class RequestBeats(NamedTuple):
@@ -50,41 +125,76 @@ class RequestBeats(NamedTuple):
     """``O``: result beats on ``result_o``."""
 
 
-def request_beats(
-    params: HpuParams, contexts, *, append: bool = True, partial: bool = False
-) -> RequestBeats:
+def request_beats(params: HpuParams, contexts, *, append=True, partial=False) -> RequestBeats:
     """``(D, R, O)``: descriptor beats, read beats per port and result beats per request.
 
-    ``contexts`` are sequence lengths including the new token (arrays allowed). ``R`` counts
+    ``contexts`` are sequence lengths including the new token (arrays allowed); ``append`` and
+    ``partial`` are flags, one for all or an array broadcast with ``contexts``. ``R`` counts
     the beats one read port carries: the K (or V) part of every page with two ports, both parts
     with one. ``D`` equals ``len(pack_descriptor(...)) / beat_bytes`` and ``R`` the beats of
-    :func:`read_port_bursts`; the engine's cycle models (the golden transport, the performance
-    model) read these counts from here.
+    :func:`read_port_bursts`.
     """
     p = params
-    t = np.asarray(contexts, dtype=np.int64)
-    n = t - 1 if append else t
+    t, append, partial = np.broadcast_arrays(
+        np.asarray(contexts, dtype=np.int64),
+        np.asarray(append, dtype=np.int64),
+        np.asarray(partial, dtype=np.int64),
+    )
+    n = t - append
     pages = -(-n // PAGE_TOKENS)
     reads = (pages * p.scale_beats + n * p.row_beats) * (2 // p.read_ports)
-    desc = p.header_beats + (2 * p.row_beats if append else 0) + p.gqa_group * p.q_beats
-    out = p.gqa_group * (p.row_beats + (1 if partial else 0))
-    return RequestBeats(np.full_like(t, desc), reads, np.full_like(t, out))
+    desc = p.header_beats + 2 * p.row_beats * append + p.gqa_group * p.q_beats
+    out = p.gqa_group * (p.row_beats + partial)
+    return RequestBeats(desc, reads, out)
+
+
+def request_cycles(params: HpuParams, contexts, *, append=True, partial=False) -> np.ndarray:
+    """``max(D, R, O)`` of each request: its busy cycles (arguments of :func:`request_beats`)."""
+    beats = request_beats(params, contexts, append=append, partial=partial)
+    return np.maximum(np.maximum(beats.descriptor, beats.read), beats.result)
+
+
+def batch_cycles(
+    params: HpuParams, contexts, *, append=True, partial=False, memory: Memory = COSIM_MEMORY
+) -> float:
+    """Modelled cycles of one batch of requests on one engine (see the module docstring).
+
+    Parameters
+    ----------
+    params
+        The engine.
+    contexts
+        Each request's length, the appended token included.
+    append, partial
+        Flags, one for all or one per request.
+    memory
+        The memory behind the read ports (default :data:`COSIM_MEMORY`).
+
+    Returns
+    -------
+    float
+        0 for no request; an integer value with :data:`COSIM_MEMORY`.
+    """
+    contexts = np.asarray(contexts, dtype=np.int64)
+    if contexts.size == 0:
+        return 0.0
+    busy = request_cycles(params, contexts, append=append, partial=partial)
+    cycles = memory.fill + busy.sum() + memory.gap * busy.size
+    if memory.efficiency is not None:
+        reads = request_beats(params, contexts, append=append, partial=partial).read.sum()
+        cycles += reads * (1.0 / memory.efficiency(reads) - 1.0)
+    return float(cycles)
 
 
 def call_cycles(params: HpuParams, requests: list[HpuRequest]) -> int:
-    """Modelled engine cycles of one batch (see the module docstring)."""
+    """Modelled engine cycles of one batch of requests with :data:`COSIM_MEMORY`."""
     if not requests:
         return 0
-    lengths = np.array([r.length for r in requests], np.int64)
-    appends = np.array([r.append for r in requests])
-    partials = np.array([r.partial for r in requests])
-    busiest = 0
-    for append in (False, True):
-        for partial in (False, True):
-            chosen = (appends == append) & (partials == partial)
-            if chosen.any():
-                beats = request_beats(params, lengths[chosen], append=append, partial=partial)
-                busiest += int(
-                    np.maximum(np.maximum(beats.descriptor, beats.read), beats.result).sum()
-                )
-    return FILL_CYCLES + busiest + GAP_CYCLES * len(requests)
+    return int(
+        batch_cycles(
+            params,
+            [r.length for r in requests],
+            append=[r.append for r in requests],
+            partial=[r.partial for r in requests],
+        )
+    )

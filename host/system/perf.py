@@ -56,7 +56,8 @@ pseudo-channels, ``channels // read_ports``, but no more than fit:
 default clock ``f`` unless told otherwise. KV lives on the cards in the engine's format (int8
 rows padded to 64 bytes and one binary16 scale per token, pages of 32 tokens:
 ``KvLayout.region_bytes``), one region per (layer, KV head) of every sequence; sequences are
-spread over the cards round-robin. Card memory:
+placed as the runtime places them (:func:`place_sequences`, one placement in
+:mod:`tandem.mappings.hpu.placement`): equal sequences that fit a card go round-robin. Card memory:
 ``ceil(B/N) * L * Hkv * region_bytes(Tin + Tout) <= card HBM``, else ``oom``.
 
 One request = one (sequence, KV head, layer). Per request, in memory beats of ``lanes``
@@ -122,11 +123,18 @@ cards add no GEMM throughput). ``tokens_per_s_per_w`` = tokens/s / (GPU TDP + ``
 power): nameplate maxima, not measured power. ``bottleneck`` names the term that sets the
 step (for the GPU alone the largest of weights/compute/attention; with HPUs the term of ``T``).
 
+The per-request beats ``D``, ``R``, ``O`` and the per-call cycles come from the engine's one
+cycle model, :mod:`tandem.host.hpu.cycles` (the golden backend reads the same module).
+
 The runtime cross-check (:func:`hpu_step_cycles`) predicts the accelerator cycles of one
 decode step of :mod:`tandem.host.system.decode` (one engine per card, the engine's own ports as its
-memory): per call ``fill + sum max(R, D, O) + sum R * (1 / e_RTL(sum R) - 1)`` (the beats,
-the slower of descriptor and result streams where they exceed the reads, and the read-latency
-stalls of the whole call), summed over layers and sub-batches.
+memory): the sequences are placed as the runtime places them (:func:`place_sequences`, split
+sequences included: every card holding an active slice gets a partial request), and each call
+takes :func:`tandem.host.hpu.cycles.batch_cycles` with the measured memory at the read
+latency, ``fill + sum max(R, D, O) + sum R * (1 / e_RTL(sum R) - 1)`` (the beats, the slower
+of descriptor and result streams where they exceed the reads, and the read-latency stalls of
+the whole call), summed over layers and sub-batches. With ``memory=COSIM_MEMORY`` it gives the
+golden backend's cycles exactly.
 """
 
 from dataclasses import dataclass, field
@@ -136,7 +144,9 @@ from typing import Any
 
 import numpy as np
 import yaml
-from tandem.host.hpu import HpuParams, request_beats
+from tandem.host.hpu import HpuParams
+from tandem.host.hpu.cycles import Memory, batch_cycles, request_beats, request_cycles
+from tandem.mappings.hpu.placement import CardSpace, Slice, place_batch
 
 from tandem.boards import Board, Gpu, load_board, load_gpu
 from tandem.errors import UserError, did_you_mean
@@ -156,6 +166,7 @@ __all__ = [
     "pingpong_step",
     "place_sequences",
     "request_beats",
+    "step_requests",
 ]
 
 #: Measured stream efficiency of the hpu RTL (package data of ``tandem.constraints``).
@@ -401,40 +412,83 @@ def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> Hp
 
 
 def hpu_call_cycles(
-    params: HpuParams, contexts, *, latency: int = 2, efficiency: StreamEfficiency | None = None
+    params: HpuParams,
+    contexts,
+    *,
+    latency: int = 2,
+    efficiency: StreamEfficiency | None = None,
+    append=True,
+    partial=False,
+    memory: Memory | None = None,
 ) -> float:
     """Predicted cycles of one call (a batch of requests) on one engine fed by its own ports.
 
-    ``fill + sum max(R, D, O) + sum R * (1 / e(sum R) - 1)`` over the requests of sequences
-    ``contexts`` long: every beat, the descriptor or result stream where it is longer than the
-    reads, and the read-latency stalls of the call, which streams as one request of all its
-    beats (see the module docstring).
+    :func:`tandem.host.hpu.cycles.batch_cycles` with the measured memory at ``latency``
+    (:meth:`Memory.measured` of ``efficiency``, default :func:`load_efficiency`) unless
+    ``memory`` is given: ``fill + sum max(R, D, O) + sum R * (1 / e(sum R) - 1)`` over the
+    requests of sequences ``contexts`` long (every beat, the descriptor or result stream where
+    it is longer than the reads, and the read-latency stalls of the call, which streams as one
+    request of all its beats; see the module docstring).
     """
-    eff = efficiency or load_efficiency()
-    contexts = np.asarray(contexts)
-    if contexts.size == 0:
-        return 0.0
-    desc, reads, out = request_beats(params, contexts)
-    total = reads.sum()
-    stalls = total * (1.0 / float(eff.efficiency(total, latency)) - 1.0)
-    beats = np.maximum(np.maximum(reads, desc), out).sum()
-    return float(eff.fill_cycles(latency) + beats + stalls)
+    if memory is None:
+        memory = Memory.measured(efficiency or load_efficiency(), latency)
+    return batch_cycles(params, contexts, append=append, partial=partial, memory=memory)
 
 
-def place_sequences(params: HpuParams, capacities, cards: int) -> list[int]:
-    """The card of each sequence as the runtime places them (:class:`HpuAttention`).
+#: Card memory the performance model assumes where none is given: more than any placement
+#: takes, so that only ``max_seq_len`` splits sequences.
+UNBOUNDED_BYTES = 1 << 62
 
-    In order, each sequence goes to the card with the most free memory (ties to the lowest
-    index), reserving ``region_bytes(capacity)`` per KV region; cards start empty and equal.
-    Sequences of equal capacity therefore go round-robin.
+
+def place_sequences(
+    params: HpuParams,
+    capacities,
+    cards: int,
+    *,
+    heads: int = 1,
+    card_bytes: int | None = None,
+    max_slice_tokens: int | None = None,
+) -> list[list[Slice]]:
+    """The slices of each sequence as the runtime places them (:class:`HpuAttention`).
+
+    :func:`tandem.mappings.hpu.placement.place_batch` on ``cards`` empty cards of
+    ``card_bytes`` each (default unbounded), ``heads`` KV regions per token (layers x KV
+    heads): in order, each sequence goes to the card with the most free memory (ties to the
+    lowest index), split into whole pages where one card cannot hold it (memory,
+    ``max_seq_len``, ``max_slice_tokens``). Sequences of equal capacity that fit go
+    round-robin.
     """
-    used = [0] * cards
-    where = []
-    for capacity in capacities:
-        card = min(range(cards), key=lambda c: (used[c], c))
-        used[card] += params.layout.region_bytes(int(capacity))
-        where.append(card)
-    return where
+    size = UNBOUNDED_BYTES if card_bytes is None else int(card_bytes)
+    return place_batch(
+        capacities,
+        [CardSpace.empty(size) for _ in range(cards)],
+        layout=params.layout,
+        heads=heads,
+        max_seq_len=params.max_seq_len,
+        max_slice_tokens=max_slice_tokens,
+    )
+
+
+def step_requests(contexts, placement: list[list[Slice]], members) -> dict[int, list[tuple]]:
+    """``{card: [(length, append, partial)]}``: the requests of one (sub-batch, layer, KV head).
+
+    As :meth:`HpuAttention.attend` sends them: every slice that starts at or before the new
+    token's position ``t - 1`` gets a request, in partial mode when there are several; the
+    slice holding the position appends the new token (``length = t - first``), the others
+    (full) read their ``tokens``.
+    """
+    calls: dict[int, list[tuple]] = {}
+    for b in members:
+        position = int(contexts[b]) - 1
+        active = [s for s in placement[b] if s.first <= position]
+        partial = len(active) > 1
+        for s in active:
+            if s.holds(position):
+                request = (position - s.first + 1, True, partial)
+            else:
+                request = (s.tokens, False, partial)
+            calls.setdefault(s.card, []).append(request)
+    return calls
 
 
 def hpu_step_cycles(
@@ -446,6 +500,9 @@ def hpu_step_cycles(
     capacities=None,
     latency: int = 2,
     efficiency: StreamEfficiency | None = None,
+    card_bytes: int | None = None,
+    max_slice_tokens: int | None = None,
+    memory: Memory | None = None,
 ) -> dict[str, float]:
     """Predicted accelerator cycles per card of one decode step of :mod:`tandem.host.system.decode`.
 
@@ -462,28 +519,41 @@ def hpu_step_cycles(
         decide the placement.
     latency
         Read latency (cycles) of the measured efficiency (the runtime's memory answers in 2).
+    card_bytes, max_slice_tokens
+        Each card's memory (default unbounded) and the runtime's cap on a slice, for the
+        placement.
+    memory
+        The memory model (default: the measured one at ``latency``;
+        :data:`~tandem.host.hpu.cycles.COSIM_MEMORY` gives the golden backend's cycles).
 
     Returns
     -------
     dict
         ``{"hpu<i>": cycles}`` for the cards that got work: as the runtime does, two
         sub-batches (the first ``ceil(B/2)`` sequences and the rest; one when B = 1), per
-        sub-batch and layer one call per card holding sequences of it, ``Hkv`` requests per
-        sequence; each call :func:`hpu_call_cycles`.
+        sub-batch and layer one call per card holding sequences of it (:func:`step_requests`),
+        ``Hkv`` requests per slice; each call :func:`hpu_call_cycles`.
     """
     contexts = [int(c) for c in contexts]
     batch = len(contexts)
-    where = place_sequences(params, capacities or contexts, cards)
+    placement = place_sequences(
+        params,
+        capacities or contexts,
+        cards,
+        heads=model.layers * model.kv_heads,
+        card_bytes=card_bytes,
+        max_slice_tokens=max_slice_tokens,
+    )
+    if memory is None:
+        memory = Memory.measured(efficiency or load_efficiency(), latency)
     half = (batch + 1) // 2
     subbatches = [list(range(half)), list(range(half, batch))] if batch > 1 else [[0]]
     cycles: dict[str, float] = {}
     for members in subbatches:
-        for card in range(cards):
-            mine = [contexts[b] for b in members if where[b] == card]
-            if not mine:
-                continue
+        for card, requests in sorted(step_requests(contexts, placement, members).items()):
+            lengths, appends, partials = (np.repeat(x, model.kv_heads) for x in zip(*requests))
             per_layer = hpu_call_cycles(
-                params, np.repeat(mine, model.kv_heads), latency=latency, efficiency=efficiency
+                params, lengths, append=appends, partial=partials, memory=memory
             )
             name = f"hpu{card}"
             cycles[name] = cycles.get(name, 0.0) + model.layers * per_layer
@@ -785,20 +855,28 @@ def _gpu_hpu(
         )
     half = (b + 1) // 2
     sizes = [half, b - half] if b > 1 else [1]
-    desc, reads, out = request_beats(params, contexts)
+    desc, reads, _ = request_beats(params, contexts)
+    busy = request_cycles(params, contexts)
     hbm_bw = float(board.memory[0]["bandwidth_gb_s"]) * 1e9
     fill_s = eff.fill_cycles(latency) / clock
     write_bytes = 2 * (params.row_elems + 2)
     result_bytes = m.gqa_group * m.head_dim * RESULT_ELEM_BYTES
+    # The runtime's placement: equal sequences that fit go round-robin, whole.
+    placement = place_sequences(
+        params, [tin + tout] * b, hpus, heads=m.layers * m.kv_heads, card_bytes=card_capacity
+    )
     parts, efficiencies = [], []
-    for size in sizes:
-        # Sequences of this sub-batch on each card (round-robin), requests = sequences x Hkv.
-        on_card = [len(range(c, size, hpus)) * m.kv_heads for c in range(hpus)]
+    for first, size in zip(np.cumsum([0, *sizes]), sizes):
+        # Sequences of this sub-batch on each card, requests = sequences x Hkv.
+        on_card = [0] * hpus
+        for b_ in range(first, first + size):
+            for s in placement[b_]:
+                on_card[s.card] += m.kv_heads
         busiest = max(on_card)
         e = eff.efficiency(-(-busiest // engines) * reads, latency)
         efficiencies.append(e)
         bw_s = busiest * (2 * reads * params.beat_bytes + write_bytes) / (hbm_bw * e)
-        comp_s = busiest * np.maximum(np.maximum(reads, desc), out) / (engines * clock)
+        comp_s = busiest * busy / (engines * clock)
         hpu_s = np.maximum(bw_s, comp_s) + fill_s
         down = _link_seconds(
             [np.full(len(contexts), n * desc[0] * params.beat_bytes) for n in on_card],

@@ -1,7 +1,7 @@
 """Golden vs RTL backend of the stream-engine devices: cycles and wall-clock time per call.
 
 Run: ``python benchmarks/accel_backends.py [--simulator verilator|icarus] [--quick]``. For
-``SparseMatrixDevice`` (GEMV and a 4-token GEMM), ``RnnDevice`` (an LSTM and a GRU sequence) and
+``SparseMpeDevice`` (GEMV and a 4-token GEMM), ``RnnDevice`` (an LSTM and a GRU sequence) and
 ``SpmmDevice`` (the aggregation of a power-law graph), the same call runs on
 ``backend="golden"`` and ``backend="rtl"``; the results must be bit-identical (exit status 1
 otherwise). Printed per call: the golden backend's modelled cycles, the RTL's simulated cycles
@@ -17,10 +17,9 @@ import time
 
 import numpy as np
 import torch
-from tandem.host.accel_devices import RnnDevice, SparseMatrixDevice, SpmmDevice
-from tandem.host.rnn import RnnParams
-from tandem.host.sparse_dsp import SparseMpeParams
-from tandem.host.spmm import SparseEngineParams, SystolicParams, quantize_features
+from tandem.host.rnn import RnnDevice, RnnParams
+from tandem.host.sparse_dsp import SparseMpeDevice, SparseMpeParams
+from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams, quantize_features
 from tandem.mappings.nm import NMPattern, prune_magnitude
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.synthetic import power_law_graph
@@ -85,7 +84,7 @@ def workloads(quick: bool):
         return lambda: dev.aggregate(features)
 
     def mpe_device(**kw):
-        return SparseMatrixDevice(MPE, **kw)
+        return SparseMpeDevice(MPE, **kw)
 
     return [
         (f"sparse-mpe gemv {rows}x{cols} 2:4", mpe_device, mpe("gemv")),

@@ -13,8 +13,7 @@ import sys
 import time
 
 import numpy as np
-from tandem.host.accel_devices import SpmmDevice
-from tandem.host.spmm import SparseEngineParams, SystolicParams
+from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.synthetic import power_law_graph
 

@@ -15,8 +15,7 @@ import time
 
 import numpy as np
 import torch
-from tandem.host.accel_devices import RnnDevice
-from tandem.host.rnn import RnnParams, torch_lstm_reference
+from tandem.host.rnn import RnnDevice, RnnParams, torch_lstm_reference
 
 
 def run(backend: str, args, module, x):

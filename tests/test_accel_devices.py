@@ -6,15 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tandem.host.accel_devices import (
-    RnnDevice,
-    SparseMatrixDevice,
-    SpmmDevice,
-    mpe_cycles,
-    unpack_lstm_tiles,
-)
 from tandem.host.rnn import (
     QuantLstm,
+    RnnDevice,
     RnnParams,
     gru_golden,
     lstm_golden,
@@ -22,9 +16,10 @@ from tandem.host.rnn import (
     quantize_lstm,
     quantize_state,
     torch_lstm_reference,
+    unpack_lstm_tiles,
 )
-from tandem.host.sparse_dsp import SparseMpeParams, mpe_golden
-from tandem.host.spmm import SparseEngineParams, SystolicParams, gcn_layer
+from tandem.host.sparse_dsp import SparseMpeDevice, SparseMpeParams, mpe_cycles, mpe_golden
+from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams, gcn_layer
 from tandem.mappings.nm import NMError, NMPattern, mpe_streams, pack_nm, prune_magnitude
 from tandem.mappings.rnn.schedule import sequence_cycles
 from tandem.mappings.rnn.tiling import build_program
@@ -49,7 +44,7 @@ def test_sparse_gemv_and_gemm_equal_w_at_x_and_the_golden(pattern):
     rng = np.random.default_rng(2)
     x = rng.integers(-128, 128, 72).astype(np.int8)
     xs = rng.integers(-128, 128, (72, 5)).astype(np.int8)
-    dev = SparseMatrixDevice()
+    dev = SparseMpeDevice()
     dev.load(w, pattern)
     y = dev.gemv(x)
     assert y.dtype == np.int32
@@ -67,7 +62,7 @@ def test_sparse_device_loads_the_packed_npz_of_tandem_pack(tmp_path):
     nm = NMPattern(2, 4)
     w = _nm_matrix(10, 40, nm, seed=3)
     pack_nm(w, nm).save(tmp_path / "w.npz")
-    dev = SparseMatrixDevice(SparseMpeParams(max_k=128))
+    dev = SparseMpeDevice(SparseMpeParams(max_k=128))
     packed = dev.load(tmp_path / "w.npz")
     assert packed.shape == (10, 40) and dev.shape == (10, 40)
     x = np.arange(-20, 20, dtype=np.int8)
@@ -129,7 +124,7 @@ def test_mpe_cycle_model_is_exact_for_several_token_pairs(engine, shape, pattern
 
 
 def test_sparse_device_errors_are_one_clear_line():
-    dev = SparseMatrixDevice()
+    dev = SparseMpeDevice()
     with pytest.raises(ValueError, match="no weights loaded"):
         dev.gemv(np.zeros(4, np.int8))
     with pytest.raises(ValueError, match="needs pattern"):
@@ -146,13 +141,13 @@ def test_sparse_device_errors_are_one_clear_line():
     with pytest.raises(ValueError, match="int8"):
         dev.gemm(np.full((8, 2), 300))
     with pytest.raises(ValueError, match="exceed max_k"):
-        SparseMatrixDevice(SparseMpeParams(max_k=128)).load(np.zeros((2, 200), np.int8), "2:4")
+        SparseMpeDevice(SparseMpeParams(max_k=128)).load(np.zeros((2, 200), np.int8), "2:4")
 
 
-@pytest.mark.parametrize("cls", [SparseMatrixDevice, RnnDevice])
+@pytest.mark.parametrize("cls", [SparseMpeDevice, RnnDevice])
 def test_backend_choice_is_checked_and_rtl_starts_lazily(cls):
     dev = cls(backend="rtl", simulator="icarus")  # no simulator needed until the first call
-    assert dev.transport.backend == "rtl" and not dev.transport.started
+    assert dev.backend.name == "rtl" and not dev.backend.started
     dev.close()
     with pytest.raises(ValueError, match="unknown backend 'fpga'"):
         cls(backend="fpga")
@@ -210,8 +205,8 @@ def test_spmm_device_errors_and_rtl():
     with pytest.raises(ValueError, match="w 4 columns"):
         dev.gcn_layer(np.zeros((3, 2)), np.zeros((2, 5)))
     rtl = SpmmDevice(features=4, backend="rtl")
-    assert set(rtl.transport.engines) == {"systolic", "sparse-engine"}
-    assert not rtl.transport.started
+    assert set(rtl.backend.engines) == {"systolic", "sparse-engine"}
+    assert not rtl.backend.started
     rtl.close()
 
 

@@ -1,6 +1,6 @@
 """``backend="rtl"`` of the stream-engine devices: the same script on golden and RTL.
 
-For each device (``SparseMatrixDevice``, ``SpmmDevice``, ``RnnDevice``) a small script runs on
+For each device (``SparseMpeDevice``, ``SpmmDevice``, ``RnnDevice``) a small script runs on
 both backends and must give bit-identical outputs; RTL cycles are simulated and must equal
 the golden backend's cycle models, which are cycle-exact: ``mpe_cycles`` (GEMV and GEMM
 requests of one to two token pairs), the SpMM engines' cost model, the rnn scheduler (LSTM and
@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from tandem.host.accel_devices import RnnDevice, SparseMatrixDevice, SpmmDevice, mpe_cycles
-from tandem.host.rnn import RnnParams
-from tandem.host.sparse_dsp import SparseMpeParams
-from tandem.host.spmm import SparseEngineParams, SystolicParams
-from tandem.host.transport_rtl import CosimError, CosimTimeoutError
+from tandem.host.common.errors import CosimError, CosimTimeoutError
+from tandem.host.rnn import RnnDevice, RnnParams
+from tandem.host.sparse_dsp import SparseMpeDevice, SparseMpeParams, mpe_cycles
+from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams
 from tandem.mappings.nm import NMPattern, mpe_streams, prune_magnitude
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.readers import read_graph
@@ -64,10 +63,10 @@ def run_script(script, golden, device):
     """``script`` on the golden device, then on ``device`` (RTL): lazy start, clean close."""
     want = script(golden)
     with device as dev:
-        assert not dev.transport.started  # lazy: nothing runs before the first call
+        assert not dev.backend.started  # lazy: nothing runs before the first call
         got = script(dev)
-        assert dev.transport.started
-    assert not dev.transport.started  # closed: the simulator is gone
+        assert dev.backend.started
+    assert not dev.backend.started  # closed: the simulator is gone
     return want, got
 
 
@@ -94,8 +93,8 @@ def test_mpe_rtl_bit_identical(simulator, sim_cache, tmp_path):
     need(simulator)
     golden, got = run_script(
         mpe_script,
-        SparseMatrixDevice(MPE),
-        rtl(SparseMatrixDevice, simulator, sim_cache, tmp_path, MPE),
+        SparseMpeDevice(MPE),
+        rtl(SparseMpeDevice, simulator, sim_cache, tmp_path, MPE),
     )
     for (y, modelled), (z, simulated) in zip(golden, got, strict=True):
         assert z.dtype == np.int32 and np.array_equal(y, z)
@@ -201,9 +200,9 @@ def test_rtl_errors_are_exceptions_not_hangs(sim_cache, tmp_path):
     w = prune_magnitude(rng.integers(-128, 128, (16, 64)), NMPattern(2, 4), pair_rows=True)
     x = rng.integers(-128, 128, 64).astype(np.int8)
     want = w.astype(np.int64) @ x
-    dev = rtl(SparseMatrixDevice, "verilator", sim_cache, tmp_path / "a", MPE)
+    dev = rtl(SparseMpeDevice, "verilator", sim_cache, tmp_path / "a", MPE)
     dev.load(w.astype(np.int8), "2:4")
-    engine = dev.transport
+    engine = dev.backend.client
     streams = mpe_streams(MPE, dev.packed, x.astype(np.int64), "mv")
     with pytest.raises(CosimError, match="has no stream 'nope'"):  # a bad request
         engine.stream([("send", "nope", [1])], 1)

@@ -7,10 +7,9 @@ script and a tiny-model decode; Icarus runs the script.
 
 import numpy as np
 import pytest
-from tandem.host.devices import Attend, HpuDevice
-from tandem.host.hpu import HpuParams, quantize_rows, score_scale
+from tandem.host.common.errors import CosimError, CosimTimeoutError, DeviceClosedError
+from tandem.host.hpu import Attend, HpuDevice, HpuParams, quantize_rows, score_scale
 from tandem.host.hpu.cycles import call_cycles
-from tandem.host.transport_rtl import CosimError, CosimTimeoutError
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
 MEMORY = 1 << 18
@@ -71,10 +70,10 @@ def rtl_device(simulator, cache, run_dir, **options):
 def test_rtl_backend_bit_identical(simulator, sim_cache, tmp_path, seed):
     golden = device_script(HpuDevice(P, memory_bytes=MEMORY), seed)
     with rtl_device(simulator, sim_cache, tmp_path) as dev:
-        assert not dev.transport.started  # lazy: nothing runs before the first call
+        assert not dev.backend.started  # lazy: nothing runs before the first call
         rtl = device_script(dev, seed)
-        assert dev.transport.started
-    assert not dev.transport.started  # closed: the simulator is gone
+        assert dev.backend.started
+    assert not dev.backend.started  # closed: the simulator is gone
     assert_same(golden, rtl)
     for (_, modelled), (_, simulated) in zip(golden[:-1], rtl[:-1]):
         # The golden backend's cycle model (fitted by benchmarks/decode_cycles.py) stays
@@ -83,8 +82,10 @@ def test_rtl_backend_bit_identical(simulator, sim_cache, tmp_path, seed):
             modelled,
             simulated,
         )
-    with pytest.raises(CosimError, match="closed"):
-        dev.transport.read(0, 64)
+    with pytest.raises(DeviceClosedError, match="closed"):  # the device refuses, as on golden
+        dev.allocate(32)
+    with pytest.raises(CosimError, match="closed"):  # and so does its backend
+        dev.backend.memory.read(0, 64)
 
 
 @pytest.mark.rtl
@@ -94,15 +95,15 @@ def test_rtl_backend_errors(sim_cache, tmp_path):
     zeros = np.zeros((256, 32), int)
     for seq in seqs:
         dev.write_kv(seq, 0, zeros, np.ones(256), zeros, np.ones(256))
-    dev.transport.timeout_s = 0.05  # 7 x 256 tokens take far longer to simulate
+    dev.backend.timeout_s = 0.05  # 7 x 256 tokens take far longer to simulate
     q = np.zeros((P.gqa_group, P.head_dim), int)
     with pytest.raises(CosimTimeoutError, match="did not answer"):
         dev.attend_many([Attend(seq, 0, q, np.ones(P.gqa_group)) for seq in seqs])
-    assert not dev.transport.started  # stopped, not hanging
+    assert not dev.backend.started  # stopped, not hanging
     dev = rtl_device("verilator", sim_cache, tmp_path / "b")
     seq = dev.allocate(32)
     dev.read_kv(seq, 0)  # starts it
-    dev.transport.kill()  # what a simulator crash looks like to the host
+    dev.backend.kill()  # what a simulator crash looks like to the host
     with pytest.raises(CosimError, match="died"):
         dev.read_kv(seq, 0)
     dev.close()

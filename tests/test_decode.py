@@ -13,7 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tandem.host.devices import CapacityError, HpuDevice  # noqa: E402
+from tandem.host.common.errors import CapacityError  # noqa: E402
+from tandem.host.hpu import HpuDevice  # noqa: E402
 from tandem.host.system.decode import (  # noqa: E402
     TINY,
     Decoder,

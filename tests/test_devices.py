@@ -2,8 +2,16 @@
 
 import numpy as np
 import pytest
-from tandem.host.devices import Attend, CapacityError, HpuDevice
-from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
+from tandem.host.common.errors import CapacityError
+from tandem.host.hpu import (
+    Attend,
+    HpuDevice,
+    HpuParams,
+    hpu_golden,
+    merge_partials,
+    quantize_rows,
+    score_scale,
+)
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 

@@ -19,6 +19,7 @@ __all__ = [
     "ROUNDING_MODES",
     "Rounding",
     "from_fixed",
+    "mul_round_half_up",
     "round_shift_right",
     "saturate",
     "to_fixed",
@@ -86,3 +87,31 @@ def to_fixed(
 def from_fixed(value, frac_bits: int) -> np.ndarray:
     """Real value (float64) of fixed-point integers with ``frac_bits`` fraction bits."""
     return np.asarray(value, dtype=np.float64) / float(1 << frac_bits)
+
+
+def mul_round_half_up(a, b, shift: int) -> np.ndarray:
+    """``floor((a * b + 2**(shift - 1)) / 2**shift)`` exactly, as int64, for wide products.
+
+    The gateware multiplies wide accumulators by unsigned factors (the HPU's ``o * alpha`` and
+    ``o / l``) whose products can exceed 63 bits. With ``0 <= b < 2**31`` and
+    ``|a| < 2**62`` the product is split at bit 32 into two int64 partial products, so the
+    result is exact without Python integers; outside that range Python integers are used. The
+    result must fit in int64 (the caller's widths guarantee it).
+    """
+    if shift < 1:
+        raise ValueError(f"shift must be at least 1, not {shift}")
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if a.size == 0 or b.size == 0:
+        return np.zeros(np.broadcast_shapes(a.shape, b.shape), dtype=np.int64)
+    if b.min() < 0 or b.max() >= 1 << 31 or np.abs(a).max() >= 1 << 62:
+        product = a.astype(object) * b
+        return np.asarray((product + (1 << (shift - 1))) >> shift, dtype=np.int64)
+    low = (a & 0xFFFFFFFF) * b  # < 2**63, non-negative
+    # a * b = high * 2**32 + (low mod 2**32), high exact in int64
+    high = (a >> 32) * b + (low >> 32)
+    rest = low & 0xFFFFFFFF
+    if shift <= 32:
+        return (high << (32 - shift)) + ((rest + (1 << (shift - 1))) >> shift)
+    # rest < 2**32 cannot carry into bit `shift` once the rounding half sits in `high`
+    return (high + (1 << (shift - 33))) >> (shift - 32)

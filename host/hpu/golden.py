@@ -40,33 +40,26 @@ Result
     Partial mode: ``(m, l, o)`` for the request's slice of the sequence, merged on the host
     exactly as FlashDecoding does (:func:`merge_partials`).
 
-The golden model is bit-exact with the gateware and vectorized over tokens: between two rows
-that grow the running maximum, ``l`` and ``o`` are plain integer sums, so only the (usually
-few) rows that grow it are handled one at a time.
+The golden model is bit-exact with the gateware and vectorized over tokens and over the
+requests of a batch (:func:`hpu_golden_batch`, one call per batch of the golden backend):
+between two rows that grow the running maximum, ``l`` and ``o`` are plain integer sums, so
+only the (usually few) rows that grow it are walked in order, every request and query at once.
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 from tandem.host.common.exp2 import exp2_golden
-from tandem.host.common.fixed import round_shift_right, saturate
+from tandem.host.common.fixed import mul_round_half_up, round_shift_right, saturate
 from tandem.host.common.reciprocal import reciprocal_golden
 
 from .codec import HpuResult
 from .params import HpuParams, decode_scales
 
-__all__ = ["hpu_golden", "merge_partials"]
+__all__ = ["HpuBatchResult", "hpu_golden", "hpu_golden_batch", "merge_partials"]
 
 
 # --- golden model --------------------------------------------------------------------------
-def _mul_round(a, b, shift: int) -> np.ndarray:
-    """``round_half_up(a * b / 2**shift)`` exactly, whatever the width of the product.
-
-    Used where products of the engine's wide accumulators can exceed 63 bits; Python integers
-    keep them exact and the arrays involved are small (one accumulator row).
-    """
-    product = np.asarray(a, dtype=np.int64).astype(object) * np.asarray(b, dtype=np.int64)
-    return np.asarray((product + (1 << (shift - 1))) >> shift, dtype=object)
-
-
 def _scale_product(value, mant, exp, shift: int, bits: int, signed: bool):
     """``value * mant * 2**(exp + shift)`` rounded half up and saturated, like the gateware."""
     product = np.asarray(value, dtype=np.int64) * mant
@@ -75,6 +68,145 @@ def _scale_product(value, mant, exp, shift: int, bits: int, signed: bool):
     left = np.clip(product, lo, hi) << np.clip(total, 0, None)
     right = round_shift_right(product, np.clip(-total, 0, 62))
     return saturate(np.where(total >= 0, left, right), bits, signed)
+
+
+@dataclass
+class HpuBatchResult:
+    """What :func:`hpu_golden_batch` returns for R requests (formats of :class:`HpuParams`).
+
+    ``m`` [R, G] and ``l`` [R, G], ``o`` [R, G, head_dim]; ``y`` [R, G, head_dim] is the
+    full-mode output of every request (what the engine emits when the request is not partial).
+    """
+
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741 (the running sum's name in every softmax paper)
+    o: np.ndarray
+    y: np.ndarray
+
+    def result(self, index: int, seq_id: int = 0, partial: bool = False) -> HpuResult:
+        """Request ``index``'s :class:`HpuResult` (``y`` None when ``partial``)."""
+        y = None if partial else self.y[index]
+        return HpuResult(seq_id, self.m[index], self.l[index], self.o[index], y)
+
+
+def hpu_golden_batch(
+    params: HpuParams, q, q_scale, k, k_scale, v, v_scale, lengths
+) -> HpuBatchResult:
+    """Bit-exact model of the ``hpu`` engine for a batch of R requests, in one vectorized call.
+
+    Parameters
+    ----------
+    params
+        The engine's parameters.
+    q
+        Integer queries [R, gqa_group, head_dim] (``q_bits`` wide).
+    q_scale
+        binary16 score scales [R, gqa_group] (:func:`~tandem.host.hpu.params.score_scale`).
+    k, v
+        int8 rows [R, N, head_dim], position order, the appended token last; request r uses
+        its first ``lengths[r]`` rows (``N >= max(lengths)``; the rest is padding and ignored).
+    k_scale, v_scale
+        binary16 per-token scales [R, N].
+    lengths
+        Tokens per request [R], each in ``1 .. max_seq_len``.
+
+    Returns
+    -------
+    HpuBatchResult
+
+    Notes
+    -----
+    Every request and query is one row of [R * G, N] arrays. Between two rows that grow the
+    running maximum ``alpha`` is exactly 1.0, so ``l`` and ``o`` are plain integer sums over
+    such segments (``np.add.reduceat`` over the flattened rows); only the segment boundaries
+    are walked in order, all R * G rows at once, with the exact wide products of
+    :func:`~tandem.host.common.fixed.mul_round_half_up`.
+    """
+    p = params
+    g, d = p.gqa_group, p.head_dim
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    r = lengths.size
+    q = np.asarray(q, dtype=np.int64).reshape(r, g, d)
+    k = np.asarray(k, dtype=np.int64).reshape(r, -1, d)
+    v = np.asarray(v, dtype=np.int64).reshape(r, -1, d)
+    n = k.shape[1]
+    if r and (lengths.min() < 1 or lengths.max() > min(p.max_seq_len, n)):
+        raise ValueError(
+            f"sequence lengths must be in 1..{p.max_seq_len} (and at most the {n} rows given), "
+            f"not {lengths.min()}..{lengths.max()}"
+        )
+    one = 1 << p.prob_frac_bits
+    c_mant, c_exp = decode_scales(np.reshape(q_scale, (r, g)))
+    k_mant, k_exp = decode_scales(np.reshape(k_scale, (r, n)))
+    v_mant, v_exp = decode_scales(np.reshape(v_scale, (r, n)))
+    # Exact in float64: |dot| < 2**(q_bits + 7 + log2(head_dim)) <= 2**30, far below 2**53.
+    dots = np.matmul(q.astype(np.float64), k.transpose(0, 2, 1).astype(np.float64))
+    scores = _scale_product(
+        dots.astype(np.int64),
+        c_mant[:, :, None] * k_mant[:, None, :],
+        c_exp[:, :, None] + k_exp[:, None, :],
+        p.score_frac_bits,
+        p.score_bits,
+        True,
+    )  # [R, G, N]
+    valid = (np.arange(n) < lengths[:, None])[:, None, :]  # [R, 1, N]
+    # Padding scores the minimum: it never grows the running maximum, and it adds nothing.
+    scores = np.where(valid, scores, p.score_min).reshape(r * g, n)
+    previous = np.empty_like(scores)
+    previous[:, 0] = p.score_min
+    previous[:, 1:] = np.maximum.accumulate(scores, axis=1)[:, :-1]
+    grew = scores > previous
+    exp2_lo = -(1 << (p.exp2.in_width - 1))
+    e = exp2_golden(p.exp2, np.maximum(-np.abs(scores - previous), exp2_lo))
+    alpha = np.where(grew, e, one)
+    prob = np.where(grew, one, e).reshape(r, g, n)
+    w = _scale_product(
+        prob,
+        v_mant[:, None, :],
+        v_exp[:, None, :],
+        p.weight_frac_bits - p.prob_frac_bits,
+        p.weight_bits,
+        False,
+    )
+    prob = np.where(valid, prob, 0)
+    w = np.where(valid, w, 0)
+    # Segments start at row 0 and at every row that grows the max; inside a segment alpha is
+    # exactly 1.0, so l and o are plain sums there. ``segment`` numbers them per query.
+    starts_mask = grew.copy()
+    starts_mask[:, 0] = True
+    segment = np.cumsum(starts_mask, axis=1) - 1  # [R * G, N]
+    segments = int(segment[:, -1].max()) + 1 if r else 0
+    seg_alpha = np.full((r * g, segments), one, dtype=np.int64)
+    start_rows, start_cols = np.nonzero(starts_mask)
+    seg_alpha[start_rows, segment[start_rows, start_cols]] = alpha[start_rows, start_cols]
+    flat = (np.arange(r * g)[:, None] * segments + segment).reshape(-1)
+    # Integer sums through float64 (bincount, BLAS), exact: |w * v| < 2**(26 + 7) and at most
+    # 2**17 tokens (the parameters' ranges) keep every partial sum an integer below 2**53.
+    seg_l = np.bincount(flat, prob.reshape(-1), r * g * segments)
+    seg_l = seg_l.astype(np.int64).reshape(r * g, segments)
+    spread = np.zeros((r * g * segments, n))
+    spread[flat, np.tile(np.arange(n), r * g)] = w.reshape(-1)
+    spread = spread.reshape(r, g * segments, n)
+    seg_o = np.matmul(spread, v.astype(np.float64)).astype(np.int64)
+    seg_o = seg_o.reshape(r * g, segments, d)
+    l_acc = np.zeros(r * g, dtype=np.int64)
+    o_acc = np.zeros((r * g, d), dtype=np.int64)
+    half = one >> 1
+    for j in range(segments):
+        # Rows without a j-th segment have alpha exactly 1.0, under which both updates are
+        # the identity, so every row takes the same exact arithmetic.
+        a = seg_alpha[:, j]
+        l_acc = ((l_acc * a + half) >> p.prob_frac_bits) + seg_l[:, j]
+        if j:
+            o_acc = mul_round_half_up(o_acc, a[:, None], p.prob_frac_bits)
+        o_acc += seg_o[:, j]
+    m = np.maximum(scores.max(axis=1), p.score_min)
+    recip = reciprocal_golden(p.reciprocal, l_acc)
+    lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1
+    y = np.clip(mul_round_half_up(o_acc, recip[:, None], p.out_shift), lo, hi)
+    return HpuBatchResult(
+        m.reshape(r, g), l_acc.reshape(r, g), o_acc.reshape(r, g, d), y.reshape(r, g, d)
+    )
 
 
 def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: bool = False):
@@ -87,7 +219,7 @@ def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: b
     q
         Integer queries [gqa_group, head_dim] (``q_bits`` wide).
     q_scale
-        binary16 score scales [gqa_group] (:func:`score_scale`).
+        binary16 score scales [gqa_group] (:func:`~tandem.host.hpu.params.score_scale`).
     k, v
         int8 rows [n, head_dim], position order, the appended token last.
     k_scale, v_scale
@@ -98,64 +230,25 @@ def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: b
     Returns
     -------
     HpuResult
+        ``seq_id`` 0; ``m``, ``l``, ``o`` always, ``y`` in full mode. One request of
+        :func:`hpu_golden_batch`.
     """
     p = params
-    q = np.asarray(q, dtype=np.int64).reshape(p.gqa_group, p.head_dim)
     k = np.asarray(k, dtype=np.int64).reshape(-1, p.head_dim)
-    v = np.asarray(v, dtype=np.int64).reshape(-1, p.head_dim)
     n = len(k)
     if not 1 <= n <= p.max_seq_len:
         raise ValueError(f"sequence length must be in 1..{p.max_seq_len}, not {n}")
-    one = 1 << p.prob_frac_bits
-    c_mant, c_exp = decode_scales(q_scale)
-    k_mant, k_exp = decode_scales(k_scale)
-    v_mant, v_exp = decode_scales(v_scale)
-    dots = q @ k.T  # [G, n], exact
-    scores = _scale_product(
-        dots,
-        c_mant[:, None] * k_mant[None, :],
-        c_exp[:, None] + k_exp[None, :],
-        p.score_frac_bits,
-        p.score_bits,
-        True,
+    batch = hpu_golden_batch(
+        p,
+        np.reshape(q, (1, p.gqa_group, p.head_dim)),
+        np.reshape(q_scale, (1, p.gqa_group)),
+        k[None],
+        np.reshape(k_scale, (1, n)),
+        np.reshape(v, (1, n, p.head_dim)),
+        np.reshape(v_scale, (1, n)),
+        [n],
     )
-    exp2_lo = -(1 << (p.exp2.in_width - 1))
-    ms, ls, os_ = [], [], []
-    for g in range(p.gqa_group):
-        s = scores[g]
-        previous = np.concatenate([[p.score_min], np.maximum.accumulate(s)[:-1]])
-        grew = s > previous
-        e = exp2_golden(p.exp2, np.maximum(-np.abs(s - previous), exp2_lo))
-        alpha = np.where(grew, e, one)
-        prob = np.where(grew, one, e)
-        w = _scale_product(
-            prob, v_mant, v_exp, p.weight_frac_bits - p.prob_frac_bits, p.weight_bits, False
-        )
-        contributions = w[:, None] * v  # [n, d]
-        # Segments start at row 0 and at every row that grows the max; inside a segment
-        # alpha is exactly 1.0, so l and o are plain sums there.
-        starts = np.flatnonzero(grew | (np.arange(n) == 0))
-        l_sums = np.add.reduceat(prob, starts)
-        o_sums = np.add.reduceat(contributions, starts, axis=0)
-        l_acc, o_acc = 0, np.zeros(p.head_dim, dtype=np.int64)
-        for index, start in enumerate(starts):
-            a = int(alpha[start])
-            l_acc = ((l_acc * a + (one >> 1)) >> p.prob_frac_bits) + int(l_sums[index])
-            if a != one:  # rescaling by exactly 1.0 is the identity
-                o_acc = _mul_round(o_acc, a, p.prob_frac_bits).astype(np.int64)
-            o_acc = o_acc + o_sums[index]
-        ms.append(int(s.max()))
-        ls.append(l_acc)
-        os_.append(o_acc)
-    m = np.maximum(np.array(ms, dtype=np.int64), p.score_min)
-    l_final = np.array(ls, dtype=np.int64)
-    o = np.stack(os_)
-    y = None
-    if not partial:
-        r = reciprocal_golden(p.reciprocal, l_final)
-        lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1
-        y = np.clip(_mul_round(o, r[:, None], p.out_shift), lo, hi).astype(np.int64)
-    return HpuResult(0, m, l_final, o, y)
+    return batch.result(0, partial=partial)
 
 
 def merge_partials(params: HpuParams, partials) -> np.ndarray:

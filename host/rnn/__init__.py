@@ -1,5 +1,14 @@
-"""The RNN datapath on the host (``rnn``: LSTM and GRU cells)."""
+"""The RNN datapath on the host (``rnn``: LSTM and GRU cells): parameters, golden model, codec
+helpers, and the engine's device API (:class:`RnnDevice`)."""
 
+from .device import (
+    GoldenRnnBackend,
+    RnnCodec,
+    RnnDevice,
+    RnnRequest,
+    RtlRnnBackend,
+    unpack_lstm_tiles,
+)
 from .golden import (
     ISSUE_TO_WRITE,
     STATE_BITS,
@@ -32,8 +41,13 @@ from .golden import (
 __all__ = [
     "ISSUE_TO_WRITE",
     "STATE_BITS",
+    "GoldenRnnBackend",
     "QuantLstm",
+    "RnnCodec",
+    "RnnDevice",
     "RnnParams",
+    "RnnRequest",
+    "RtlRnnBackend",
     "activation_tables",
     "cmd_fields",
     "cmd_payload",
@@ -54,6 +68,7 @@ __all__ = [
     "tile_fields",
     "torch_lstm_reference",
     "unpack_fields",
+    "unpack_lstm_tiles",
     "weight_beats",
     "x_beats",
 ]

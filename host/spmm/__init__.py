@@ -1,5 +1,15 @@
-"""The SpMM datapath on the host (``systolic``, ``sparse-engine``)."""
+"""The SpMM datapath on the host (``systolic``, ``sparse-engine``): parameters, golden models,
+and the engines' device API (:class:`SpmmDevice`)."""
 
+from .device import (
+    GoldenSpmmBackend,
+    RtlSpmmBackend,
+    SpmmCodec,
+    SpmmDevice,
+    SpmmRequest,
+    SpmmStreams,
+    spmm_streams,
+)
 from .golden import (
     GcnResult,
     SparseBeat,
@@ -22,8 +32,14 @@ from .golden import (
 
 __all__ = [
     "GcnResult",
+    "GoldenSpmmBackend",
+    "RtlSpmmBackend",
     "SparseBeat",
     "SparseEngineParams",
+    "SpmmCodec",
+    "SpmmDevice",
+    "SpmmRequest",
+    "SpmmStreams",
     "SystolicParams",
     "check_formats_match",
     "gcn_layer",
@@ -34,6 +50,7 @@ __all__ = [
     "sparse_engine_golden",
     "sparse_tile_golden",
     "sparse_tile_stream",
+    "spmm_streams",
     "systolic_decode",
     "systolic_golden",
     "systolic_tile_golden",

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tandem.host.devices import Attend, CapacityError, HpuDevice, SeqAlloc
+from tandem.host.common.errors import CapacityError
 from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
+from tandem.host.hpu.device import Attend, HpuDevice, SeqAlloc
 from tandem.host.system.model import LlamaConfig
 from tandem.mappings.hpu.placement import CardSpace, NoRoomError, place
 
@@ -234,7 +235,7 @@ class _SeqState:
 
 
 class HpuAttention:
-    """Decode attention on one or more :class:`~tandem.host.devices.HpuDevice` cards.
+    """Decode attention on one or more :class:`~tandem.host.hpu.device.HpuDevice` cards.
 
     Parameters
     ----------

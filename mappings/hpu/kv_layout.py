@@ -120,26 +120,50 @@ class KvLayout:
         address. Vectorized over rows.
         """
         rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.head_dim)
+        self.write_tokens(memory, base, start + np.arange(len(rows)), rows, scales, value=value)
+
+    def write_tokens(self, memory, bases, positions, rows, scales, *, value: bool) -> None:
+        """Store one int8 row [head_dim] and binary16 scale per (``bases``, ``positions``) pair.
+
+        ``bases`` and ``positions`` broadcast together (several regions at once); ``rows`` is
+        [..., head_dim] and ``scales`` [...] in their broadcast shape. Only the row's
+        ``head_dim`` bytes and the scale's two bytes are written.
+        """
+        view = _bytes(memory)
+        bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
+        rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.head_dim)
         scales = np.asarray(scales, dtype=np.float16).reshape(-1)
-        view = (
-            np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
-        )
-        positions = start + np.arange(len(rows))
-        row_at = self.row_address(base, positions, value=value)
-        columns = np.arange(self.head_dim)
-        view[row_at[:, None] + columns] = rows.view(np.uint8)
-        scale_at = self.scale_address(base, positions, value=value)
+        row_at = self.row_address(bases, positions, value=value).reshape(-1)
+        view[row_at[:, None] + np.arange(self.head_dim)] = rows.view(np.uint8)
+        scale_at = self.scale_address(bases, positions, value=value).reshape(-1)
         scale_bytes = scales.astype("<f2").view(np.uint8).reshape(-1, 2)
         view[scale_at[:, None] + np.arange(2)] = scale_bytes
 
     def read_rows(self, memory, base: int, start: int, count: int, *, value: bool):
         """``(rows int8 [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
-        view = (
-            np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory
-        )
-        positions = start + np.arange(count)
-        row_at = self.row_address(base, positions, value=value)
-        rows = view[row_at[:, None] + np.arange(self.head_dim)].view(np.int8)
-        scale_at = self.scale_address(base, positions, value=value)
-        scales = view[scale_at[:, None] + np.arange(2)].copy().view("<f2").reshape(-1)
-        return rows.reshape(count, self.head_dim), scales.astype(np.float16)
+        return self.read_tokens(memory, base, start + np.arange(count), value=value)
+
+    def read_tokens(self, memory, bases, positions, *, value: bool):
+        """``(rows int8 [..., head_dim], scales float16 [...])`` at (``bases``, ``positions``).
+
+        ``bases`` and ``positions`` broadcast together, so one call reads the rows of many
+        regions (the golden backend reads a whole batch of requests at once). Rows are
+        gathered as whole 64-byte blocks (every row starts on one), scales as binary16 words.
+        """
+        view = _bytes(memory)
+        bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
+        shape = bases.shape
+        blocks_per_row = self.row_bytes // BLOCK_BYTES
+        row_at = self.row_address(bases, positions, value=value).reshape(-1)
+        usable = view[: view.size - view.size % BLOCK_BYTES].reshape(-1, BLOCK_BYTES)
+        index = (row_at // BLOCK_BYTES)[:, None] + np.arange(blocks_per_row)
+        rows = usable[index].reshape(-1, self.row_bytes)[:, : self.head_dim].view(np.int8)
+        scale_at = self.scale_address(bases, positions, value=value).reshape(-1)
+        words = view[: view.size - view.size % 2].view("<u2")
+        scales = words[scale_at // 2].view("<f2").astype(np.float16)
+        return rows.reshape(*shape, self.head_dim), scales.reshape(shape)
+
+
+def _bytes(memory) -> np.ndarray:
+    """``memory`` (numpy uint8 array, bytearray or mmap) as a uint8 array view."""
+    return np.frombuffer(memory, dtype=np.uint8) if not isinstance(memory, np.ndarray) else memory

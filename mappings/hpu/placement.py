@@ -17,7 +17,7 @@ nothing is taken.
 
 Cards are modelled as their allocator keeps them (:class:`CardSpace`): the free spans in
 address order and the free sequence slots; an allocation takes the first span that is large
-enough (first fit), as :meth:`tandem.host.devices.HpuDevice.allocate` does.
+enough (first fit), as :meth:`tandem.host.hpu.device.HpuDevice.allocate` does.
 """
 
 from dataclasses import dataclass, field

@@ -1,7 +1,7 @@
 """Float error of the N:M int8 engine on a real layer: what pruning costs, what int8 costs."""
 
 import numpy as np
-from tandem.host.sparse_dsp import SparseMpeParams, mpe_golden
+from tandem.host.sparse_dsp.golden import SparseMpeParams, mpe_golden
 
 from .engine import mpe_streams
 from .packer import NMPattern, pack_nm, prune_magnitude, quantize_per_channel

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from tandem.host.common import bits
-from tandem.host.sparse_dsp import (
+from tandem.host.sparse_dsp.golden import (
     MODE_MM,
     MODE_MV,
     SparseDspChainParams,
@@ -134,7 +134,7 @@ def request_cycles(
     """``sparse-mpe`` cycles of one request, first weight beat to last result.
 
     Cycle-exact with the RTL when the weight stream never waits and results are taken as they
-    come (:func:`tandem.host.accel_devices.mpe_cycles` explains the terms): ``B = steps * n *
+    come (:func:`tandem.host.sparse_dsp.device.mpe_cycles` explains the terms): ``B = steps * n *
     pairs`` beats per pass; each of a pass's ``pairs`` captures loads ``Rp = 2 * chains *
     segs`` results into a serializer that must empty before the next capture::
 

@@ -123,7 +123,7 @@ def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="l
 def run(args) -> int:
     from pathlib import Path
 
-    from tandem.host.rnn import RnnParams, pack_tiles, quantize_lstm
+    from tandem.host.rnn.golden import RnnParams, pack_tiles, quantize_lstm
 
     from .schedule import candidate_shapes, choose_shape
     from .tiling import build_program

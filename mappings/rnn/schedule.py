@@ -24,7 +24,7 @@ padding excluded) / (array MACs x cycles).
 from dataclasses import dataclass, field
 
 import numpy as np
-from tandem.host.rnn import dependency_latency
+from tandem.host.rnn.golden import dependency_latency
 
 from .tiling import GATES, TileProgram, build_program
 

@@ -79,7 +79,7 @@ def engine_params(config: str | None, overrides: list[str]):
     from pathlib import Path
 
     import yaml
-    from tandem.host.spmm import SparseEngineParams, SystolicParams
+    from tandem.host.spmm.golden import SparseEngineParams, SystolicParams
 
     from tandem.config import resolve_params
     from tandem.errors import UserError

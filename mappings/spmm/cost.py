@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from tandem.host.spmm import SparseEngineParams, SystolicParams, check_formats_match
+from tandem.host.spmm.golden import SparseEngineParams, SystolicParams, check_formats_match
 
 from tandem.boards import Board
 from tandem.config import ParamError

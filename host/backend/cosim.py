@@ -1,30 +1,28 @@
-"""``backend="rtl"``: the generated ``hpu`` Verilog in a simulator subprocess, under cocotb.
+"""The datapath-free RTL client: one simulator subprocess serving a design over a socket.
 
-:class:`RtlTransport` implements :class:`~tandem.host.transport.Transport` by exchanging
-transactions with :mod:`tandem.sim.cosim.hpu_server` over a Unix socket in a private temporary
-folder:
+:class:`CosimClient` exchanges transactions with a cocotb server module
+(:mod:`tandem.sim.cosim.hpu_server` for the ``hpu``, :mod:`tandem.sim.cosim.stream_server` for
+the stream engines) over a Unix socket in a private temporary folder:
 
-* **Lazy start.** Nothing runs until the first memory access or batch. Then the host listens
-  on the socket and starts ``python -m tandem.sim.cosim.launch`` in its own process group; the
+* **Lazy start.** Nothing runs until the first transaction. Then the host listens on the
+  socket and starts ``python -m tandem.sim.cosim.launch`` in its own process group; the
   launcher builds the Verilog for these parameters once (cached in ``~/.cache/tandem/sim``
   with ``tandem sim`` builds) and starts Verilator (default) or Icarus, whose cocotb test
   connects back.
-* **Transactions.** Host writes and reads of device memory, and batches of packed descriptors
-  (:func:`~tandem.host.hpu.pack_descriptor`) whose result beats come back as words and are
-  rebuilt with :func:`~tandem.host.hpu.unpack_results`: bit for bit what the engine emitted.
-  Each batch reports its simulated clock cycles.
-* **Errors and timeouts.** A server-side failure (a result that never comes, an AXI protocol
-  error) arrives as :class:`CosimError`; a simulator that dies raises :class:`CosimError` with
-  the tail of its log; a call that takes longer than ``timeout_s`` (start-up:
-  ``start_timeout_s``, which covers the first build) kills the simulator and raises
-  :class:`CosimTimeoutError`. Nothing waits for ever.
-* **Shutdown.** :meth:`close` (also at interpreter exit and when the transport is garbage
-  collected) asks the server to finish, waits for the simulator to exit, and kills its process
-  group if it does not.
+* **Errors and timeouts.** A server-side failure arrives as :class:`CosimError`; a simulator
+  that dies raises :class:`CosimError` with the tail of its log; a call that takes longer than
+  ``timeout_s`` (start-up: ``start_timeout_s``, which covers the first build) kills the
+  simulator and raises :class:`CosimTimeoutError`. Nothing waits for ever.
+* **Shutdown.** :meth:`CosimClient.close` (also at interpreter exit and when the client is
+  garbage collected) asks the server to finish, waits for the simulator to exit, and kills its
+  process group if it does not.
 
-:class:`CosimClient` holds all of this machinery; :class:`RtlTransport` adds the ``hpu``'s
-messages, and :mod:`tandem.host.accel_transport_rtl` the stream engines' (``sparse-mpe``,
-``systolic``, ``sparse-engine``, ``rnn``, served by :mod:`tandem.sim.cosim.stream_server`).
+:class:`StreamClient` adds the stream server's one message (a request of steps on the
+design's stream ports, see :mod:`tandem.sim.cosim.stream_server`) and
+:class:`RtlStreamBackend` turns any stream datapath into a
+:class:`~tandem.host.backend.backend.Backend` given its codec (:class:`StreamCodec`): requests
+to port beats, beats to results. The ``hpu``'s RTL backend (device memory plus descriptor
+batches) is :class:`tandem.host.hpu.device.RtlHpuBackend`.
 """
 
 import atexit
@@ -38,25 +36,30 @@ import sys
 import tempfile
 import time
 import weakref
+from abc import ABC, abstractmethod
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
-import numpy as np
+from tandem.host.common.errors import CosimError, CosimTimeoutError
 
-from .devices import DeviceError
-from .hpu import HpuParams, HpuRequest, pack_descriptor, unpack_results
-from .transport import CallResult, Transport, _as_emitted
+from .backend import Backend, Call
 
-__all__ = ["CosimClient", "CosimError", "CosimTimeoutError", "RtlTransport"]
+__all__ = [
+    "BUDGET_FIXED",
+    "BUDGET_PER_BEAT",
+    "CosimClient",
+    "RtlStreamBackend",
+    "StreamClient",
+    "StreamCodec",
+    "StreamJob",
+]
 
-
-class CosimError(DeviceError):
-    """The RTL simulator failed, reported an error or died."""
-
-
-class CosimTimeoutError(CosimError, TimeoutError):
-    """The RTL simulator did not answer in time (it has been stopped)."""
+#: Wall-clock-independent cycle budget of one stream request: every beat may take this many
+#: cycles...
+BUDGET_PER_BEAT = 50
+#: ...plus this many for pipeline fill and drain.
+BUDGET_FIXED = 5000
 
 
 class _Process:
@@ -151,7 +154,7 @@ class CosimClient:
 
     @property
     def started(self) -> bool:
-        """True while a simulator is running for this transport."""
+        """True while a simulator is running for this client."""
         return self._state.conn is not None
 
     @property
@@ -164,7 +167,7 @@ class CosimClient:
     # --- process management --------------------------------------------------------------
     def _start(self) -> None:
         if self._closed:
-            raise CosimError("the RTL transport is closed")
+            raise CosimError("the RTL backend is closed")
         state = self._state
         state.folder = tempfile.TemporaryDirectory(prefix="tandem-cosim-")
         folder = Path(state.folder.name)
@@ -300,69 +303,166 @@ class CosimClient:
             _kill(self._state.proc)
 
 
-class RtlTransport(CosimClient, Transport):
-    """The ``hpu`` engine as RTL in Verilator or Icarus (see the module docstring).
+class StreamClient(CosimClient):
+    """One stream design (``sparse-mpe``, ``systolic``, ``sparse-engine``, ``rnn``) on RTL.
 
     Parameters
     ----------
-    params, memory_bytes
-        As :class:`~tandem.host.transport.Transport`.
-    simulator, timeout_s, start_timeout_s, cache_dir, run_dir
+    design
+        Registered design name.
+    params
+        Its parameter set (what the Verilog is generated from).
+    **options
+        ``simulator``, ``timeout_s``, ``start_timeout_s``, ``cache_dir``, ``run_dir`` of
+        :class:`CosimClient`.
+    """
+
+    def __init__(self, design: str, params, **options):
+        super().__init__(**options)
+        self.design = design
+        self.params = params
+
+    def _launch_args(self) -> list[str]:
+        return ["--design", self.design, "--params", json.dumps(self.params.to_dict())]
+
+    def submit(self, steps: list, budget: int) -> None:
+        """Send one request of ``steps`` (see :mod:`tandem.sim.cosim.stream_server`) with a
+        budget of ``budget`` cycles; :meth:`result` waits for it."""
+        self._send("run", steps, int(budget))
+
+    def result(self) -> tuple[list, int]:
+        """``(outputs, cycles)`` of the request :meth:`submit` sent."""
+        outputs, cycles = self._receive("run")
+        return outputs, int(cycles)
+
+    def stream(self, steps: list, beats: int) -> tuple[list, int]:
+        """One request carrying ``beats`` beats (the default budget), and its reply."""
+        self.submit(steps, StreamJob(steps, beats).budget)
+        return self.result()
+
+
+class StreamJob:
+    """One engine's share of a request: the server's steps and the beats they carry.
+
+    ``budget`` (cycles the request may take) defaults to ``BUDGET_PER_BEAT`` per beat plus
+    ``BUDGET_FIXED``.
+    """
+
+    def __init__(self, steps: list, beats: int, budget: int | None = None):
+        self.steps = steps
+        self.budget = BUDGET_PER_BEAT * int(beats) + BUDGET_FIXED if budget is None else budget
+
+
+class StreamCodec(ABC):
+    """A stream datapath's RTL side: requests to port beats and the engines' beats to results.
+
+    ``engines`` maps each engine's design name to its parameter set; :meth:`encode` gives each
+    engine's :class:`StreamJob` for a request (engines without work are left out) and
+    :meth:`decode` rebuilds the result from the outputs of every engine that ran.
+    """
+
+    engines: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def engine_params(self) -> dict:
+        """``{design: params}`` of the engines this codec drives."""
+
+    @abstractmethod
+    def encode(self, request) -> dict[str, StreamJob]:
+        """Each engine's job for ``request``."""
+
+    @abstractmethod
+    def decode(self, request, outputs: dict[str, list], cycles: dict[str, int]):
+        """``(result, engine cycles)`` from each engine's outputs and simulated cycles."""
+
+    def sent(self, request) -> None:  # noqa: B027 (codecs without engine state ignore it)
+        """Called after ``request`` ran without error (codecs caching engine state use it)."""
+
+    def failed(self) -> None:  # noqa: B027
+        """Called after a request failed (the server resets the engine)."""
+
+
+class RtlStreamBackend(Backend):
+    """Any stream datapath on RTL: one :class:`StreamClient` per engine, run side by side.
+
+    Each request's jobs go to their engines' simulators at once; every reply is collected
+    before the next request (so none is left behind after an error), and the request's cycles
+    are the largest of its engines' (the engines work in parallel).
+
+    Parameters
+    ----------
+    codec
+        The datapath's :class:`StreamCodec`.
+    run_dir
+        With several engines, each logs into a subfolder named after its design.
+    **options
         As :class:`CosimClient`.
     """
 
-    backend = "rtl"
+    name = "rtl"
 
-    def __init__(
-        self,
-        params: HpuParams,
-        memory_bytes: int,
-        *,
-        simulator: str = "verilator",
-        timeout_s: float = 120.0,
-        start_timeout_s: float = 900.0,
-        cache_dir: str | Path | None = None,
-        run_dir: str | Path | None = None,
-    ):
-        Transport.__init__(self, params, memory_bytes)
-        CosimClient.__init__(
-            self,
-            simulator=simulator,
-            timeout_s=timeout_s,
-            start_timeout_s=start_timeout_s,
-            cache_dir=cache_dir,
-            run_dir=run_dir,
-        )
+    def __init__(self, codec: StreamCodec, *, run_dir=None, **options):
+        self.codec = codec
+        engines = codec.engine_params()
+        several = len(engines) > 1
+        self.engines = {
+            design: StreamClient(
+                design,
+                params,
+                run_dir=None if run_dir is None or not several else Path(run_dir) / design,
+                **({} if run_dir is None or several else {"run_dir": run_dir}),
+                **options,
+            )
+            for design, params in engines.items()
+        }
 
-    def _launch_args(self) -> list[str]:
-        return [
-            "--design",
-            "hpu",
-            "--params",
-            json.dumps(self.params.to_dict()),
-            "--memory",
-            str(self.memory_bytes),
-        ]
+    @property
+    def client(self) -> StreamClient:
+        """The one engine's client (single-engine datapaths)."""
+        (client,) = self.engines.values()
+        return client
 
-    # --- Transport -----------------------------------------------------------------------
-    def write(self, address: int, data) -> None:
-        data = bytes(np.asarray(data, dtype=np.uint8)) if isinstance(data, np.ndarray) else data
-        self._check_span(address, len(data))
-        self._call("write", int(address), bytes(data))
+    @property
+    def started(self) -> bool:
+        """True while any engine's simulator runs."""
+        return any(e.started for e in self.engines.values())
 
-    def read(self, address: int, size: int) -> np.ndarray:
-        self._check_span(address, size)
-        (data,) = self._call("read", int(address), int(size))
-        return np.frombuffer(data, dtype=np.uint8).copy()
+    def run(self, requests: list) -> Call:
+        results, total, per_engine = [], 0, {}
+        for request in requests:
+            result, cycles = self._run_one(request)
+            results.append(result)
+            total += max(cycles.values(), default=0)
+            for name, n in cycles.items():
+                per_engine[name] = per_engine.get(name, 0) + n
+        return Call(results, total, per_engine)
 
-    def run(self, requests: list[HpuRequest]) -> CallResult:
-        p = self.params
-        for r in requests:
-            self._check_span(r.base, p.layout.region_bytes(r.length))
-        descriptors = [pack_descriptor(p, r) for r in requests]
-        beats, cycles = self._call("run", descriptors)
-        results = [
-            _as_emitted(unpack_results(p, words, r.partial, r.seq_id), r)
-            for words, r in zip(beats, requests, strict=True)
-        ]
-        return CallResult(results, int(cycles))
+    def _run_one(self, request):
+        jobs = self.codec.encode(request)
+        sent, error, outputs, cycles = [], None, {}, {}
+        for name, job in jobs.items():  # every engine works at once
+            try:
+                self.engines[name].submit(job.steps, job.budget)
+            except CosimError as exc:
+                error = exc
+                break
+            sent.append(name)
+        for name in sent:  # every reply is taken, so none is left for the next request
+            try:
+                outputs[name], cycles[name] = self.engines[name].result()
+            except CosimError as exc:
+                error = error or exc
+        if error is not None:
+            self.codec.failed()
+            raise error
+        self.codec.sent(request)
+        return self.codec.decode(request, outputs, cycles)
+
+    def close(self) -> None:
+        for engine in self.engines.values():
+            engine.close()
+
+    def kill(self) -> None:
+        """Kill every engine's simulator at once (what a crash looks like; for tests)."""
+        for engine in self.engines.values():
+            engine.kill()

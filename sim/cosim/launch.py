@@ -1,5 +1,5 @@
-"""Start an RTL co-simulation server: ``python -m tandem.sim.cosim.launch`` (used by the
-RTL transports of :mod:`tandem.host.transport_rtl` and :mod:`tandem.host.accel_transport_rtl`).
+"""Start an RTL co-simulation server: ``python -m tandem.sim.cosim.launch`` (started by the
+RTL backends' :class:`tandem.host.backend.cosim.CosimClient`).
 
 Builds the generated Verilog of ``--design`` once per (parameters, simulator) through
 :func:`tandem.sim.runner.run_regression` (cached builds, shared with ``tandem sim``) and runs

@@ -17,9 +17,12 @@ import time
 
 import numpy as np
 import torch
-from tandem.host.rnn import RnnDevice, RnnParams
-from tandem.host.sparse_dsp import SparseMpeDevice, SparseMpeParams
-from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams, quantize_features
+from tandem.host.rnn import RnnParams
+from tandem.host.rnn.device import RnnDevice
+from tandem.host.sparse_dsp import SparseMpeParams
+from tandem.host.sparse_dsp.device import SparseMpeDevice
+from tandem.host.spmm import SparseEngineParams, SystolicParams, quantize_features
+from tandem.host.spmm.device import SpmmDevice
 from tandem.mappings.nm import NMPattern, prune_magnitude
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.synthetic import power_law_graph

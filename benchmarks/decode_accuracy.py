@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     add_figures_option(parser)
     args = parser.parse_args(argv)
     import torch
-    from tandem.host.hpu import HpuDevice
+    from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import (
         Decoder,
         HpuAttention,

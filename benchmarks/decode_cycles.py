@@ -23,8 +23,9 @@ import argparse
 import sys
 
 import numpy as np
-from tandem.host.hpu import Attend, HpuDevice, HpuParams, quantize_rows, score_scale
+from tandem.host.hpu import HpuParams, quantize_rows, score_scale
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, request_cycles
+from tandem.host.hpu.device import Attend, HpuDevice
 
 from tandem.bench import Figures, add_figures_option
 from tandem.config import resolve_params

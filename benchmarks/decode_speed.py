@@ -80,7 +80,7 @@ def main(argv=None) -> int:
             print(f"decode_speed: {flag} must be at least 1, not {value}", file=sys.stderr)
             return 2
     import torch
-    from tandem.host.hpu import HpuDevice
+    from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import (
         Decoder,
         HpuAttention,

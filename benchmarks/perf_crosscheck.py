@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         return 2
 
     import torch
-    from tandem.host.hpu import HpuDevice
+    from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
     from tandem.host.system.model import LlamaConfig, random_llama
 

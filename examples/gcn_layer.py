@@ -13,7 +13,8 @@ import sys
 import time
 
 import numpy as np
-from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams
+from tandem.host.spmm import SparseEngineParams, SystolicParams
+from tandem.host.spmm.device import SpmmDevice
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.synthetic import power_law_graph
 

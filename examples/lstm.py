@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 import torch
-from tandem.host.rnn import RnnDevice, RnnParams, torch_lstm_reference
+from tandem.host.rnn import RnnParams, torch_lstm_reference
+from tandem.host.rnn.device import RnnDevice
 
 
 def run(backend: str, args, module, x):

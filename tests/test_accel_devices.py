@@ -8,7 +8,6 @@ import pytest
 import torch
 from tandem.host.rnn import (
     QuantLstm,
-    RnnDevice,
     RnnParams,
     gru_golden,
     lstm_golden,
@@ -16,10 +15,12 @@ from tandem.host.rnn import (
     quantize_lstm,
     quantize_state,
     torch_lstm_reference,
-    unpack_lstm_tiles,
 )
-from tandem.host.sparse_dsp import SparseMpeDevice, SparseMpeParams, mpe_cycles, mpe_golden
-from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams, gcn_layer
+from tandem.host.rnn.device import RnnDevice, unpack_lstm_tiles
+from tandem.host.sparse_dsp import SparseMpeParams, mpe_golden
+from tandem.host.sparse_dsp.device import SparseMpeDevice, mpe_cycles
+from tandem.host.spmm import SparseEngineParams, SystolicParams, gcn_layer
+from tandem.host.spmm.device import SpmmDevice
 from tandem.mappings.nm import NMError, NMPattern, mpe_streams, pack_nm, prune_magnitude
 from tandem.mappings.rnn.schedule import sequence_cycles
 from tandem.mappings.rnn.tiling import build_program

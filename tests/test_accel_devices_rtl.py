@@ -17,9 +17,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 from tandem.host.common.errors import CosimError, CosimTimeoutError
-from tandem.host.rnn import RnnDevice, RnnParams
-from tandem.host.sparse_dsp import SparseMpeDevice, SparseMpeParams, mpe_cycles
-from tandem.host.spmm import SparseEngineParams, SpmmDevice, SystolicParams
+from tandem.host.rnn import RnnParams
+from tandem.host.rnn.device import RnnDevice
+from tandem.host.sparse_dsp import SparseMpeParams
+from tandem.host.sparse_dsp.device import SparseMpeDevice, mpe_cycles
+from tandem.host.spmm import SparseEngineParams, SystolicParams
+from tandem.host.spmm.device import SpmmDevice
 from tandem.mappings.nm import NMPattern, mpe_streams, prune_magnitude
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.readers import read_graph

@@ -8,8 +8,9 @@ script and a tiny-model decode; Icarus runs the script.
 import numpy as np
 import pytest
 from tandem.host.common.errors import CosimError, CosimTimeoutError, DeviceClosedError
-from tandem.host.hpu import Attend, HpuDevice, HpuParams, quantize_rows, score_scale
+from tandem.host.hpu import HpuParams, quantize_rows, score_scale
 from tandem.host.hpu.cycles import call_cycles
+from tandem.host.hpu.device import Attend, HpuDevice
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
 MEMORY = 1 << 18

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tandem.host.common.errors import CapacityError  # noqa: E402
-from tandem.host.hpu import HpuDevice  # noqa: E402
+from tandem.host.hpu.device import HpuDevice  # noqa: E402
 from tandem.host.system.decode import (  # noqa: E402
     TINY,
     Decoder,

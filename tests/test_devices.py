@@ -3,16 +3,9 @@
 import numpy as np
 import pytest
 from tandem.host.common.errors import CapacityError
-from tandem.host.hpu import (
-    Attend,
-    HpuDevice,
-    HpuParams,
-    hpu_golden,
-    merge_partials,
-    quantize_rows,
-    score_scale,
-)
+from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
+from tandem.host.hpu.device import Attend, HpuDevice
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)

@@ -379,7 +379,7 @@ def test_cli_missing_option(capsys):
 def test_step_cycles_agree_with_runtime():
     """SmolLM2-135M shape: predicted cycles per step within 10 % of the golden runtime's."""
     torch = pytest.importorskip("torch")
-    from tandem.host.hpu import HpuDevice
+    from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
     from tandem.host.system.model import LlamaConfig, random_llama
 

@@ -3,8 +3,9 @@ runtime's allocations (host/system/decode.py) and against the performance model.
 
 import pytest
 from tandem.host.common.errors import CapacityError
-from tandem.host.hpu import HpuDevice, HpuParams
+from tandem.host.hpu import HpuParams
 from tandem.host.hpu.cycles import COSIM_MEMORY
+from tandem.host.hpu.device import HpuDevice
 from tandem.host.system.decode import HpuAttention
 from tandem.host.system.model import LlamaConfig
 from tandem.host.system.perf import ModelShape, hpu_step_cycles, place_sequences

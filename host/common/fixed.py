@@ -20,6 +20,7 @@ __all__ = [
     "Rounding",
     "from_fixed",
     "mul_round_half_up",
+    "mul_round_half_up_narrow",
     "round_shift_right",
     "saturate",
     "to_fixed",
@@ -107,6 +108,12 @@ def mul_round_half_up(a, b, shift: int) -> np.ndarray:
     if b.min() < 0 or b.max() >= 1 << 31 or np.abs(a).max() >= 1 << 62:
         product = a.astype(object) * b
         return np.asarray((product + (1 << (shift - 1))) >> shift, dtype=np.int64)
+    return mul_round_half_up_narrow(a, b, shift)
+
+
+def mul_round_half_up_narrow(a, b, shift: int) -> np.ndarray:
+    """:func:`mul_round_half_up` without its range checks, for callers whose widths guarantee
+    ``0 <= b < 2**31`` and ``|a| < 2**62`` (int64 arrays)."""
     low = (a & 0xFFFFFFFF) * b  # < 2**63, non-negative
     # a * b = high * 2**32 + (low mod 2**32), high exact in int64
     high = (a >> 32) * b + (low >> 32)

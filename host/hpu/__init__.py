@@ -1,5 +1,5 @@
-"""The ``hpu`` attention datapath on the host: parameters, wire formats, golden model, cycle
-model and the card's device API (:class:`HpuDevice`, golden and RTL backends)."""
+"""The ``hpu`` attention datapath on the host: parameters, wire formats, golden model and
+cycle model. The card's device API is :mod:`tandem.host.hpu.device`."""
 
 from .codec import (
     HpuRequest,
@@ -12,14 +12,6 @@ from .codec import (
     unpack_results,
 )
 from .cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
-from .device import (
-    Attend,
-    GoldenHpuBackend,
-    HpuDevice,
-    RtlHpuBackend,
-    SeqAlloc,
-    emitted,
-)
 from .golden import (
     HpuBatchResult,
     hpu_golden,
@@ -40,21 +32,15 @@ __all__ = [
     "FILL_CYCLES",
     "GAP_CYCLES",
     "HEADER_BYTES",
-    "Attend",
-    "GoldenHpuBackend",
     "HpuBatchResult",
-    "HpuDevice",
     "HpuParams",
     "HpuRequest",
     "HpuResult",
-    "RtlHpuBackend",
-    "SeqAlloc",
     "call_cycles",
     "check_scales",
     "decode_result",
     "decode_scales",
     "descriptor_beats",
-    "emitted",
     "hpu_golden",
     "hpu_golden_batch",
     "key_smoothing",

@@ -523,10 +523,21 @@ class HpuDevice(Device):
 
         A head may appear more than once; each call sees the tokens the earlier ones appended.
         """
+        if not calls:
+            self._check_open()
+            return []
         p = self.params
+        q = _stacked([c.q for c in calls], p.head_dim, p.q_bits, "q", p.gqa_group)
+        q_scale = np.asarray([c.q_scale for c in calls], dtype=np.float16)
+        q_scale = q_scale.reshape(len(calls), p.gqa_group)
+        adding = [c for c in calls if c.new is not None]
+        if adding:
+            new_k = _stacked([c.new[0] for c in adding], p.head_dim, 8, "new k", 1)[:, 0]
+            new_v = _stacked([c.new[2] for c in adding], p.head_dim, 8, "new v", 1)[:, 0]
         requests = []
         lengths = {}
-        for call in calls:
+        added = 0
+        for index, call in enumerate(calls):
             seq = call.seq
             self._own(seq)
             key = (seq.handle, call.head)
@@ -535,29 +546,27 @@ class HpuDevice(Device):
                 seq_id=(seq.handle * seq.heads + call.head) & 0xFFFFFFFF,
                 base=seq.base(call.head),
                 length=length,
-                q=_rows(call.q, p.head_dim, p.q_bits, "q", rows=p.gqa_group),
-                q_scale=np.asarray(call.q_scale, dtype=np.float16).reshape(p.gqa_group),
+                q=q[index],
+                q_scale=q_scale[index],
                 partial=call.partial,
             )
             if call.new is not None:
-                k, ks, v, vs = call.new
+                _, ks, _, vs = call.new
                 if length >= seq.capacity:
                     raise CapacityError(
                         f"{self.name}: head {call.head} of sequence {seq.handle} is full "
                         f"({seq.capacity} tokens)"
                     )
-                request.new_k = _rows(k, p.head_dim, 8, "new k", rows=1)[0]
-                request.new_v = _rows(v, p.head_dim, 8, "new v", rows=1)[0]
+                request.new_k, request.new_v = new_k[added], new_v[added]
                 request.new_k_scale = float(np.float16(np.reshape(ks, -1)[0]))
                 request.new_v_scale = float(np.float16(np.reshape(vs, -1)[0]))
+                added += 1
                 length += 1
                 request.length = length
             if length == 0:
                 raise ValueError(f"head {call.head} of sequence {seq.handle} holds no token")
             lengths[key] = length
             requests.append(request)
-        if not requests:
-            return []
         results = self._run(requests)
         for (handle, head), length in lengths.items():
             self._allocs[handle].lengths[head] = length
@@ -572,6 +581,19 @@ class HpuDevice(Device):
 
 
 HpuDevice.backends = {"golden": GoldenHpuBackend, "rtl": RtlHpuBackend}
+
+
+def _stacked(arrays: list, head_dim: int, bits: int, name: str, rows: int) -> np.ndarray:
+    """Each of ``arrays`` as ``rows`` rows of ``head_dim`` integers, checked, stacked: int64
+    [len(arrays), rows, head_dim] (one check for the whole batch; per item for its message)."""
+    try:
+        stack = np.asarray(arrays)
+    except ValueError:  # ragged
+        stack = None
+    if stack is None or stack.dtype == object or stack.size != len(arrays) * rows * head_dim:
+        for values in arrays:
+            _rows(values, head_dim, bits, name, rows=rows)
+    return int_array(stack, name, bits).reshape(len(arrays), rows, head_dim)
 
 
 def _rows(values, head_dim: int, bits: int, name: str, rows: int | None = None) -> np.ndarray:

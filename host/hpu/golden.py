@@ -50,7 +50,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from tandem.host.common.exp2 import exp2_golden
-from tandem.host.common.fixed import mul_round_half_up, round_shift_right, saturate
+from tandem.host.common.fixed import (
+    mul_round_half_up,
+    mul_round_half_up_narrow,
+    round_shift_right,
+    saturate,
+)
 from tandem.host.common.reciprocal import reciprocal_golden
 
 from .codec import HpuResult
@@ -192,13 +197,15 @@ def hpu_golden_batch(
     l_acc = np.zeros(r * g, dtype=np.int64)
     o_acc = np.zeros((r * g, d), dtype=np.int64)
     half = one >> 1
+    # o_bits <= 62 and alpha <= 1.0 (prob_frac_bits <= 20) keep o * alpha in the narrow range.
+    rescale = mul_round_half_up_narrow if p.o_bits < 62 else mul_round_half_up
     for j in range(segments):
         # Rows without a j-th segment have alpha exactly 1.0, under which both updates are
         # the identity, so every row takes the same exact arithmetic.
         a = seg_alpha[:, j]
         l_acc = ((l_acc * a + half) >> p.prob_frac_bits) + seg_l[:, j]
         if j:
-            o_acc = mul_round_half_up(o_acc, a[:, None], p.prob_frac_bits)
+            o_acc = rescale(o_acc, a[:, None], p.prob_frac_bits)
         o_acc += seg_o[:, j]
     m = np.maximum(scores.max(axis=1), p.score_min)
     recip = reciprocal_golden(p.reciprocal, l_acc)

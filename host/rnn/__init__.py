@@ -1,14 +1,6 @@
-"""The RNN datapath on the host (``rnn``: LSTM and GRU cells): parameters, golden model, codec
-helpers, and the engine's device API (:class:`RnnDevice`)."""
+"""The RNN datapath on the host (``rnn``: LSTM and GRU cells): parameters, golden model
+and codec helpers. The engine's device API is :mod:`tandem.host.rnn.device`."""
 
-from .device import (
-    GoldenRnnBackend,
-    RnnCodec,
-    RnnDevice,
-    RnnRequest,
-    RtlRnnBackend,
-    unpack_lstm_tiles,
-)
 from .golden import (
     ISSUE_TO_WRITE,
     STATE_BITS,
@@ -41,13 +33,8 @@ from .golden import (
 __all__ = [
     "ISSUE_TO_WRITE",
     "STATE_BITS",
-    "GoldenRnnBackend",
     "QuantLstm",
-    "RnnCodec",
-    "RnnDevice",
     "RnnParams",
-    "RnnRequest",
-    "RtlRnnBackend",
     "activation_tables",
     "cmd_fields",
     "cmd_payload",
@@ -68,7 +55,6 @@ __all__ = [
     "tile_fields",
     "torch_lstm_reference",
     "unpack_fields",
-    "unpack_lstm_tiles",
     "weight_beats",
     "x_beats",
 ]

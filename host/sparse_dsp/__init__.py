@@ -1,14 +1,6 @@
-"""The N:M sparse DSP datapath on the host (``sparse-dsp-chain``, ``sparse-mpe``): parameters,
-golden models, and the engine's device API (:class:`SparseMpeDevice`)."""
+"""The N:M sparse DSP datapath on the host (``sparse-dsp-chain``, ``sparse-mpe``): parameters
+and golden models. The engine's device API is :mod:`tandem.host.sparse_dsp.device`."""
 
-from .device import (
-    MPE_FILL_BEYOND_STAGES,
-    GoldenMpeBackend,
-    MpeCodec,
-    RtlMpeBackend,
-    SparseMpeDevice,
-    mpe_cycles,
-)
 from .golden import (
     CASCADE_MAX_PRODUCTS,
     LANE_SHIFT,
@@ -33,17 +25,11 @@ __all__ = [
     "LOW_FLOOR",
     "MODE_MM",
     "MODE_MV",
-    "MPE_FILL_BEYOND_STAGES",
-    "GoldenMpeBackend",
-    "MpeCodec",
-    "RtlMpeBackend",
     "SparseDspChainParams",
-    "SparseMpeDevice",
     "SparseMpeParams",
     "chain_config_fields",
     "chain_golden",
     "mpe_config_fields",
-    "mpe_cycles",
     "mpe_golden",
     "pack_pair",
     "packed_matmul",

@@ -1,15 +1,6 @@
-"""The SpMM datapath on the host (``systolic``, ``sparse-engine``): parameters, golden models,
-and the engines' device API (:class:`SpmmDevice`)."""
+"""The SpMM datapath on the host (``systolic``, ``sparse-engine``): parameters and golden
+models. The engines' device API is :mod:`tandem.host.spmm.device`."""
 
-from .device import (
-    GoldenSpmmBackend,
-    RtlSpmmBackend,
-    SpmmCodec,
-    SpmmDevice,
-    SpmmRequest,
-    SpmmStreams,
-    spmm_streams,
-)
 from .golden import (
     GcnResult,
     SparseBeat,
@@ -32,14 +23,8 @@ from .golden import (
 
 __all__ = [
     "GcnResult",
-    "GoldenSpmmBackend",
-    "RtlSpmmBackend",
     "SparseBeat",
     "SparseEngineParams",
-    "SpmmCodec",
-    "SpmmDevice",
-    "SpmmRequest",
-    "SpmmStreams",
     "SystolicParams",
     "check_formats_match",
     "gcn_layer",
@@ -50,7 +35,6 @@ __all__ = [
     "sparse_engine_golden",
     "sparse_tile_golden",
     "sparse_tile_stream",
-    "spmm_streams",
     "systolic_decode",
     "systolic_golden",
     "systolic_tile_golden",

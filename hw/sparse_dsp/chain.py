@@ -20,7 +20,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.sparse_dsp import LANE_SHIFT, LOW_FLOOR, SparseDspChainParams
 
-__all__ = ["ChainCore", "ResultSerializer", "SparseDspChain", "chain_config_layout"]
+__all__ = ["ChainCore", "ResultSerializer", "SparseDspChain", "chain_config_layout", "index_bits"]
 
 
 def chain_config_layout(max_m: int) -> data.StructLayout:
@@ -30,7 +30,8 @@ def chain_config_layout(max_m: int) -> data.StructLayout:
     )
 
 
-def _bits(count: int) -> int:
+def index_bits(count: int) -> int:
+    """Bits of an index into ``count`` items (at least one)."""
     return max(1, (count - 1).bit_length())
 
 
@@ -84,7 +85,7 @@ class ChainCore(wiring.Component):
             "valid": In(1),
             "first": In(1),
             "last": In(1),
-            "q": In(_bits(acc_slots)),
+            "q": In(index_bits(acc_slots)),
             "w0": In(data.ArrayLayout(signed(8), s)),
             "w1": In(data.ArrayLayout(signed(8), s)),
             "idx": In(data.ArrayLayout(unsigned(params.index_bits), s)),
@@ -96,7 +97,7 @@ class ChainCore(wiring.Component):
             "busy": Out(1),
         }
         if shared_window:
-            ports["base"] = In(data.ArrayLayout(unsigned(_bits(window)), s))
+            ports["base"] = In(data.ArrayLayout(unsigned(index_bits(window)), s))
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -105,7 +106,7 @@ class ChainCore(wiring.Component):
         m = Module()
         en, cfg = self.en, self.cfg
         flag_layout = data.StructLayout(
-            {"valid": 1, "first": 1, "last": 1, "q": _bits(self.acc_slots)}
+            {"valid": 1, "first": 1, "last": 1, "q": index_bits(self.acc_slots)}
         )
         depth = s + 3
         flags = [Signal(flag_layout, name="flags0")]
@@ -242,12 +243,12 @@ class ResultSerializer(wiring.Component):
         m = Module()
         bank = Signal(self.res.shape())
         full = Signal()
-        chain = Signal(_bits(self.chains))
-        seg = Signal(_bits(p.stages // 2))
+        chain = Signal(index_bits(self.chains))
+        seg = Signal(index_bits(p.stages // 2))
         lane = Signal()
-        segs_minus_1 = Signal(_bits(p.stages // 2))
+        segs_minus_1 = Signal(index_bits(p.stages // 2))
         m.d.comb += segs_minus_1.eq((Const(p.stages) >> (self.seg_log2 + 1)) - 1)
-        node = Signal(_bits(p.stages // 2))
+        node = Signal(index_bits(p.stages // 2))
         m.d.comb += node.eq(((seg + 1) << self.seg_log2) - 1)
         entry = bank[chain][node]
         m.d.comb += [

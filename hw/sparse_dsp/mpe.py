@@ -15,7 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from tandem.host.sparse_dsp import MODE_MM, SparseMpeParams, mpe_config_fields
 
-from .chain import ChainCore, ResultSerializer, _bits
+from .chain import ChainCore, ResultSerializer, index_bits
 
 __all__ = ["SparseMpe", "mpe_config_layout"]
 
@@ -68,7 +68,7 @@ class SparseMpe(wiring.Component):
         m = Module()
         cfg = Signal(mpe_config_layout(p), init={"m_log2": 1, "n": 1})
         depth = p.words_per_token * p.pairs
-        addr_bits = _bits(depth)
+        addr_bits = index_bits(depth)
         mems = []
         for k in range(2):
             mem = Memory(shape=unsigned(8 * word), depth=depth, init=[])
@@ -95,11 +95,11 @@ class SparseMpe(wiring.Component):
 
         # --- activation load: token t goes to buffer t % 2 at words (t // 2) * k_words ...
         chunks = word // p.act_bytes
-        chunk = Signal(_bits(chunks))
+        chunk = Signal(index_bits(chunks))
         load_word = Signal(16)
-        token = Signal(_bits(p.max_batch))
+        token = Signal(index_bits(p.max_batch))
         token_base = Signal(addr_bits + 1)
-        last_token = Signal(_bits(p.max_batch))
+        last_token = Signal(index_bits(p.max_batch))
         m.d.comb += last_token.eq(Mux(cfg.mode == MODE_MM, (cfg.pairs << 1) - 1, 0))
         take_act = Signal()
         m.d.comb += take_act.eq(self.act_i.valid & self.act_i.ready)
@@ -115,8 +115,8 @@ class SparseMpe(wiring.Component):
         # --- step counters
         pass_ = Signal(16)
         step = Signal(16)
-        slot_n = Signal(_bits(p.max_m + 1))
-        q = Signal(_bits(p.pairs))
+        slot_n = Signal(index_bits(p.max_m + 1))
+        q = Signal(index_bits(p.pairs))
         q_base = Signal(addr_bits + 1)
         issue = Signal()
         m.d.comb += self.w_i.ready.eq(0)
@@ -131,9 +131,9 @@ class SparseMpe(wiring.Component):
 
         # --- front stage: the weight beat, flags and window bases, beside the buffer read
         front_valid, front_first, front_last = Signal(), Signal(), Signal()
-        front_q = Signal(_bits(p.pairs))
+        front_q = Signal(index_bits(p.pairs))
         front_w = Signal(self.w_i.payload.shape())
-        front_base = Signal(data.ArrayLayout(unsigned(_bits(word)), s))
+        front_base = Signal(data.ArrayLayout(unsigned(index_bits(word)), s))
         segment_mask = Signal(3)
         m.d.comb += segment_mask.eq((Const(2, 3) << cfg.seg_log2) - 1)
         with m.If(en):

@@ -224,8 +224,7 @@ class GoldenHpuBackend(Backend):
             layout.write_tokens(memory, *where, rows_v, scales[:, 1], value=True)
         n = int(lengths.max())
         positions = np.minimum(np.arange(n), lengths[:, None] - 1)  # padding repeats a row
-        k, k_scale = layout.read_tokens(memory, bases[:, None], positions, value=False)
-        v, v_scale = layout.read_tokens(memory, bases[:, None], positions, value=True)
+        k, k_scale, v, v_scale = layout.read_kv_tokens(memory, bases[:, None], positions)
         batch = hpu_golden_batch(p, q, q_scale, k, k_scale, v, v_scale, lengths)
         return [
             batch.result(i, r.seq_id, partial=True)

@@ -131,9 +131,12 @@ def hpu_golden_batch(
     g, d = p.gqa_group, p.head_dim
     lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
     r = lengths.size
-    q = np.asarray(q, dtype=np.int64).reshape(r, g, d)
-    k = np.asarray(k, dtype=np.int64).reshape(r, -1, d)
-    v = np.asarray(v, dtype=np.int64).reshape(r, -1, d)
+    q = np.asarray(q).reshape(r, g, d)
+    top = 1 << (p.q_bits - 1)
+    if q.size and (q.min() < -top or q.max() >= top):
+        raise ValueError(f"q must be int{p.q_bits} ({-top}..{top - 1})")
+    k = _int8_rows(k, "k").reshape(r, -1, d)
+    v = _int8_rows(v, "v").reshape(r, -1, d)
     n = k.shape[1]
     if r and (lengths.min() < 1 or lengths.max() > min(p.max_seq_len, n)):
         raise ValueError(
@@ -145,7 +148,7 @@ def hpu_golden_batch(
     k_mant, k_exp = decode_scales(np.reshape(k_scale, (r, n)))
     v_mant, v_exp = decode_scales(np.reshape(v_scale, (r, n)))
     # Exact in float64: |dot| < 2**(q_bits + 7 + log2(head_dim)) <= 2**30, far below 2**53.
-    dots = np.matmul(q.astype(np.float64), k.transpose(0, 2, 1).astype(np.float64))
+    dots = np.matmul(q.astype(np.float64), k.astype(np.float64).transpose(0, 2, 1))
     scores = _scale_product(
         dots.astype(np.int64),
         c_mant[:, :, None] * k_mant[:, None, :],
@@ -214,6 +217,14 @@ def hpu_golden_batch(
     return HpuBatchResult(
         m.reshape(r, g), l_acc.reshape(r, g), o_acc.reshape(r, g, d), y.reshape(r, g, d)
     )
+
+
+def _int8_rows(values, name: str) -> np.ndarray:
+    """``values`` as an integer array, checked to be int8 (the float64 sums rely on it)."""
+    values = np.asarray(values)
+    if values.dtype != np.int8 and values.size and (values.min() < -128 or values.max() > 127):
+        raise ValueError(f"{name} must be int8 (-128..127)")
+    return values
 
 
 def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: bool = False):

@@ -147,21 +147,32 @@ class KvLayout:
         """``(rows int8 [..., head_dim], scales float16 [...])`` at (``bases``, ``positions``).
 
         ``bases`` and ``positions`` broadcast together, so one call reads the rows of many
-        regions (the golden backend reads a whole batch of requests at once). Rows are
-        gathered as whole 64-byte blocks (every row starts on one), scales as binary16 words.
+        regions. Rows are gathered as whole 64-byte blocks (every row starts on one), scales as
+        binary16 words.
         """
+        k, k_scale, v, v_scale = self.read_kv_tokens(memory, bases, positions)
+        return (v, v_scale) if value else (k, k_scale)
+
+    def read_kv_tokens(self, memory, bases, positions):
+        """``(k, k_scale, v, v_scale)`` at (``bases``, ``positions``), addresses computed once
+        (the golden backend reads a whole batch of requests this way)."""
         view = _bytes(memory)
         bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
         shape = bases.shape
-        blocks_per_row = self.row_bytes // BLOCK_BYTES
-        row_at = self.row_address(bases, positions, value=value).reshape(-1)
-        usable = view[: view.size - view.size % BLOCK_BYTES].reshape(-1, BLOCK_BYTES)
-        index = (row_at // BLOCK_BYTES)[:, None] + np.arange(blocks_per_row)
-        rows = usable[index].reshape(-1, self.row_bytes)[:, : self.head_dim].view(np.int8)
-        scale_at = self.scale_address(bases, positions, value=value).reshape(-1)
+        offset = (positions % PAGE_TOKENS).reshape(-1)
+        k_part = (bases + positions // PAGE_TOKENS * self.page_bytes).reshape(-1)
+        blocks = view[: view.size - view.size % BLOCK_BYTES].reshape(-1, BLOCK_BYTES)
         words = view[: view.size - view.size % 2].view("<u2")
-        scales = words[scale_at // 2].view("<f2").astype(np.float16)
-        return rows.reshape(*shape, self.head_dim), scales.reshape(shape)
+        per_row = self.row_bytes // BLOCK_BYTES
+        row_block = (k_part + BLOCK_BYTES + offset * self.row_bytes) // BLOCK_BYTES
+        out = []
+        for part in (0, self.part_bytes // BLOCK_BYTES):
+            index = (row_block + part)[:, None] + np.arange(per_row)
+            rows = blocks[index].reshape(-1, self.row_bytes)[:, : self.head_dim].view(np.int8)
+            scale_word = (k_part + part * BLOCK_BYTES) // 2 + offset
+            scales = words[scale_word].view("<f2").astype(np.float16)
+            out += [rows.reshape(*shape, self.head_dim), scales.reshape(shape)]
+        return tuple(out)
 
 
 def _bytes(memory) -> np.ndarray:

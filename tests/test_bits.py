@@ -18,7 +18,8 @@ from tandem.host.hpu.codec import (
 
 
 def _value(draw, field: Field) -> int:
-    low, high = bits._bounds(field)
+    w = field.width
+    low, high = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if field.signed else (0, (1 << w) - 1)
     return draw(st.integers(low, high))
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 from tandem.host.hpu import decode_result
 from tandem.host.hpu.codec import unpack_header
-from tandem.sim.hpu.hpu_tb import _evaluate_combinational
+from tandem.sim.hpu.hpu_tb import evaluate_combinational
 from tandem.sim.hpu.memory import DeviceMemory
 from tandem.sim.stream import StreamSink
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench
@@ -40,7 +40,7 @@ MEMORY = "tandem_cosim_memory"
 class _Server(StreamTestbench):
     def __init__(self, dut, memory_bytes: int):
         super().__init__(dut)
-        _evaluate_combinational(dut)
+        evaluate_combinational(dut)
         p = self.p = self.params
         self.desc = self.source("desc_i")
         self.results = StreamSink(dut, "result_o", self.clock, self.reset_signal, signed=False)

@@ -53,6 +53,7 @@ __all__ = [
     "Expected",
     "HpuTestbench",
     "KvSequence",
+    "evaluate_combinational",
     "make_query",
     "make_tokens",
     "merge_error",
@@ -132,7 +133,7 @@ def merge_error(params: HpuParams, partials, full: HpuResult) -> tuple[float, fl
     return float(np.abs(merged - y)[worst]), float(np.broadcast_to(allowance, y.shape)[worst])
 
 
-def _evaluate_combinational(dut) -> None:
+def evaluate_combinational(dut) -> None:
     """Make Icarus evaluate every ``always @*`` block of Yosys-written Verilog once.
 
     Yosys adds a never-changing register ("...dump_module$1") to every ``always @*`` block so
@@ -218,7 +219,7 @@ class HpuTestbench(StreamTestbench):
 
     def __init__(self, dut, *, regions: int = 8, fill: bool = True):
         super().__init__(dut)
-        _evaluate_combinational(dut)
+        evaluate_combinational(dut)
         # cocotb seeds each test with the regression seed plus a hash of the test's name;
         # reports name the regression seed, which is what reproduces a failure.
         self.origin = f"seed {cocotb.RANDOM_SEED} (test seed {self.seed})"

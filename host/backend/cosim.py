@@ -405,16 +405,12 @@ class RtlStreamBackend(Backend):
         self.codec = codec
         engines = codec.engine_params()
         several = len(engines) > 1
-        self.engines = {
-            design: StreamClient(
-                design,
-                params,
-                run_dir=None if run_dir is None or not several else Path(run_dir) / design,
-                **({} if run_dir is None or several else {"run_dir": run_dir}),
-                **options,
-            )
-            for design, params in engines.items()
-        }
+        self.engines = {}
+        for design, params in engines.items():
+            folder = run_dir
+            if run_dir is not None and several:
+                folder = Path(run_dir) / design
+            self.engines[design] = StreamClient(design, params, run_dir=folder, **options)
 
     @property
     def client(self) -> StreamClient:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from tandem.host.common.fixed import round_shift_right
+from tandem.host.common.fixed import shift_round_half_up
 
 from tandem.config import ParamError, Params, param
 
@@ -117,8 +117,16 @@ def exp2_table(params: Exp2Params) -> tuple[np.ndarray, np.ndarray]:
 
     The gateware's ROMs and the golden model both read these arrays.
     """
-    base, slope = _table(params.lut_bits, params.lut_frac_bits)
-    return np.array(base, dtype=np.int64), np.array(slope, dtype=np.int64)
+    return _table_arrays(params.lut_bits, params.lut_frac_bits)
+
+
+@cache
+def _table_arrays(lut_bits: int, lut_frac_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    base, slope = _table(lut_bits, lut_frac_bits)
+    arrays = np.array(base, dtype=np.int64), np.array(slope, dtype=np.int64)
+    for array in arrays:
+        array.flags.writeable = False  # shared by every caller
+    return arrays
 
 
 def exp2_golden(params: Exp2Params, x) -> np.ndarray:
@@ -142,9 +150,10 @@ def exp2_golden(params: Exp2Params, x) -> np.ndarray:
     shift = -(x >> params.in_frac_bits)
     index = fraction >> params.rem_bits
     remainder = fraction & ((1 << params.rem_bits) - 1)
-    mantissa = base[index] + round_shift_right(slope[index] * remainder, params.rem_bits)
+    # Shifts lie in 0 .. max_shift <= 62 by construction: the unchecked rounding shift.
+    mantissa = base[index] + shift_round_half_up(slope[index] * remainder, params.rem_bits)
     total = np.minimum(shift + (params.lut_frac_bits - params.out_frac_bits), params.max_shift)
-    return round_shift_right(mantissa, total)
+    return shift_round_half_up(mantissa, total)
 
 
 def exp2_reference(params: Exp2Params, x) -> np.ndarray:

@@ -23,6 +23,7 @@ __all__ = [
     "mul_round_half_up_narrow",
     "round_shift_right",
     "saturate",
+    "shift_round_half_up",
     "to_fixed",
     "value_range",
 ]
@@ -68,6 +69,12 @@ def round_shift_right(value, shift, rounding: Rounding = "half_up") -> np.ndarra
         up = (remainder > half) | ((remainder == half) & (shift > 0) & ((floor & 1) == 1))
         return floor + up.astype(np.int64)
     raise ValueError(f"rounding must be one of {', '.join(ROUNDING_MODES)}, not {rounding!r}")
+
+
+def shift_round_half_up(value, shift) -> np.ndarray:
+    """``round_shift_right(value, shift, "half_up")`` without argument checks, for hot paths
+    whose shifts are known to lie in ``0 .. 62`` (int64 ``value``, scalar or array ``shift``)."""
+    return (value + ((np.int64(1) << shift) >> 1)) >> shift
 
 
 def to_fixed(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from tandem.host.common.fixed import round_shift_right, saturate
+from tandem.host.common.fixed import saturate, shift_round_half_up
 
 from tandem.config import ParamError, Params, param
 
@@ -105,16 +105,28 @@ def _seed_table(seed_bits: int, work_frac_bits: int) -> tuple[int, ...]:
 def reciprocal_seed_table(params: ReciprocalParams) -> np.ndarray:
     """1/m at the midpoint of each of the ``2**seed_bits`` segments of [1, 2), W fraction bits.
 
-    The gateware's ROM and the golden model both read this array.
+    The gateware's ROM and the golden model both read this array (read-only, shared).
     """
-    return np.array(_seed_table(params.seed_bits, params.work_frac_bits), dtype=np.int64)
+    return _seed_array(params.seed_bits, params.work_frac_bits)
+
+
+@cache
+def _seed_array(seed_bits: int, work_frac_bits: int) -> np.ndarray:
+    table = np.array(_seed_table(seed_bits, work_frac_bits), dtype=np.int64)
+    table.flags.writeable = False
+    return table
 
 
 def leading_one(x, bits: int) -> np.ndarray:
     """Position of the most significant set bit of each ``x`` (0 for x = 0)."""
     x = np.asarray(x, dtype=np.int64)
-    thresholds = np.int64(1) << np.arange(1, bits, dtype=np.int64)
-    return (x[..., None] >= thresholds).sum(axis=-1).astype(np.int64)
+    if bits > 53:  # beyond float64's exact integers: count thresholds
+        thresholds = np.int64(1) << np.arange(1, bits, dtype=np.int64)
+        return (x[..., None] >= thresholds).sum(axis=-1).astype(np.int64)
+    # frexp's exponent is exact below 2**53; larger values cap at bits - 1 either way.
+    _, exponent = np.frexp(x.astype(np.float64))
+    msb = np.minimum(exponent.astype(np.int64) - 1, bits - 1)
+    return np.where(x > 0, msb, 0)
 
 
 def reciprocal_golden(params: ReciprocalParams, x) -> np.ndarray:
@@ -139,10 +151,11 @@ def reciprocal_golden(params: ReciprocalParams, x) -> np.ndarray:
     mantissa = (x << w) >> msb
     index = (mantissa >> (w - params.seed_bits)) & ((1 << params.seed_bits) - 1)
     y = reciprocal_seed_table(params)[index]
+    # Every shift below lies in 0 .. 62 (in_bits + work_frac_bits <= 62): unchecked rounding.
     for _ in range(params.newton_steps):
-        error = round_shift_right(mantissa * y, w)
-        y = round_shift_right(y * ((2 << w) - error), w)
-    result = round_shift_right(y << params.left_shift, params.final_shift(msb))
+        error = shift_round_half_up(mantissa * y, w)
+        y = shift_round_half_up(y * ((2 << w) - error), w)
+    result = shift_round_half_up(y << params.left_shift, params.final_shift(msb))
     result = saturate(result, params.out_bits, signed=False)
     return np.where(x == 0, (1 << params.out_bits) - 1, result)
 

@@ -38,6 +38,7 @@ from tandem.host.backend.cosim import CosimClient
 from tandem.host.backend.device import Device
 from tandem.host.common.checks import int_array
 from tandem.host.common.errors import CapacityError
+from tandem.host.common.threads import one_blas_thread
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 from .codec import HpuRequest, HpuResult, pack_descriptor, unpack_results
@@ -203,10 +204,11 @@ class GoldenHpuBackend(Backend):
             "q_scale", np.stack([np.reshape(r.q_scale, p.gqa_group) for r in requests])
         )
         results: list[HpuResult] = []
-        for wave in _waves(p, requests, lengths, bases):
-            results += self._run_wave(
-                requests[wave], lengths[wave], bases[wave], q[wave], q_scale[wave]
-            )
+        with one_blas_thread():  # see tandem.host.common.threads
+            for wave in _waves(p, requests, lengths, bases):
+                results += self._run_wave(
+                    requests[wave], lengths[wave], bases[wave], q[wave], q_scale[wave]
+                )
         cycles = call_cycles(p, requests)
         return Call(results, cycles, {"hpu": cycles})
 

@@ -55,6 +55,7 @@ from tandem.host.common.fixed import (
     mul_round_half_up_narrow,
     round_shift_right,
     saturate,
+    shift_round_half_up,
 )
 from tandem.host.common.reciprocal import reciprocal_golden
 
@@ -69,6 +70,8 @@ def _scale_product(value, mant, exp, shift: int, bits: int, signed: bool):
     """``value * mant * 2**(exp + shift)`` rounded half up and saturated, like the gateware."""
     product = np.asarray(value, dtype=np.int64) * mant
     total = np.asarray(exp + shift, dtype=np.int64)
+    if total.max() <= 0:  # the usual case: right shifts only (the same result, fewer steps)
+        return saturate(shift_round_half_up(product, np.minimum(-total, 62)), bits, signed)
     lo, hi = -(1 << bits), 1 << bits
     left = np.clip(product, lo, hi) << np.clip(total, 0, None)
     right = round_shift_right(product, np.clip(-total, 0, 62))
@@ -157,9 +160,12 @@ def hpu_golden_batch(
         p.score_bits,
         True,
     )  # [R, G, N]
+    padded = bool(r) and int(lengths.min()) < n
     valid = (np.arange(n) < lengths[:, None])[:, None, :]  # [R, 1, N]
     # Padding scores the minimum: it never grows the running maximum, and it adds nothing.
-    scores = np.where(valid, scores, p.score_min).reshape(r * g, n)
+    if padded:
+        scores = np.where(valid, scores, p.score_min)
+    scores = scores.reshape(r * g, n)
     previous = np.empty_like(scores)
     previous[:, 0] = p.score_min
     previous[:, 1:] = np.maximum.accumulate(scores, axis=1)[:, :-1]
@@ -176,8 +182,9 @@ def hpu_golden_batch(
         p.weight_bits,
         False,
     )
-    prob = np.where(valid, prob, 0)
-    w = np.where(valid, w, 0)
+    if padded:
+        prob = np.where(valid, prob, 0)
+        w = np.where(valid, w, 0)
     # Segments start at row 0 and at every row that grows the max; inside a segment alpha is
     # exactly 1.0, so l and o are plain sums there. ``segment`` numbers them per query.
     starts_mask = grew.copy()
@@ -200,20 +207,25 @@ def hpu_golden_batch(
     l_acc = np.zeros(r * g, dtype=np.int64)
     o_acc = np.zeros((r * g, d), dtype=np.int64)
     half = one >> 1
-    # o_bits <= 62 and alpha <= 1.0 (prob_frac_bits <= 20) keep o * alpha in the narrow range.
-    rescale = mul_round_half_up_narrow if p.o_bits < 62 else mul_round_half_up
+    # |o| < 2**(o_bits - 1) and alpha <= 2**prob_frac_bits: with o_bits + prob_frac_bits <= 63
+    # the product fits int64 (the default engine: 47 + 16); else the exact split.
+    direct = p.o_bits + p.prob_frac_bits <= 63
     for j in range(segments):
         # Rows without a j-th segment have alpha exactly 1.0, under which both updates are
         # the identity, so every row takes the same exact arithmetic.
         a = seg_alpha[:, j]
         l_acc = ((l_acc * a + half) >> p.prob_frac_bits) + seg_l[:, j]
-        if j:
-            o_acc = rescale(o_acc, a[:, None], p.prob_frac_bits)
+        if j and direct:
+            o_acc = (o_acc * a[:, None] + half) >> p.prob_frac_bits
+        elif j:
+            o_acc = mul_round_half_up_narrow(o_acc, a[:, None], p.prob_frac_bits)
         o_acc += seg_o[:, j]
     m = np.maximum(scores.max(axis=1), p.score_min)
     recip = reciprocal_golden(p.reciprocal, l_acc)
     lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1
-    y = np.clip(mul_round_half_up(o_acc, recip[:, None], p.out_shift), lo, hi)
+    # recip < 2**31 (reciprocal out_bits <= 31) and |o| < 2**62: the unchecked exact split.
+    product = mul_round_half_up_narrow if p.reciprocal.out_bits <= 31 else mul_round_half_up
+    y = np.clip(product(o_acc, recip[:, None], p.out_shift), lo, hi)
     return HpuBatchResult(
         m.reshape(r, g), l_acc.reshape(r, g), o_acc.reshape(r, g, d), y.reshape(r, g, d)
     )

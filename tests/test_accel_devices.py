@@ -5,7 +5,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
+from tandem.host.common.errors import DeviceClosedError
 from tandem.host.rnn import (
     QuantLstm,
     RnnParams,
@@ -156,6 +158,31 @@ def test_backend_choice_is_checked_and_rtl_starts_lazily(cls):
         cls(simulator="icarus")
     with pytest.raises(ValueError, match="simulator must be 'verilator' or 'icarus'"):
         cls(backend="rtl", simulator="xsim")
+
+
+def test_a_closed_golden_device_refuses_calls_like_an_rtl_one():
+    rng = np.random.default_rng(0)
+    mpe = SparseMpeDevice()
+    mpe.load(
+        prune_magnitude(rng.integers(-128, 128, (8, 16)), NMPattern(2, 4)).astype(np.int8), "2:4"
+    )
+    rnn = RnnDevice(RnnParams(max_input=8, max_hidden=12, tile_rows=8, tile_cols=4))
+    rnn.load(QuantLstm(np.zeros((16, 4), int), np.zeros((16, 4), int), np.zeros(16, int), 8))
+    spmm = _spmm_device(4)
+    spmm.load(sp.identity(8, format="csr"))
+    calls = [
+        (mpe, lambda: mpe.gemv(np.ones(16, np.int8))),
+        (rnn, lambda: rnn.run(np.zeros((2, 1, 4), np.int16))),
+        (spmm, lambda: spmm.aggregate(np.zeros((8, 4), np.int64))),
+    ]
+    for dev, call in calls:
+        call()
+        with dev:  # a context manager closes it
+            pass
+        assert dev.closed
+        with pytest.raises(DeviceClosedError, match="the device is closed"):
+            call()
+        dev.close()  # closing twice is harmless
 
 
 # --- systolic + sparse-engine ----------------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from tandem.host.common.errors import CosimError, CosimTimeoutError
+from tandem.host.common.errors import CosimError, CosimTimeoutError, DeviceClosedError
 from tandem.host.rnn import RnnParams
 from tandem.host.rnn.device import RnnDevice
 from tandem.host.sparse_dsp import SparseMpeParams
@@ -231,5 +231,5 @@ def test_rtl_errors_are_exceptions_not_hangs(sim_cache, tmp_path):
     with pytest.raises(CosimError, match="died"):
         dev.gemv(x)
     dev.close()
-    with pytest.raises(CosimError, match="closed"):
+    with pytest.raises(DeviceClosedError, match="closed"):  # as on golden
         dev.gemv(x)

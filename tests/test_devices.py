@@ -156,3 +156,20 @@ def test_cycle_model():
     # 2 result rows of 4 beats.
     assert (desc, read, out) == (4 + 2 * 8, 4 + 4, 2 * 4)
     assert call_cycles(P, [short, short]) == FILL_CYCLES + 2 * (20 + GAP_CYCLES)
+
+
+def test_a_closed_golden_device_refuses_every_call():
+    from tandem.host.common.errors import DeviceClosedError
+
+    dev = HpuDevice(P, memory_bytes=1 << 20)
+    seq = dev.allocate(32)
+    with dev:
+        pass
+    for call in (
+        lambda: dev.allocate(32),
+        lambda: dev.read_kv(seq, 0),
+        lambda: dev.free(seq),
+        lambda: dev.attend_many([]),
+    ):
+        with pytest.raises(DeviceClosedError, match="hpu0: the device is closed"):
+            call()

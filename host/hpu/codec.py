@@ -22,6 +22,7 @@ from .params import HEADER_BYTES, HpuParams, check_scales
 __all__ = [
     "HEADER_FIELDS",
     "HeaderField",
+    "HpuBatch",
     "HpuRequest",
     "HpuResult",
     "decode_result",
@@ -191,6 +192,95 @@ class HpuRequest:
     @property
     def append(self) -> bool:
         return self.new_k is not None
+
+
+@dataclass
+class HpuBatch:
+    """A batch of requests as arrays, one entry per request (what one descriptor transfer
+    carries): the golden backend computes on it at once, the RTL backend packs each request.
+
+    Attributes
+    ----------
+    seq_id, base, length
+        int64 [R], as in :class:`HpuRequest`.
+    q
+        int64 [R, gqa_group, head_dim].
+    q_scale
+        float16 [R, gqa_group] score scales.
+    append
+        bool [R]: the request carries a new token.
+    new_k, new_v
+        int64 [R, head_dim] (zeros where not appending).
+    new_k_scale, new_v_scale
+        float16 [R] (zeros where not appending).
+    partial
+        bool [R].
+    """
+
+    seq_id: np.ndarray
+    base: np.ndarray
+    length: np.ndarray
+    q: np.ndarray
+    q_scale: np.ndarray
+    append: np.ndarray
+    new_k: np.ndarray
+    new_v: np.ndarray
+    new_k_scale: np.ndarray
+    new_v_scale: np.ndarray
+    partial: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    def __getitem__(self, index: int) -> HpuRequest:
+        """Request ``index`` as an :class:`HpuRequest`."""
+        i = index
+        request = HpuRequest(
+            int(self.seq_id[i]),
+            int(self.base[i]),
+            int(self.length[i]),
+            self.q[i],
+            self.q_scale[i],
+            partial=bool(self.partial[i]),
+        )
+        if self.append[i]:
+            request.new_k, request.new_v = self.new_k[i], self.new_v[i]
+            request.new_k_scale = float(self.new_k_scale[i])
+            request.new_v_scale = float(self.new_v_scale[i])
+        return request
+
+    def requests(self) -> list[HpuRequest]:
+        """Every request, in order."""
+        return [self[i] for i in range(len(self))]
+
+    @classmethod
+    def of(cls, params: HpuParams, requests) -> "HpuBatch":
+        """``requests`` (an :class:`HpuBatch` or a list of :class:`HpuRequest`) as a batch."""
+        if isinstance(requests, HpuBatch):
+            return requests
+        p, count = params, len(requests)
+        append = np.array([r.append for r in requests], dtype=bool)
+        new_k = np.zeros((count, p.head_dim), dtype=np.int64)
+        new_v = np.zeros((count, p.head_dim), dtype=np.int64)
+        for i, r in enumerate(requests):
+            if r.append:
+                new_k[i] = np.reshape(r.new_k, p.head_dim)
+                new_v[i] = np.reshape(r.new_v, p.head_dim)
+        q = [np.asarray(r.q, dtype=np.int64).reshape(p.gqa_group, p.head_dim) for r in requests]
+        q_scale = [np.reshape(r.q_scale, p.gqa_group) for r in requests]
+        return cls(
+            seq_id=np.array([r.seq_id for r in requests], dtype=np.int64),
+            base=np.array([r.base for r in requests], dtype=np.int64),
+            length=np.array([r.length for r in requests], dtype=np.int64),
+            q=np.stack(q) if count else np.zeros((0, p.gqa_group, p.head_dim), np.int64),
+            q_scale=np.array(q_scale, dtype=np.float16).reshape(count, p.gqa_group),
+            append=append,
+            new_k=new_k,
+            new_v=new_v,
+            new_k_scale=np.array([r.new_k_scale for r in requests], dtype=np.float16),
+            new_v_scale=np.array([r.new_v_scale for r in requests], dtype=np.float16),
+            partial=np.array([r.partial for r in requests], dtype=bool),
+        )
 
 
 def _row_bytes(values, elems: int, bits: int) -> bytes:

@@ -39,10 +39,10 @@ from tandem.host.backend.device import Device
 from tandem.host.common.checks import int_array
 from tandem.host.common.errors import CapacityError
 from tandem.host.common.threads import one_blas_thread
-from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
 
-from .codec import HpuRequest, HpuResult, pack_descriptor, unpack_results
-from .cycles import call_cycles
+from .codec import HpuBatch, HpuRequest, HpuResult, pack_descriptor, unpack_results
+from .cycles import batch_cycles
 from .golden import hpu_golden_batch
 from .params import HpuParams, check_scales
 
@@ -125,28 +125,28 @@ def emitted(result: HpuResult, request: HpuRequest) -> HpuResult:
     return HpuResult(request.seq_id, empty, empty, empty, result.y)
 
 
-def _check_requests(params: HpuParams, memory_bytes: int, requests: list[HpuRequest]):
-    """The checks :func:`pack_descriptor` applies, plus the memory span, for a whole batch.
-
-    Returns ``(lengths, bases)`` as int64 arrays.
-    """
+def _check_batch(params: HpuParams, memory_bytes: int, batch: HpuBatch) -> None:
+    """The checks :func:`pack_descriptor` applies, plus the memory span, for a whole batch."""
     p = params
-    lengths = np.array([r.length for r in requests], dtype=np.int64)
-    bases = np.array([r.base for r in requests], dtype=np.int64)
+    lengths, bases = batch.length, batch.base
     bad = (lengths < 1) | (lengths > p.max_seq_len)
     if bad.any():
         raise ValueError(f"length must be in 1..{p.max_seq_len}, not {lengths[bad][0]}")
-    for base in np.unique(bases):
-        p.layout.check_base(int(base))
+    misaligned = (bases < 0) | (bases % BLOCK_BYTES != 0)
+    if misaligned.any():
+        p.layout.check_base(int(bases[misaligned][0]))
     ends = bases + -(-lengths // PAGE_TOKENS) * p.layout.page_bytes
     outside = ends > memory_bytes
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         check_span(memory_bytes, int(bases[i]), int(ends[i] - bases[i]))
-    return lengths, bases
+    check_scales("q_scale", batch.q_scale)
+    if batch.append.any():
+        check_scales("new k/v scale", batch.new_k_scale[batch.append])
+        check_scales("new k/v scale", batch.new_v_scale[batch.append])
 
 
-def _waves(params: HpuParams, requests: list[HpuRequest], lengths, bases) -> list[slice]:
+def _waves(params: HpuParams, batch: HpuBatch) -> list[slice]:
     """Runs of requests that may execute as one vectorized step, in order.
 
     The engine runs a batch request by request: each reads its rows, then appends its token.
@@ -154,10 +154,14 @@ def _waves(params: HpuParams, requests: list[HpuRequest], lengths, bases) -> lis
     request appends into what an earlier request of the run reads; the device's batches never
     do (a head's later request appends beyond what the earlier ones read), raw batches may.
     """
+    lengths, bases, count = batch.length, batch.base, len(batch)
     region = -(-lengths // PAGE_TOKENS) * params.layout.page_bytes
+    order = np.argsort(bases, kind="stable")
+    if np.all(bases[order][1:] >= (bases + region)[order][:-1]):
+        return [slice(0, count)]  # disjoint regions: nothing to order
     waves, begin = [], 0
-    for j in range(1, len(requests)):
-        if not requests[j].append:
+    for j in np.flatnonzero(batch.append):
+        if j == 0:
             continue
         earlier = slice(begin, j)
         overlap = (bases[earlier] < bases[j] + region[j]) & (
@@ -165,9 +169,9 @@ def _waves(params: HpuParams, requests: list[HpuRequest], lengths, bases) -> lis
         )
         beyond = (bases[earlier] == bases[j]) & (lengths[j] - 1 >= lengths[earlier])
         if np.any(overlap & ~beyond):
-            waves.append(slice(begin, j))
-            begin = j
-    waves.append(slice(begin, len(requests)))
+            waves.append(slice(begin, int(j)))
+            begin = int(j)
+    waves.append(slice(begin, count))
     return waves
 
 
@@ -192,47 +196,40 @@ class GoldenHpuBackend(Backend):
         self.params = params
         self.memory = ArrayMemory(memory_bytes)
 
-    def run(self, requests: list[HpuRequest]) -> Call:
-        if not requests:
-            return Call([], 0, {})
+    def run(self, requests: HpuBatch | list[HpuRequest]) -> Call:
         p = self.params
-        lengths, bases = _check_requests(p, self.memory.size, requests)
-        q = np.stack(
-            [np.asarray(r.q, dtype=np.int64).reshape(p.gqa_group, p.head_dim) for r in requests]
-        )
-        q_scale = check_scales(
-            "q_scale", np.stack([np.reshape(r.q_scale, p.gqa_group) for r in requests])
-        )
+        batch = HpuBatch.of(p, requests)
+        if not len(batch):
+            return Call([], 0, {})
+        _check_batch(p, self.memory.size, batch)
         results: list[HpuResult] = []
         with one_blas_thread():  # see tandem.host.common.threads
-            for wave in _waves(p, requests, lengths, bases):
-                results += self._run_wave(
-                    requests[wave], lengths[wave], bases[wave], q[wave], q_scale[wave]
-                )
-        cycles = call_cycles(p, requests)
+            for wave in _waves(p, batch):
+                results += self._run_wave(batch, wave)
+        cycles = int(batch_cycles(p, batch.length, append=batch.append, partial=batch.partial))
         return Call(results, cycles, {"hpu": cycles})
 
-    def _run_wave(self, requests, lengths, bases, q, q_scale) -> list[HpuResult]:
+    def _run_wave(self, batch: HpuBatch, wave: slice) -> list[HpuResult]:
         p, layout, memory = self.params, self.params.layout, self.memory.array
-        adds = [i for i, r in enumerate(requests) if r.append]
-        if adds:
-            new = [requests[i] for i in adds]
-            scales = np.array([[r.new_k_scale, r.new_v_scale] for r in new], dtype=np.float16)
-            check_scales("new k/v scale", scales)
+        lengths, bases = batch.length[wave], batch.base[wave]
+        adds = batch.append[wave]
+        if adds.any():
             where = (bases[adds], lengths[adds] - 1)
-            rows_k = np.stack([np.reshape(r.new_k, p.head_dim) for r in new])
-            rows_v = np.stack([np.reshape(r.new_v, p.head_dim) for r in new])
-            layout.write_tokens(memory, *where, rows_k, scales[:, 0], value=False)
-            layout.write_tokens(memory, *where, rows_v, scales[:, 1], value=True)
+            new_k, new_v = batch.new_k[wave][adds], batch.new_v[wave][adds]
+            layout.write_tokens(memory, *where, new_k, batch.new_k_scale[wave][adds], value=False)
+            layout.write_tokens(memory, *where, new_v, batch.new_v_scale[wave][adds], value=True)
         n = int(lengths.max())
         positions = np.minimum(np.arange(n), lengths[:, None] - 1)  # padding repeats a row
         k, k_scale, v, v_scale = layout.read_kv_tokens(memory, bases[:, None], positions)
-        batch = hpu_golden_batch(p, q, q_scale, k, k_scale, v, v_scale, lengths)
+        out = hpu_golden_batch(
+            p, batch.q[wave], batch.q_scale[wave], k, k_scale, v, v_scale, lengths
+        )
+        seq_ids, partial = batch.seq_id[wave].tolist(), batch.partial[wave].tolist()
         return [
-            batch.result(i, r.seq_id, partial=True)
-            if r.partial
-            else HpuResult(r.seq_id, _EMPTY, _EMPTY, _EMPTY, batch.y[i])
-            for i, r in enumerate(requests)
+            out.result(i, seq_id, partial=True)
+            if part
+            else HpuResult(seq_id, _EMPTY, _EMPTY, _EMPTY, out.y[i])
+            for i, (seq_id, part) in enumerate(zip(seq_ids, partial, strict=True))
         ]
 
 
@@ -310,8 +307,10 @@ class RtlHpuBackend(CosimClient, Backend):
             str(self.memory.size),
         ]
 
-    def run(self, requests: list[HpuRequest]) -> Call:
+    def run(self, requests: HpuBatch | list[HpuRequest]) -> Call:
         p = self.params
+        if isinstance(requests, HpuBatch):
+            requests = requests.requests()
         for r in requests:
             check_span(self.memory.size, r.base, p.layout.region_bytes(r.length))
         descriptors = [pack_descriptor(p, r) for r in requests]
@@ -524,53 +523,65 @@ class HpuDevice(Device):
 
         A head may appear more than once; each call sees the tokens the earlier ones appended.
         """
-        if not calls:
-            self._check_open()
+        self._check_open()
+        count = len(calls)
+        if not count:
             return []
         p = self.params
         q = _stacked([c.q for c in calls], p.head_dim, p.q_bits, "q", p.gqa_group)
         q_scale = np.asarray([c.q_scale for c in calls], dtype=np.float16)
-        q_scale = q_scale.reshape(len(calls), p.gqa_group)
-        adding = [c for c in calls if c.new is not None]
-        if adding:
-            new_k = _stacked([c.new[0] for c in adding], p.head_dim, 8, "new k", 1)[:, 0]
-            new_v = _stacked([c.new[2] for c in adding], p.head_dim, 8, "new v", 1)[:, 0]
-        requests = []
-        lengths = {}
-        added = 0
+        q_scale = q_scale.reshape(count, p.gqa_group)
+        append = np.array([c.new is not None for c in calls], dtype=bool)
+        new_k = np.zeros((count, p.head_dim), dtype=np.int64)
+        new_v = np.zeros((count, p.head_dim), dtype=np.int64)
+        new_k_scale = np.zeros(count, dtype=np.float16)
+        new_v_scale = np.zeros(count, dtype=np.float16)
+        if append.any():
+            adding = [c.new for c, a in zip(calls, append, strict=True) if a]
+            new_k[append] = _stacked([n[0] for n in adding], p.head_dim, 8, "new k", 1)[:, 0]
+            new_v[append] = _stacked([n[2] for n in adding], p.head_dim, 8, "new v", 1)[:, 0]
+            new_k_scale[append] = [np.reshape(n[1], -1)[0] for n in adding]
+            new_v_scale[append] = [np.reshape(n[3], -1)[0] for n in adding]
+        seq_id = np.zeros(count, dtype=np.int64)
+        base = np.zeros(count, dtype=np.int64)
+        length = np.zeros(count, dtype=np.int64)
+        lengths: dict[tuple[int, int], int] = {}
         for index, call in enumerate(calls):
-            seq = call.seq
+            seq, head = call.seq, call.head
             self._own(seq)
-            key = (seq.handle, call.head)
-            length = lengths.get(key, int(seq.lengths[call.head]))
-            request = HpuRequest(
-                seq_id=(seq.handle * seq.heads + call.head) & 0xFFFFFFFF,
-                base=seq.base(call.head),
-                length=length,
-                q=q[index],
-                q_scale=q_scale[index],
-                partial=call.partial,
-            )
+            key = (seq.handle, head)
+            now = lengths.get(key)
+            if now is None:
+                now = int(seq.lengths[head])
             if call.new is not None:
-                _, ks, _, vs = call.new
-                if length >= seq.capacity:
+                if now >= seq.capacity:
                     raise CapacityError(
-                        f"{self.name}: head {call.head} of sequence {seq.handle} is full "
+                        f"{self.name}: head {head} of sequence {seq.handle} is full "
                         f"({seq.capacity} tokens)"
                     )
-                request.new_k, request.new_v = new_k[added], new_v[added]
-                request.new_k_scale = float(np.float16(np.reshape(ks, -1)[0]))
-                request.new_v_scale = float(np.float16(np.reshape(vs, -1)[0]))
-                added += 1
-                length += 1
-                request.length = length
-            if length == 0:
-                raise ValueError(f"head {call.head} of sequence {seq.handle} holds no token")
-            lengths[key] = length
-            requests.append(request)
-        results = self._run(requests)
-        for (handle, head), length in lengths.items():
-            self._allocs[handle].lengths[head] = length
+                now += 1
+            if now == 0:
+                raise ValueError(f"head {head} of sequence {seq.handle} holds no token")
+            lengths[key] = now
+            seq_id[index] = (seq.handle * seq.heads + head) & 0xFFFFFFFF
+            base[index] = seq.base(head)
+            length[index] = now
+        batch = HpuBatch(
+            seq_id=seq_id,
+            base=base,
+            length=length,
+            q=q,
+            q_scale=q_scale,
+            append=append,
+            new_k=new_k,
+            new_v=new_v,
+            new_k_scale=new_k_scale,
+            new_v_scale=new_v_scale,
+            partial=np.array([c.partial for c in calls], dtype=bool),
+        )
+        results = self._run(batch)
+        for (handle, head), now in lengths.items():
+            self._allocs[handle].lengths[head] = now
         return results
 
     def __repr__(self) -> str:

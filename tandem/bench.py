@@ -192,6 +192,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         quick_args=("--configs", "hd32-g2"),
     ),
     Benchmark(
+        "decode-speed",
+        "decode_speed.py",
+        ("hpu",),
+        "SmolLM2-135M decode tokens/s, golden HPU attention against torch attention",
+        quick_args=("--new-tokens", "8", "--repeat", "1"),
+    ),
+    Benchmark(
         "hpu-efficiency",
         "hpu_stream_efficiency.py",
         ("hpu",),

@@ -378,6 +378,12 @@ class HpuDevice(Device):
         return sum(size for _, size in self._free)
 
     @property
+    def free_spans(self) -> list[int]:
+        """Sizes in bytes of the free spans, in address order (what the first-fit allocator
+        chooses from; the placement of :mod:`tandem.mappings.hpu.placement` reads it)."""
+        return [size for _, size in self._free]
+
+    @property
     def largest_free(self) -> int:
         """The largest contiguous free span in bytes (what one allocation can get)."""
         return max((size for _, size in self._free), default=0)

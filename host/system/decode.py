@@ -281,7 +281,7 @@ class HpuAttention:
     def _place(self, capacity: int) -> list[_Slice]:
         """Allocate the slices :func:`~tandem.mappings.hpu.placement.place` decides."""
         # The cards' free spans in address order, as their first-fit allocator keeps them.
-        space = [CardSpace([size for _, size in d._free], d.free_sequences) for d in self.devices]
+        space = [CardSpace(d.free_spans, d.free_sequences) for d in self.devices]
         try:
             decided = place(
                 capacity,

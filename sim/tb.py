@@ -15,6 +15,7 @@ from typing import Any
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
+from cocotb.handle import HierarchyObject
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
 import tandem.designs  # noqa: F401  (registers the designs now, not in the first test's time)
@@ -27,11 +28,32 @@ from .stream import StreamSink, StreamSource, random_pause
 __all__ = [
     "CLOCK_PERIOD_NS",
     "StreamTestbench",
+    "evaluate_combinational",
     "run_line_rate_check",
     "run_reset_check",
     "run_stream_check",
     "timed_golden",
 ]
+
+
+def evaluate_combinational(dut) -> None:
+    """Make Icarus evaluate every ``always @*`` block of Yosys-written Verilog once.
+
+    Yosys adds a never-changing register (``...dump_module$1``) to every ``always @*`` block so
+    that simulators run the block at time zero; Icarus applies the register's initial value
+    without an event, so a block whose inputs never change after reset (a ``ready`` that only
+    depends on registers at their initial value, the HPU's ``w_axi__awvalid`` while no request
+    appends) stays X for ever and a handshake on it fails. Writing the register once, in the
+    top and every submodule (each has its own blocks), wakes every such block. Verilator
+    evaluates everything at start-up anyway, so this does nothing there.
+    """
+    if "icarus" not in cocotb.SIM_NAME.lower():
+        return
+    for handle in dut:
+        if "dump_module" in handle._name:
+            handle.value = 1
+        elif isinstance(handle, HierarchyObject):
+            evaluate_combinational(handle)
 
 
 class StreamTestbench:

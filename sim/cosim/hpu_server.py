@@ -27,10 +27,9 @@ import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 from tandem.host.hpu import decode_result
 from tandem.host.hpu.codec import unpack_header
-from tandem.sim.hpu.hpu_tb import evaluate_combinational
 from tandem.sim.hpu.memory import DeviceMemory
 from tandem.sim.stream import StreamSink
-from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench
+from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational
 
 from . import link
 

@@ -37,9 +37,8 @@ use), so this server knows no design:
 import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
-from tandem.sim.sparse_dsp.common import evaluate_combinational
 from tandem.sim.stream import pack_fields, unpack_fields
-from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench
+from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational
 
 from . import link
 

@@ -45,7 +45,12 @@ from tandem.host.hpu import (
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory
 from tandem.sim.stream import StreamSink, random_pause
-from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, timed_golden
+from tandem.sim.tb import (
+    CLOCK_PERIOD_NS,
+    StreamTestbench,
+    evaluate_combinational,
+    timed_golden,
+)
 
 __all__ = [
     "MERGE_ABS_LSB",
@@ -53,7 +58,6 @@ __all__ = [
     "Expected",
     "HpuTestbench",
     "KvSequence",
-    "evaluate_combinational",
     "make_query",
     "make_tokens",
     "merge_error",
@@ -131,22 +135,6 @@ def merge_error(params: HpuParams, partials, full: HpuResult) -> tuple[float, fl
     excess = np.abs(merged - y) - allowance
     worst = np.unravel_index(np.argmax(excess), excess.shape)
     return float(np.abs(merged - y)[worst]), float(np.broadcast_to(allowance, y.shape)[worst])
-
-
-def evaluate_combinational(dut) -> None:
-    """Make Icarus evaluate every ``always @*`` block of Yosys-written Verilog once.
-
-    Yosys adds a never-changing register ("...dump_module$1") to every ``always @*`` block so
-    that simulators run the block at time zero; Icarus applies the register's initial value
-    without an event, so a block whose inputs never change (``w_axi__awvalid`` while no
-    request appends) stays X for ever and cocotbext-axi fails on the X handshake. Writing the
-    register once wakes every such block. Verilator evaluates everything at start-up anyway.
-    """
-    if "icarus" not in cocotb.SIM_NAME.lower():
-        return
-    for handle in dut:
-        if "dump_module" in handle._name:
-            handle.value = 1
 
 
 # --- host-side state -----------------------------------------------------------------------

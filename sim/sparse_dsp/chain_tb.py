@@ -13,9 +13,9 @@ from tandem.host.sparse_dsp import chain_golden
 from tandem.mappings.nm import NMPattern, chain_streams
 from tandem.sim.scoreboard import Scoreboard
 from tandem.sim.stream import pack_fields, random_pause
-from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, timed_golden
+from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational, timed_golden
 
-from .common import all_patterns, evaluate_combinational, make_problem
+from .common import all_patterns, make_problem
 
 
 class ChainTestbench(StreamTestbench):

@@ -1,11 +1,9 @@
 """Stimulus shared by the ``sparse-dsp-chain`` and ``sparse-mpe`` testbenches."""
 
-import cocotb
 import numpy as np
-from cocotb.handle import HierarchyObject
 from tandem.mappings.nm import NMPattern, pack_nm, prune_magnitude
 
-__all__ = ["all_patterns", "evaluate_combinational", "make_problem"]
+__all__ = ["all_patterns", "make_problem"]
 
 
 def all_patterns(max_m: int) -> list[NMPattern]:
@@ -34,19 +32,3 @@ def make_problem(rng, rows: int, cols: int, pattern: NMPattern, batch: int, kind
     w = prune_magnitude(w, pattern, pair_rows=kind != "per-row").astype(np.int8)
     x = x[:, 0] if batch == 0 else x
     return pack_nm(w, pattern), x, w.astype(np.int64) @ x
-
-
-def evaluate_combinational(dut) -> None:
-    """Make Icarus run every ``always @*`` block of Yosys-written Verilog once at start-up.
-
-    Icarus applies the initial value of Yosys's per-block trigger register without an event,
-    so a combinational output whose inputs do not change after reset (a ``ready`` that only
-    depends on registers reset to their initial value) would stay X.
-    """
-    if "icarus" not in cocotb.SIM_NAME.lower():
-        return
-    for handle in dut:
-        if "dump_module" in handle._name:
-            handle.value = 1
-        elif isinstance(handle, HierarchyObject):  # submodules have their own blocks
-            evaluate_combinational(handle)

@@ -18,9 +18,9 @@ from tandem.host.sparse_dsp import mpe_golden
 from tandem.mappings.nm import NMPattern, mpe_streams, pack_nm
 from tandem.sim.scoreboard import Scoreboard
 from tandem.sim.stream import random_pause
-from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, timed_golden
+from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational, timed_golden
 
-from .common import all_patterns, evaluate_combinational, make_problem
+from .common import all_patterns, make_problem
 
 BENCH_PLUSARG = "tandem_sparse_dsp_bench"
 

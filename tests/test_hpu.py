@@ -19,7 +19,7 @@ from tandem.host.hpu import (
 from tandem.host.hpu.accuracy import relative_errors
 from tandem.host.hpu.smollm2_fixture import decode_cases, load_smollm2_qkv
 from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, KvLayout
-from tandem.sim.hpu_amaranth import run_hpu
+from tandem.sim.hpu.amaranth_sim import run_hpu
 
 from tandem.config import ParamError
 

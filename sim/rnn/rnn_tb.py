@@ -26,7 +26,6 @@ from tandem.host.rnn import (
     weight_beats,
     x_beats,
 )
-from tandem.hw.rnn import design as _design  # noqa: F401  (registers "rnn" in this process)
 from tandem.mappings.rnn.schedule import predict, sequence_cycles
 from tandem.mappings.rnn.tiling import build_program
 from tandem.sim.scoreboard import Scoreboard

@@ -1,6 +1,6 @@
 """The golden backend's cycle model of the HPU against the RTL's simulated cycles, and its fit.
 
-The golden transport reports the cycles of a batch of requests from a model
+The golden backend reports the cycles of a batch of requests from a model
 (:func:`tandem.host.hpu.cycles.call_cycles`, the one cycle model with its co-simulation
 memory :data:`~tandem.host.hpu.cycles.COSIM_MEMORY`)::
 

@@ -1,12 +1,14 @@
 """cocotb side of the stream engines' RTL backend: any design with stream ports, served to a host.
 
-:mod:`tandem.host.accel_transport_rtl` starts the simulator of ``sparse-mpe``, ``systolic``,
-``sparse-engine`` or ``rnn`` through :mod:`tandem.sim.cosim.launch`; this module's single test
-connects back (:func:`tandem.sim.cosim.link.serve`) and runs the host's requests on the ports
-the manifest lists, with the testbenches' stream driver and monitor
-(:class:`~tandem.sim.stream.StreamSource`, :class:`~tandem.sim.stream.StreamSink`) and no gaps
-or backpressure. The host encodes every beat (the same encoders the designs' testbenches
-use), so this server knows no design:
+:class:`tandem.host.backend.cosim.RtlStreamBackend` starts the simulator of ``sparse-mpe``,
+``systolic``, ``sparse-engine`` or ``rnn`` (one per engine) through
+:mod:`tandem.sim.cosim.launch`; this module's single test connects back
+(:func:`tandem.sim.cosim.link.serve`) and runs the host's requests on the ports the manifest
+lists, with the testbenches' stream driver and monitor (:class:`~tandem.sim.stream.StreamSource`,
+:class:`~tandem.sim.stream.StreamSink`) and no gaps or backpressure. The host encodes every
+beat with the datapath's codec (:class:`~tandem.host.sparse_dsp.device.MpeCodec`,
+:class:`~tandem.host.spmm.device.SpmmCodec`, :class:`~tandem.host.rnn.device.RnnCodec`, which
+use the same encoders as the designs' testbenches), so this server knows no design:
 
 ``("run", steps, budget)`` -> ``("ok", outputs, cycles)``
     ``steps`` run in order:

@@ -79,12 +79,12 @@ def engine_params(config: str | None, overrides: list[str]):
     from pathlib import Path
 
     import yaml
-    from tandem.host.spmm.golden import SparseEngineParams, SystolicParams
 
     from tandem.config import resolve_params
     from tandem.errors import UserError
+    from tandem.registry import get_design
 
-    designs = {"systolic": SystolicParams, "sparse-engine": SparseEngineParams}
+    designs = {name: get_design(name).params for name in ("systolic", "sparse-engine")}
     sections: dict = {}
     if config:
         try:

@@ -7,8 +7,9 @@ Run: ``python benchmarks/accel_backends.py [--simulator verilator|icarus] [--qui
 otherwise). Printed per call: the golden backend's modelled cycles, the RTL's simulated cycles
 and their ratio, the wall-clock time of one call on each backend (the RTL's after its
 simulator started; the best of three) and the golden backend's speed-up. The engines are the
-small configurations of the RTL tests (tests/test_accel_devices_rtl.py), whose simulator
-builds the first run makes (``--cache-dir``, default ``~/.cache/tandem/sim``).
+small configurations of the RTL tests (tests/test_sparse_dsp_device_rtl.py,
+tests/test_rnn_device_rtl.py, tests/test_spmm_device_rtl.py), whose simulator builds the first
+run makes (``--cache-dir``, default ``~/.cache/tandem/sim``).
 """
 
 import argparse

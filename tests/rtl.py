@@ -1,8 +1,12 @@
-"""Shared body of the RTL regression tests."""
+"""Shared bodies of the RTL tests: regressions of a design, devices on the RTL backend."""
 
+import pytest
 from tandem.sim.runner import run_regression
 
+from tandem.errors import UserError
 from tandem.registry import get_design
+
+SIMULATORS = ["verilator", "icarus"]
 
 
 def assert_regression_passes(name, simulator, seed, cache, run_dir, **overrides):
@@ -14,3 +18,37 @@ def assert_regression_passes(name, simulator, seed, cache, run_dir, **overrides)
     assert result.tests, f"no cocotb test ran; log {result.log_file}"
     assert result.passed, result.summary()
     return result
+
+
+def need(simulator: str) -> None:
+    """Skip (visibly, with the reason) when ``simulator`` cannot run here."""
+    from tandem.sim.toolchain import prepare
+
+    try:
+        prepare(simulator)
+    except UserError as exc:
+        pytest.skip(str(exc))
+
+
+def rtl_device(cls, simulator, cache, run_dir, *args, **kwargs):
+    """A ``cls`` device on the RTL backend, building into ``cache`` and running in ``run_dir``."""
+    return cls(
+        *args,
+        backend="rtl",
+        simulator=simulator,
+        cache_dir=cache,
+        run_dir=run_dir,
+        timeout_s=300,
+        **kwargs,
+    )
+
+
+def run_script(script, golden, device):
+    """``script`` on the golden device, then on ``device`` (RTL): lazy start, clean close."""
+    want = script(golden)
+    with device as dev:
+        assert not dev.backend.started  # lazy: nothing runs before the first call
+        got = script(dev)
+        assert dev.backend.started
+    assert not dev.backend.started  # closed: the simulator is gone
+    return want, got

@@ -140,10 +140,12 @@ def _check_batch(params: HpuParams, memory_bytes: int, batch: HpuBatch) -> None:
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         check_span(memory_bytes, int(bases[i]), int(ends[i] - bases[i]))
-    check_scales("q_scale", batch.q_scale)
-    if batch.append.any():
-        check_scales("new k/v scale", batch.new_k_scale[batch.append])
-        check_scales("new k/v scale", batch.new_v_scale[batch.append])
+    # One check of every scale the batch carries (the q scales and the appended tokens').
+    appended = batch.append
+    scales = np.concatenate(
+        [batch.q_scale.reshape(-1), batch.new_k_scale[appended], batch.new_v_scale[appended]]
+    )
+    check_scales("q_scale and new k/v scales", scales)
 
 
 def _waves(params: HpuParams, batch: HpuBatch) -> list[slice]:
@@ -214,10 +216,15 @@ class GoldenHpuBackend(Backend):
         lengths, bases = batch.length[wave], batch.base[wave]
         adds = batch.append[wave]
         if adds.any():
-            where = (bases[adds], lengths[adds] - 1)
-            new_k, new_v = batch.new_k[wave][adds], batch.new_v[wave][adds]
-            layout.write_tokens(memory, *where, new_k, batch.new_k_scale[wave][adds], value=False)
-            layout.write_tokens(memory, *where, new_v, batch.new_v_scale[wave][adds], value=True)
+            layout.write_kv_tokens(
+                memory,
+                bases[adds],
+                lengths[adds] - 1,
+                batch.new_k[wave][adds],
+                batch.new_k_scale[wave][adds],
+                batch.new_v[wave][adds],
+                batch.new_v_scale[wave][adds],
+            )
         n = int(lengths.max())
         positions = np.minimum(np.arange(n), lengths[:, None] - 1)  # padding repeats a row
         k, k_scale, v, v_scale = layout.read_kv_tokens(memory, bases[:, None], positions)

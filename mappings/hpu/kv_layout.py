@@ -139,6 +139,22 @@ class KvLayout:
         scale_bytes = scales.astype("<f2").view(np.uint8).reshape(-1, 2)
         view[scale_at[:, None] + np.arange(2)] = scale_bytes
 
+    def write_kv_tokens(self, memory, bases, positions, k, k_scale, v, v_scale) -> None:
+        """:meth:`write_tokens` of K and V rows at once (addresses computed once): int8 ``k``,
+        ``v`` [count, head_dim] and binary16 scales [count] at 1-D ``bases``, ``positions``."""
+        view = _bytes(memory)
+        bases, positions = np.asarray(bases), np.asarray(positions)
+        offset = positions % PAGE_TOKENS
+        k_part = bases + positions // PAGE_TOKENS * self.page_bytes
+        k_row = k_part + BLOCK_BYTES + offset * self.row_bytes
+        rows = np.stack([np.asarray(k, np.int8), np.asarray(v, np.int8)])
+        starts = np.stack([k_row, k_row + self.part_bytes])
+        view[starts[..., None] + np.arange(self.head_dim)] = rows.view(np.uint8)
+        words = view[: view.size - view.size % 2].view("<u2")
+        scale_word = k_part // 2 + offset
+        scales = np.stack([np.asarray(k_scale, "<f2"), np.asarray(v_scale, "<f2")])
+        words[np.stack([scale_word, scale_word + self.part_bytes // 2])] = scales.view("<u2")
+
     def read_rows(self, memory, base: int, start: int, count: int, *, value: bool):
         """``(rows int8 [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
         return self.read_tokens(memory, base, start + np.arange(count), value=value)
@@ -155,24 +171,27 @@ class KvLayout:
 
     def read_kv_tokens(self, memory, bases, positions):
         """``(k, k_scale, v, v_scale)`` at (``bases``, ``positions``), addresses computed once
-        (the golden backend reads a whole batch of requests this way)."""
+        and K and V gathered together (the golden backend reads a whole batch this way)."""
         view = _bytes(memory)
         bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
         shape = bases.shape
         offset = (positions % PAGE_TOKENS).reshape(-1)
         k_part = (bases + positions // PAGE_TOKENS * self.page_bytes).reshape(-1)
-        blocks = view[: view.size - view.size % BLOCK_BYTES].reshape(-1, BLOCK_BYTES)
-        words = view[: view.size - view.size % 2].view("<u2")
         per_row = self.row_bytes // BLOCK_BYTES
+        v_blocks = self.part_bytes // BLOCK_BYTES  # from a K row (or scale) to its V one
+        blocks = view[: view.size - view.size % self.row_bytes].reshape(-1, BLOCK_BYTES)
         row_block = (k_part + BLOCK_BYTES + offset * self.row_bytes) // BLOCK_BYTES
-        out = []
-        for part in (0, self.part_bytes // BLOCK_BYTES):
-            index = (row_block + part)[:, None] + np.arange(per_row)
-            rows = blocks[index].reshape(-1, self.row_bytes)[:, : self.head_dim].view(np.int8)
-            scale_word = (k_part + part * BLOCK_BYTES) // 2 + offset
-            scales = words[scale_word].view("<f2").astype(np.float16)
-            out += [rows.reshape(*shape, self.head_dim), scales.reshape(shape)]
-        return tuple(out)
+        index = np.stack([row_block, row_block + v_blocks])  # [2, count]
+        if per_row > 1:
+            index = index[..., None] + np.arange(per_row)
+        rows = blocks[index].reshape(2, -1, self.row_bytes)[..., : self.head_dim].view(np.int8)
+        words = view[: view.size - view.size % 2].view("<u2")
+        scale_word = k_part // 2 + offset
+        scales = words[np.stack([scale_word, scale_word + v_blocks * BLOCK_BYTES // 2])]
+        scales = scales.view("<f2").astype(np.float16)
+        k, v = rows.reshape(2, *shape, self.head_dim)
+        k_scale, v_scale = scales.reshape(2, *shape)
+        return k, k_scale, v, v_scale
 
 
 def _bytes(memory) -> np.ndarray:

@@ -149,10 +149,23 @@ def _check_int(field: Field, value) -> int:
 def _element_values(field: Field, value) -> list[int]:
     if field.count is None:
         return [_check_int(field, value)]
-    values = np.asarray(value).reshape(-1).tolist()
+    values = _flat(value)
     if len(values) != field.count:
         raise ValueError(f"field {field.name!r} holds {field.count} elements, not {len(values)}")
     return [_check_int(field, v) for v in values]
+
+
+def _flat(value) -> list:
+    """The elements of ``value`` (an array or nested sequences) as Python objects, in order.
+
+    Not through ``np.asarray`` for sequences: it would turn integers beyond int64 (a 64-bit
+    unsigned field) into float64 and round them.
+    """
+    if isinstance(value, np.ndarray):
+        return value.reshape(-1).tolist()
+    if isinstance(value, list | tuple):
+        return [element for item in value for element in _flat(item)]
+    return [value]
 
 
 def _field_values(fields: tuple[Field, ...], values) -> list:
@@ -228,8 +241,8 @@ def unpack(fields, word: int) -> dict[str, int | list[int]]:
 
 def pack_array(values, width: int, *, signed: bool | None = True) -> int:
     """One payload from equal-width elements, element 0 lowest (an ``ArrayLayout``)."""
-    values = np.asarray(values).reshape(-1)
-    return pack([Field("element", width, signed, len(values))], [values]) if len(values) else 0
+    values = _flat(values)
+    return pack([Field("element", width, signed, len(values))], [values]) if values else 0
 
 
 def unpack_array(word: int, width: int, count: int, *, signed: bool | None = True) -> np.ndarray:

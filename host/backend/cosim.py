@@ -39,7 +39,7 @@ import weakref
 from abc import ABC, abstractmethod
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import ClassVar, NoReturn
+from typing import NoReturn
 
 from tandem.host.common.errors import CosimError, CosimTimeoutError
 
@@ -360,8 +360,6 @@ class StreamCodec(ABC):
     engine's :class:`StreamJob` for a request (engines without work are left out) and
     :meth:`decode` rebuilds the result from the outputs of every engine that ran.
     """
-
-    engines: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def engine_params(self) -> dict:

@@ -13,9 +13,13 @@ the stream engines) over a Unix socket in a private temporary folder:
   that dies raises :class:`CosimError` with the tail of its log; a call that takes longer than
   ``timeout_s`` (start-up: ``start_timeout_s``, which covers the first build) kills the
   simulator and raises :class:`CosimTimeoutError`. Nothing waits for ever.
+* **Bounded.** Every send and receive is bounded by ``timeout_s`` (a simulator that stopped
+  reading cannot block a large write for ever), and the launcher's liveness is checked before
+  every transaction (a killed launcher is noticed, and its orphaned simulator killed).
 * **Shutdown.** :meth:`CosimClient.close` (also at interpreter exit and when the client is
-  garbage collected) asks the server to finish, waits for the simulator to exit, and kills its
-  process group if it does not.
+  garbage collected) asks the server to finish, waits for the simulator to exit at most
+  :data:`CLOSE_GRACE_S` in all, and kills its process group. A client's temporary folder names
+  its host process; the next client removes the folders of hosts that died.
 
 :class:`StreamClient` adds the stream server's one message (a request of steps on the
 design's stream ports, see :mod:`tandem.sim.cosim.stream_server`) and
@@ -29,8 +33,10 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -48,12 +54,22 @@ from .backend import Backend, Call
 __all__ = [
     "BUDGET_FIXED",
     "BUDGET_PER_BEAT",
+    "CLOSE_GRACE_S",
     "CosimClient",
     "RtlStreamBackend",
     "StreamClient",
     "StreamCodec",
     "StreamJob",
+    "remove_stale_folders",
 ]
+
+#: Longest wait for the simulator to finish when a client closes, in all (then it is killed).
+CLOSE_GRACE_S = 10.0
+#: Prefix of the private temporary folder of each client (socket, launcher log).
+FOLDER_PREFIX = "tandem-cosim-"
+#: File in that folder naming the host process, so a later client can remove the folder of a
+#: host that died.
+HOST_PID_FILE = "host.pid"
 
 #: Wall-clock-independent cycle budget of one stream request: every beat may take this many
 #: cycles...
@@ -72,21 +88,31 @@ class _Process:
         self.log = None
 
 
-def _shutdown(state: _Process, grace_s: float = 30.0) -> None:
+def _shutdown(state: _Process, grace_s: float = CLOSE_GRACE_S) -> None:
+    """Ask the server to finish, wait at most ``grace_s`` in all, then kill what is left.
+
+    The launcher's whole process group is killed at the end whatever happened, so a simulator
+    orphaned by a killed launcher does not outlive the client.
+    """
+    deadline = time.monotonic() + grace_s
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
     if state.conn is not None:
         try:
+            _set_timeouts(state.conn, max(left(), 0.01))
             state.conn.send(("close",))
-            if state.conn.poll(grace_s):
+            if state.conn.poll(left()):
                 state.conn.recv()
         except (OSError, EOFError):
             pass
         state.conn.close()
         state.conn = None
     if state.proc is not None:
-        try:
-            state.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            _kill(state.proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            state.proc.wait(left())
+        _kill(state.proc)
         state.proc = None
     if state.log is not None:
         state.log.close()
@@ -96,9 +122,41 @@ def _shutdown(state: _Process, grace_s: float = 30.0) -> None:
         state.folder = None
 
 
+def _set_timeouts(conn: Connection, seconds: float) -> None:
+    """Bound every blocking send and receive on ``conn``'s socket to ``seconds``.
+
+    A simulator that stopped reading (suspended, or stuck in a long step) fills the socket
+    buffer; without a send timeout the host's ``send`` of a large write would block for ever.
+    """
+    sock = socket.socket(fileno=conn.fileno())
+    try:
+        whole = int(seconds)
+        value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    finally:
+        sock.detach()  # the Connection keeps the descriptor
+
+
+def remove_stale_folders() -> None:
+    """Remove the co-simulation folders of hosts that died without cleaning up."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            pid = int((folder / HOST_PID_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
+
+
 def _kill(proc: subprocess.Popen) -> None:
+    """Kill the launcher's process group (the launcher and the simulator it started)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the simulator it started
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
@@ -158,6 +216,19 @@ class CosimClient:
         return self._state.conn is not None
 
     @property
+    def process_group(self) -> int | None:
+        """The launcher's process id, which is also the id of the process group that holds
+        it and the simulator it started; None while nothing runs."""
+        proc = self._state.proc
+        return None if proc is None else proc.pid
+
+    @property
+    def folder(self) -> Path | None:
+        """The client's private temporary folder (socket, launcher log) while it runs."""
+        folder = self._state.folder
+        return None if folder is None else Path(folder.name)
+
+    @property
     def log_file(self) -> Path | None:
         """The simulator's log (cocotb's output), once started."""
         return None if self._run_dir is None else self._run_dir / "sim.log"
@@ -169,8 +240,10 @@ class CosimClient:
         if self._closed:
             raise CosimError("the RTL backend is closed")
         state = self._state
-        state.folder = tempfile.TemporaryDirectory(prefix="tandem-cosim-")
+        remove_stale_folders()
+        state.folder = tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX)
         folder = Path(state.folder.name)
+        (folder / HOST_PID_FILE).write_text(str(os.getpid()))
         self._run_dir = self.run_dir or folder / "run"
         path = str(folder / "cosim.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -245,8 +318,14 @@ class CosimClient:
         """Start the simulator if needed and send ``message`` without waiting for the reply."""
         if not self.started:
             self._start()
+        state = self._state
+        if state.proc.poll() is not None:  # the launcher is gone (killed, or crashed)
+            self._died()
         try:
-            self._state.conn.send(message)
+            _set_timeouts(state.conn, max(self.timeout_s, 1e-3))  # 0 would mean never
+            state.conn.send(message)
+        except BlockingIOError:  # the send timed out: nobody reads the socket
+            self._stop_for_timeout(f"take {message[0]!r}")
         except OSError:
             self._died()
 
@@ -261,22 +340,27 @@ class CosimClient:
             raise CosimError(f"the {self.simulator} simulator is not running")
         try:
             reply = self._wait()
+        except BlockingIOError:  # a reply that started but stopped coming
+            reply = None
         except (EOFError, OSError):
             self._died()
         if reply is None:
-            _kill(state.proc)
-            _shutdown(state, grace_s=1)
-            raise CosimTimeoutError(
-                f"the {self.simulator} simulator did not answer {op!r} within "
-                f"{self.timeout_s:g} s; it has been stopped"
-            )
+            self._stop_for_timeout(f"answer {op!r}")
         if reply[0] == "error":
             raise CosimError(f"{self.simulator}: {reply[1]}")
         return reply[1:]
 
+    def _stop_for_timeout(self, what: str) -> NoReturn:
+        _kill(self._state.proc)
+        _shutdown(self._state, grace_s=1)
+        raise CosimTimeoutError(
+            f"the {self.simulator} simulator did not {what} within {self.timeout_s:g} s; "
+            "it has been stopped"
+        )
+
     def _died(self) -> NoReturn:
         tail = self._tail()
-        _shutdown(self._state, grace_s=5)
+        _shutdown(self._state, grace_s=1)
         raise CosimError(f"the {self.simulator} simulator died: {tail}") from None
 
     def _wait(self):
@@ -293,7 +377,8 @@ class CosimClient:
                 raise EOFError
 
     def close(self) -> None:
-        """Ask the simulator to finish and wait for it (kill it after 30 s)."""
+        """Ask the simulator to finish and wait for it, at most :data:`CLOSE_GRACE_S` in all
+        (then its process group is killed)."""
         self._closed = True
         self._finalizer()
 

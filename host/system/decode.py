@@ -775,8 +775,9 @@ def run(args) -> int:
     steps = len(result.step_cycles)
     rate = result.decode_tokens / result.wall_s if result.wall_s > 0 else float("nan")
     print(
-        f"prefill {result.prefill_s:.2f} s; {steps} decode steps, {result.decode_tokens} tokens "
-        f"in {result.wall_s:.2f} s: {rate:.2f} tokens/s of the simulation"
+        f"prefill {result.prefill_s:.2f} s (it gives each sequence's first token); {steps} decode "
+        f"steps, {result.decode_tokens} more tokens in {result.wall_s:.2f} s: {rate:.2f} "
+        "tokens/s of the simulation"
     )
     cycle_kind = "simulated RTL" if args.backend == "rtl" else "modelled"
     for s, cycles in enumerate(result.step_cycles, start=1):

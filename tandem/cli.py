@@ -8,6 +8,7 @@ traceback).
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -161,7 +162,14 @@ def _add_tool_family(sub, kind: str, help_text: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tandem`` argument parser."""
-    parser = _Parser(prog="tandem", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    parser = _Parser(
+        prog="tandem",
+        description="Generators, golden models, verification, mappers and the host runtime of "
+        "the accelerator half of GPU + FPGA/ACAP systems.",
+    )
+    parser.add_argument("--version", action="version", version=f"tandem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("designs", help="list every design with its parameters and defaults")
@@ -232,9 +240,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tandem`` command."""
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else list(argv)):
+        parser.print_usage(sys.stderr)  # a bare `tandem`: show what it takes, then the error
     args = parser.parse_args(argv)
     try:
         status = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that left shows here, not at exit
+    except BrokenPipeError:
+        # The reader went away (`tandem designs | head`): not an error of ours. Point stdout at
+        # /dev/null so Python's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except UserError as exc:
         sys.stderr.write(f"tandem: error: {exc}\n")
         return 2

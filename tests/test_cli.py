@@ -138,3 +138,26 @@ def test_every_package_folder_is_listed_in_pyproject():
         for init in (root / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(root / folder).parts
             assert ".".join((import_name, *rel)) in listed, init
+
+
+def test_version_bare_command_and_a_reader_that_leaves(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tandem import __version__
+
+    run = [sys.executable, "-m", "tandem"]
+    out = subprocess.run([*run, "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"tandem {__version__}"
+    bare = subprocess.run(run, capture_output=True, text=True)
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: tandem")
+    assert "Traceback" not in bare.stderr
+    # `tandem designs | head`: the reader is gone before tandem writes (no reader at all).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    designs = subprocess.run([*run, "designs", "--json"], stdout=write_end,
+                             stderr=subprocess.PIPE)  # fmt: skip
+    os.close(write_end)
+    assert designs.returncode == 0
+    assert b"Traceback" not in designs.stderr and b"BrokenPipe" not in designs.stderr

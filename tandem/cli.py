@@ -184,7 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sim", help="cocotb regression of a design against its golden model")
     _add_params(p)
-    p.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    p.add_argument(
+        "--simulator",
+        choices=("verilator", "icarus"),
+        default="verilator",
+        help="HDL simulator (default verilator; icarus is the second, slower one)",
+    )
     p.add_argument("--seed", type=int, help="random seed of the stimulus (default: random)")
     p.add_argument("--waves", action="store_true", help="dump a waveform")
     p.add_argument("--testcase", help="run only this cocotb test")

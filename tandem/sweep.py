@@ -421,7 +421,12 @@ def add_arguments(parser) -> None:
         "--scheduler", metavar="ADDRESS", help="an existing Dask scheduler (default: local)"
     )
     parser.add_argument("--workers", type=int, default=2, help="local cluster's worker processes")
-    parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    parser.add_argument(
+        "--simulator",
+        choices=("verilator", "icarus"),
+        default="verilator",
+        help="HDL simulator (default verilator; icarus is the second, slower one)",
+    )
     parser.add_argument(
         "--no-synth", action="store_true", help="skip synthesis (throughput only, no Pareto plot)"
     )

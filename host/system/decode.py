@@ -656,7 +656,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, help="sequences (prompts reused in turn)")
     parser.add_argument("--hpus", type=int, default=1, help="HPU cards (default 1)")
     parser.add_argument("--backend", choices=("golden", "rtl"), default="golden")
-    parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    parser.add_argument(
+        "--simulator",
+        choices=("verilator", "icarus"),
+        default="verilator",
+        help="HDL simulator (default verilator; icarus is the second, slower one)",
+    )
     parser.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace JSON here")
     parser.add_argument(
         "--model",

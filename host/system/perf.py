@@ -968,10 +968,16 @@ def _batches(text: str) -> list[int]:
 
 def add_arguments(parser) -> None:
     """Options of ``tandem perf decode``."""
-    parser.add_argument("--model", required=True, help="model shape (constraints/models)")
-    parser.add_argument("--gpu", required=True, help="GPU (constraints/gpus)")
+    from tandem.boards import board_names, gpu_names
+
+    parser.add_argument("--model", required=True, help=f"model shape: {', '.join(model_names())}")
+    parser.add_argument("--gpu", required=True, help=f"GPU: {', '.join(gpu_names())}")
     parser.add_argument("--hpus", type=int, default=0, help="HPU cards beside the GPU (default 0)")
-    parser.add_argument("--hpu-board", default="u55c", help="board of the HPU cards (default u55c)")
+    parser.add_argument(
+        "--hpu-board",
+        default="u55c",
+        help=f"board of the HPU cards (default u55c): {', '.join(board_names())}",
+    )
     parser.add_argument(
         "--batch", default="1,8,16,32,64", help="comma-separated batch sizes (default 1,8,16,32,64)"
     )

@@ -78,7 +78,7 @@ def _runtime(memories, max_seq_len=512, max_slice_tokens=None, slots=256):
     ("memories", "max_seq_len", "max_slice_tokens"),
     [
         ([40 * PAGE, 40 * PAGE, 40 * PAGE], 512, None),  # several cards, no split
-        ([12 * PAGE, 9 * PAGE + 100], 512, None),  # splits from memory
+        ([12 * PAGE, 9 * PAGE + 64], 512, None),  # splits from memory (a tail short of a page)
         ([64 * PAGE, 64 * PAGE], 128, None),  # splits from max_seq_len
         ([64 * PAGE, 64 * PAGE, 64 * PAGE], 512, 48),  # splits from max_slice_tokens
     ],

@@ -18,6 +18,7 @@ one line naming the bad value), build requests and hand them to :meth:`Device._r
 
 from typing import ClassVar
 
+from tandem.host.common.checks import label
 from tandem.host.common.errors import DeviceClosedError
 
 from .backend import BACKENDS, Backend
@@ -44,8 +45,9 @@ class Device:
     backends: ClassVar[dict[str, type[Backend]]] = {}
 
     def __init__(self, params, *, backend: str, name: str, options: dict):
-        if backend not in BACKENDS:
+        if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        label(name, "name")
         if backend == "golden" and options:
             raise ValueError(f"the golden backend takes no options, got {sorted(options)}")
         self.params = params

@@ -36,7 +36,7 @@ import numpy as np
 from tandem.host.backend.backend import ArrayMemory, Backend, Call, MemoryPort, check_span
 from tandem.host.backend.cosim import CosimClient
 from tandem.host.backend.device import Device
-from tandem.host.common.checks import int_array
+from tandem.host.common.checks import flag, instance, int_array, integer, positive_int
 from tandem.host.common.errors import CapacityError
 from tandem.host.common.threads import one_blas_thread
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
@@ -363,13 +363,20 @@ class HpuDevice(Device):
         name: str = "hpu0",
         **options,
     ):
-        params = HpuParams() if params is None else params
+        params = instance(HpuParams() if params is None else params, HpuParams, "params")
+        memory_bytes = integer(memory_bytes, "memory_bytes")
+        if memory_bytes % BLOCK_BYTES:
+            raise ValueError(
+                f"memory_bytes must be a multiple of {BLOCK_BYTES}, not {memory_bytes}"
+            )
         if memory_bytes < params.layout.page_bytes:
-            raise ValueError(f"memory_bytes must hold one page, not {memory_bytes}")
-        if max_sequences < 1:
-            raise ValueError(f"max_sequences must be at least 1, not {max_sequences}")
-        self.capacity_bytes = int(memory_bytes)
-        self.max_sequences = int(max_sequences)
+            raise ValueError(
+                f"memory_bytes must hold one page ({params.layout.page_bytes} bytes), "
+                f"not {memory_bytes}"
+            )
+        integer(memory_bytes, "memory_bytes", hi=1 << params.addr_bits, what=" (2**addr_bits)")
+        self.capacity_bytes = memory_bytes
+        self.max_sequences = positive_int(max_sequences, "max_sequences")
         super().__init__(params, backend=backend, name=name, options=options)
         self._free: list[tuple[int, int]] = [(0, self.capacity_bytes)]  # (start, size)
         self._allocs: dict[int, SeqAlloc] = {}
@@ -402,10 +409,12 @@ class HpuDevice(Device):
 
     def bytes_for(self, tokens: int, heads: int = 1) -> int:
         """Bytes an allocation of ``heads`` regions of ``tokens`` tokens reserves."""
+        tokens, heads = self._tokens(tokens), positive_int(heads, "heads")
         return heads * self.params.layout.region_bytes(tokens)
 
     def tokens_fit(self, heads: int = 1) -> int:
         """Most tokens (whole pages, at most ``max_seq_len``) one new allocation can hold."""
+        heads = positive_int(heads, "heads")
         if self.free_sequences == 0:
             return 0
         pages = self.largest_free // (heads * self.params.layout.page_bytes)
@@ -419,14 +428,7 @@ class HpuDevice(Device):
         """
         self._check_open()
         p = self.params
-        if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool):
-            raise ValueError(f"tokens must be an integer, not {tokens!r}")
-        if not isinstance(heads, (int, np.integer)) or isinstance(heads, bool):
-            raise ValueError(f"heads must be an integer, not {heads!r}")
-        if not 1 <= tokens <= p.max_seq_len:
-            raise ValueError(f"tokens must be in 1..{p.max_seq_len} (max_seq_len), not {tokens}")
-        if heads < 1:
-            raise ValueError(f"heads must be at least 1, not {heads}")
+        tokens, heads = self._tokens(tokens), positive_int(heads, "heads")
         if self.free_sequences == 0:
             raise CapacityError(f"{self.name}: all {self.max_sequences} sequence slots are in use")
         region = p.layout.region_bytes(tokens)
@@ -449,6 +451,9 @@ class HpuDevice(Device):
         self._next_handle += 1
         return alloc
 
+    def _tokens(self, tokens) -> int:
+        return integer(tokens, "tokens", 1, self.params.max_seq_len, " (max_seq_len)")
+
     def free(self, seq: SeqAlloc) -> None:
         """Release ``seq``'s memory and slot."""
         self._own(seq)
@@ -466,8 +471,14 @@ class HpuDevice(Device):
 
     def _own(self, seq: SeqAlloc) -> None:
         self._check_open()
+        if not isinstance(seq, SeqAlloc):
+            raise ValueError(f"seq must be a SeqAlloc (from allocate), not {type(seq).__name__}")
         if seq.freed or self._allocs.get(seq.handle) is not seq:
             raise ValueError(f"{self.name}: sequence {seq.handle} is not allocated on this device")
+
+    def _head(self, seq: SeqAlloc, head) -> int:
+        """``head`` of the allocated ``seq``, checked (a negative index is no head)."""
+        return integer(head, "head", 0, seq.heads - 1, f" (sequence {seq.handle}'s heads)")
 
     # --- host writes ---------------------------------------------------------------------
     def write_kv(self, seq: SeqAlloc, head: int, k, k_scale, v, v_scale, start: int = 0) -> None:
@@ -477,11 +488,16 @@ class HpuDevice(Device):
         ``start + n``.
         """
         self._own(seq)
-        layout = self.params.layout
-        k = _rows(k, self.params.head_dim, 8, "k")
-        v = _rows(v, self.params.head_dim, 8, "v")
+        head = self._head(seq, head)
+        start = integer(start, "start")
+        layout, d = self.params.layout, self.params.head_dim
+        k = int_array(k, "k", 8, ndim=(2,))
+        v = int_array(v, "v", 8, ndim=(2,))
+        if k.shape[1] != d or v.shape[1] != d:
+            raise ValueError(f"k and v must be [n, {d}] (head_dim), not {k.shape} and {v.shape}")
         n = len(k)
-        if len(v) != n or np.size(k_scale) != n or np.size(v_scale) != n:
+        k_scale, v_scale = _scales(k_scale, "k_scale"), _scales(v_scale, "v_scale")
+        if len(v) != n or k_scale.size != n or v_scale.size != n:
             raise ValueError("k, v, k_scale and v_scale must cover the same tokens")
         if start < 0 or start > seq.lengths[head] or start + n > seq.capacity:
             raise ValueError(
@@ -502,21 +518,22 @@ class HpuDevice(Device):
         seq.lengths[head] = max(seq.lengths[head], start + n)
 
     def append(self, seq: SeqAlloc, head: int, k, k_scale, v, v_scale) -> None:
-        """Host write of one token (or several rows) at the end of head ``head``."""
-        k = np.asarray(k).reshape(-1, self.params.head_dim)
-        self.write_kv(
-            seq,
-            head,
-            k,
-            np.reshape(k_scale, -1),
-            np.asarray(v).reshape(-1, self.params.head_dim),
-            np.reshape(v_scale, -1),
-            start=int(seq.lengths[head]),
-        )
+        """Host write of one token (or several rows) at the end of head ``head``.
+
+        ``k`` and ``v`` are one row [head_dim] or rows [n, head_dim]; the scales one value
+        (a scalar for one row) per row.
+        """
+        self._own(seq)
+        head = self._head(seq, head)
+        d = self.params.head_dim
+        k, v = (_token_rows(x, name, d) for x, name in ((k, "k"), (v, "v")))
+        k_scale, v_scale = _scales(k_scale, "k_scale"), _scales(v_scale, "v_scale")
+        self.write_kv(seq, head, k, k_scale, v, v_scale, start=int(seq.lengths[head]))
 
     def read_kv(self, seq: SeqAlloc, head: int):
         """``(k, k_scale, v, v_scale)`` stored for head ``head`` (host read, for checks)."""
         self._own(seq)
+        head = self._head(seq, head)
         layout = self.params.layout
         n = int(seq.lengths[head])
         span = self.backend.memory.read(seq.base(head), layout.region_bytes(max(n, 1)))
@@ -537,13 +554,16 @@ class HpuDevice(Device):
         A head may appear more than once; each call sees the tokens the earlier ones appended.
         """
         self._check_open()
+        if not isinstance(calls, (list, tuple)):
+            raise ValueError(f"calls must be a list of Attend, not {type(calls).__name__}")
         count = len(calls)
         if not count:
             return []
         p = self.params
+        for index, call in enumerate(calls):
+            _check_call(index, call)
         q = _stacked([c.q for c in calls], p.head_dim, p.q_bits, "q", p.gqa_group)
-        q_scale = np.asarray([c.q_scale for c in calls], dtype=np.float16)
-        q_scale = q_scale.reshape(count, p.gqa_group)
+        q_scale = _stacked_scales([c.q_scale for c in calls], "q_scale", p.gqa_group)
         append = np.array([c.new is not None for c in calls], dtype=bool)
         new_k = np.zeros((count, p.head_dim), dtype=np.int64)
         new_v = np.zeros((count, p.head_dim), dtype=np.int64)
@@ -553,15 +573,16 @@ class HpuDevice(Device):
             adding = [c.new for c, a in zip(calls, append, strict=True) if a]
             new_k[append] = _stacked([n[0] for n in adding], p.head_dim, 8, "new k", 1)[:, 0]
             new_v[append] = _stacked([n[2] for n in adding], p.head_dim, 8, "new v", 1)[:, 0]
-            new_k_scale[append] = [np.reshape(n[1], -1)[0] for n in adding]
-            new_v_scale[append] = [np.reshape(n[3], -1)[0] for n in adding]
+            new_k_scale[append] = _stacked_scales([n[1] for n in adding], "new k_scale", 1)[:, 0]
+            new_v_scale[append] = _stacked_scales([n[3] for n in adding], "new v_scale", 1)[:, 0]
         seq_id = np.zeros(count, dtype=np.int64)
         base = np.zeros(count, dtype=np.int64)
         length = np.zeros(count, dtype=np.int64)
         lengths: dict[tuple[int, int], int] = {}
         for index, call in enumerate(calls):
-            seq, head = call.seq, call.head
+            seq = call.seq
             self._own(seq)
+            head = self._head(seq, call.head)
             key = (seq.handle, head)
             now = lengths.get(key)
             if now is None:
@@ -590,7 +611,7 @@ class HpuDevice(Device):
             new_v=new_v,
             new_k_scale=new_k_scale,
             new_v_scale=new_v_scale,
-            partial=np.array([c.partial for c in calls], dtype=bool),
+            partial=np.array([bool(c.partial) for c in calls], dtype=bool),
         )
         results = self._run(batch)
         for (handle, head), now in lengths.items():
@@ -608,22 +629,72 @@ class HpuDevice(Device):
 HpuDevice.backends = {"golden": GoldenHpuBackend, "rtl": RtlHpuBackend}
 
 
+def _check_call(index: int, call) -> None:
+    """The parts of one :class:`Attend` that are not arrays: its type, ``new``, ``partial``."""
+    if not isinstance(call, Attend):
+        raise ValueError(f"calls[{index}] must be an Attend, not {type(call).__name__}")
+    if call.new is not None and (not isinstance(call.new, (tuple, list)) or len(call.new) != 4):
+        raise ValueError(f"calls[{index}].new must be (k, k_scale, v, v_scale) or None")
+    flag(call.partial, f"calls[{index}].partial")
+
+
 def _stacked(arrays: list, head_dim: int, bits: int, name: str, rows: int) -> np.ndarray:
-    """Each of ``arrays`` as ``rows`` rows of ``head_dim`` integers, checked, stacked: int64
-    [len(arrays), rows, head_dim] (one check for the whole batch; per item for its message)."""
+    """Each of ``arrays`` as ``rows`` rows of ``head_dim`` integers ([rows, head_dim], or
+    [head_dim] for one row), checked, stacked: int64 [len(arrays), rows, head_dim] (one check
+    for the whole batch; per item for its message)."""
+    count = len(arrays)
     try:
         stack = np.asarray(arrays)
-    except ValueError:  # ragged
+    except (ValueError, TypeError):  # ragged
         stack = None
-    if stack is None or stack.dtype == object or stack.size != len(arrays) * rows * head_dim:
+    shapes = [(count, rows, head_dim)] + ([(count, head_dim)] if rows == 1 else [])
+    if stack is None or stack.dtype == object or stack.shape not in shapes:
         for values in arrays:
-            _rows(values, head_dim, bits, name, rows=rows)
-    return int_array(stack, name, bits).reshape(len(arrays), rows, head_dim)
+            _token_rows(values, name, head_dim, bits, rows)
+    return int_array(stack, name, bits).reshape(count, rows, head_dim)
 
 
-def _rows(values, head_dim: int, bits: int, name: str, rows: int | None = None) -> np.ndarray:
-    """``values`` as int64 [n, head_dim], checked against the signed ``bits``-bit range."""
-    array = int_array(values, name, bits).reshape(-1, head_dim)
-    if rows is not None and len(array) != rows:
-        raise ValueError(f"{name} must have {rows} rows of {head_dim}, not {len(array)}")
+def _token_rows(values, name: str, head_dim: int, bits: int = 8, rows: int | None = None):
+    """``values`` as int64 [n, head_dim] (one row may come as [head_dim]), checked against the
+    signed ``bits``-bit range; exactly ``rows`` rows unless None."""
+    array = int_array(values, name, bits, ndim=(1, 2))
+    shape = array.shape
+    if array.ndim == 1:
+        array = array[None]
+    if array.shape[1] != head_dim or (rows is not None and len(array) != rows):
+        want = f"{rows} rows" if rows is not None else "rows"
+        raise ValueError(f"{name} must have {want} of {head_dim}, not shape {shape}")
     return array
+
+
+def _scales(values, name: str) -> np.ndarray:
+    """``values`` as binary16 [n] (a scalar is one value), checked: real, finite, >= 0."""
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError):
+        array = np.asarray(None)  # ragged: rejected below
+    if array.dtype.kind not in "iuf" or array.ndim > 1:
+        raise ValueError(
+            f"{name} must be real numbers [n], not {array.dtype} of shape {array.shape}"
+        )
+    with np.errstate(over="ignore"):  # too large for binary16: inf, rejected
+        return check_scales(name, array.reshape(-1))
+
+
+def _stacked_scales(scales: list, name: str, per_call: int) -> np.ndarray:
+    """Each of ``scales`` as ``per_call`` binary16 values, checked, stacked: [len, per_call]."""
+    count = len(scales)
+    try:
+        stack = np.asarray(scales)
+    except (ValueError, TypeError):  # ragged
+        stack = None
+    shapes = [(count, per_call)] + ([(count,)] if per_call == 1 else [])
+    if stack is None or stack.dtype.kind not in "iuf" or stack.shape not in shapes:
+        for index, values in enumerate(scales):
+            got = _scales(values, f"{name} of calls[{index}]")
+            if got.size != per_call:
+                raise ValueError(
+                    f"{name} of calls[{index}] must hold {per_call} values, not {got.size}"
+                )
+    with np.errstate(over="ignore"):
+        return check_scales(name, stack).reshape(count, per_call)

@@ -26,7 +26,7 @@ import numpy as np
 from tandem.host.backend.backend import Backend, Call
 from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
-from tandem.host.common.checks import int_array
+from tandem.host.common.checks import instance, int_array, integer, real_array
 from tandem.mappings.rnn.schedule import sequence_cycles
 from tandem.mappings.rnn.tiling import TileProgram, build_program, packed_rows
 from tandem.mappings.rnn.writer import load_program
@@ -257,7 +257,7 @@ class RnnDevice(Device):
         **options,
     ):
         super().__init__(
-            RnnParams() if params is None else params,
+            instance(RnnParams() if params is None else params, RnnParams, "params"),
             backend=backend,
             name=name,
             options=options,
@@ -283,6 +283,7 @@ class RnnDevice(Device):
         it, or a :class:`~tandem.host.rnn.golden.QuantLstm`. Returns the quantized model.
         """
         p = self.params
+        layer = integer(layer, "layer", lo=0)
         if isinstance(source, (str, Path)):
             try:
                 program, arrays = load_program(source)
@@ -337,7 +338,15 @@ class RnnDevice(Device):
         return model
 
     def _check_state_dict(self, state_dict, layer: int) -> None:
-        """One clear line when ``state_dict`` is the other cell's (4H vs 3H gate rows)."""
+        """One clear line when ``state_dict`` is the other cell's (4H vs 3H gate rows), or when
+        one of the layer's tensors is not a finite real matrix (weights) or vector (biases)."""
+        for name, dims in (("weight_ih", 2), ("weight_hh", 2), ("bias_ih", 1), ("bias_hh", 1)):
+            key = f"{name}_l{layer}"
+            if key in state_dict:
+                value = state_dict[key]
+                if hasattr(value, "detach"):  # a torch tensor
+                    value = value.detach().cpu().numpy()
+                real_array(value, f"state_dict[{key!r}]", ndim=(dims,))
         key = f"weight_hh_l{layer}"
         if key not in state_dict:
             return  # quantize_lstm names the missing key
@@ -352,12 +361,13 @@ class RnnDevice(Device):
                 )
 
     def quantize(self, x) -> np.ndarray:
-        """Float inputs to the engine's int16 with ``state_frac`` fraction bits."""
-        return quantize_state(self.params, x)
+        """Finite float inputs to the engine's int16 with ``state_frac`` fraction bits
+        (rounded, saturating)."""
+        return quantize_state(self.params, real_array(x, "x"))
 
     def to_float(self, state) -> np.ndarray:
         """int16 h or c to float."""
-        return np.asarray(state, np.float64) * 2.0**-self.params.state_frac
+        return int_array(state, "state", 16) * 2.0**-self.params.state_frac
 
     def run(self, x) -> tuple[np.ndarray, np.ndarray | None]:
         """Run the sequences ``x`` (T, B, X) int16 from zero state.

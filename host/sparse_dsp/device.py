@@ -23,7 +23,7 @@ import numpy as np
 from tandem.host.backend.backend import Backend, Call
 from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
-from tandem.host.common.checks import int_array
+from tandem.host.common.checks import instance, int_array
 from tandem.mappings.nm import NMPacked, NMPattern, mpe_streams, pack_nm
 from tandem.mappings.nm.engine import FILL_BEYOND_STAGES, MpeStreams, request_cycles
 
@@ -165,7 +165,7 @@ class SparseMpeDevice(Device):
         **options,
     ):
         super().__init__(
-            SparseMpeParams() if params is None else params,
+            instance(SparseMpeParams() if params is None else params, SparseMpeParams, "params"),
             backend=backend,
             name=name,
             options=options,
@@ -187,13 +187,17 @@ class SparseMpeDevice(Device):
             except (OSError, KeyError, ValueError) as exc:
                 raise ValueError(f"{weights}: not a packed N:M .npz ({exc})") from None
         elif isinstance(weights, NMPacked):
+            if pattern is not None and _pattern(pattern) != weights.pattern:
+                raise ValueError(f"the weights are packed {weights.pattern}, not {pattern}")
             packed = weights
         else:
             if pattern is None:
                 raise ValueError("a dense weight matrix needs pattern (for example '2:4')")
-            if not isinstance(pattern, NMPattern):
-                pattern = NMPattern.parse(pattern)
-            packed = pack_nm(weights, pattern)
+            pattern = _pattern(pattern)
+            shape = np.shape(weights) if isinstance(weights, np.ndarray) else None
+            if shape is not None and len(shape) == 2 and 0 in shape:
+                raise ValueError(f"weights must have rows and columns, not shape {shape}")
+            packed = pack_nm(weights, pattern)  # NMError names what is not N:M int8
         packed.pattern.check_supported(self.params.max_m)
         cols_padded = packed.groups * packed.pattern.m
         if cols_padded > self.params.max_k:
@@ -254,6 +258,15 @@ class SparseMpeDevice(Device):
     def __repr__(self) -> str:
         loaded = "empty" if self.packed is None else f"{self.shape} at {self.packed.pattern}"
         return f"SparseMpeDevice({self.name!r}, backend={self.backend.name!r}, {loaded})"
+
+
+def _pattern(pattern) -> NMPattern:
+    """``pattern`` (an :class:`NMPattern` or ``"N:M"``) as an NMPattern; NMError when bad."""
+    if isinstance(pattern, NMPattern):
+        return pattern
+    if not isinstance(pattern, str):
+        raise ValueError(f"pattern must be 'N:M' or an NMPattern, not {pattern!r}")
+    return NMPattern.parse(pattern)
 
 
 SparseMpeDevice.backends = {"golden": GoldenMpeBackend, "rtl": RtlMpeBackend}

@@ -27,7 +27,7 @@ from tandem.host.backend.backend import Backend, Call
 from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
 from tandem.host.common.arith import wrap
-from tandem.host.common.checks import int_array
+from tandem.host.common.checks import flag, instance, int_array, integer, positive_int, real_array
 
 from .golden import (
     GcnResult,
@@ -377,15 +377,27 @@ class SpmmDevice(Device):
         from tandem.mappings.spmm.cost import CostModel
 
         from tandem.boards import load_board
+        from tandem.errors import UserError
 
         systolic = SystolicParams() if systolic is None else systolic
         sparse = SparseEngineParams() if sparse is None else sparse
-        if features < 1:
-            raise ValueError(f"features must be at least 1, not {features}")
-        self.model = CostModel(
-            systolic, sparse, load_board(board), sparse.tile if tile is None else tile, features
-        )
+        instance(systolic, SystolicParams, "systolic")
+        instance(sparse, SparseEngineParams, "sparse")
+        features = positive_int(features, "features")
+        if tile is not None:
+            tile = integer(
+                tile, "tile", systolic.rows, sparse.tile, " (systolic rows..sparse tile)"
+            )
+        if not isinstance(board, str):
+            raise ValueError(f"board must be a board name, not {board!r}")
+        try:  # an unknown board, formats that differ, too few DSPs: one line, as ValueError
+            model = CostModel(
+                systolic, sparse, load_board(board), sparse.tile if tile is None else tile, features
+            )
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
         super().__init__((systolic, sparse), backend=backend, name=name, options=options)
+        self.model = model
         self.mapping = None
         self.adjacency = None
 
@@ -402,7 +414,7 @@ class SpmmDevice(Device):
         """
         import scipy.sparse as sp
         from tandem.mappings.spmm.graph import gcn_normalize
-        from tandem.mappings.spmm.mapper import map_adjacency
+        from tandem.mappings.spmm.mapper import Mapping, map_adjacency
 
         if not sp.issparse(adjacency) or adjacency.ndim != 2:
             raise ValueError(
@@ -410,6 +422,12 @@ class SpmmDevice(Device):
             )
         if adjacency.shape[0] != adjacency.shape[1]:
             raise ValueError(f"adjacency must be square, not {adjacency.shape}")
+        if adjacency.shape[0] == 0:
+            raise ValueError("adjacency has no node (shape (0, 0))")
+        real_array(adjacency.data, "adjacency values")
+        normalize = flag(normalize, "normalize")
+        if mapping is not None:
+            instance(mapping, Mapping, "mapping")
         a = gcn_normalize(adjacency) if normalize else sp.csr_matrix(adjacency)
         a.sum_duplicates()
         a.sort_indices()
@@ -436,6 +454,7 @@ class SpmmDevice(Device):
         the RTL backend always does.
         """
         mapping = self._loaded()
+        streams = flag(streams, "streams")
         systolic = mapping.model.systolic
         x = int_array(features, "features", systolic.x_bits, ndim=(2,))
         if x.shape != (mapping.nodes, self.features):
@@ -450,7 +469,9 @@ class SpmmDevice(Device):
         transform, same quantization; the aggregation goes through this device's backend).
         """
         mapping = self._loaded()
-        x, w = np.asarray(x), np.asarray(w)
+        streams = flag(streams, "streams")
+        x, w = real_array(x, "x"), real_array(w, "w")
+        device = _torch_device(device)
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
             raise ValueError(f"x {x.shape} and w {w.shape} do not multiply")
         if x.shape[0] != mapping.nodes or w.shape[1] != self.features:
@@ -460,6 +481,8 @@ class SpmmDevice(Device):
             )
         systolic = mapping.model.systolic
         xw, used = gpu_transform(x, w, device)
+        if not np.isfinite(xw).all():
+            raise ValueError("x · w overflows float32 (x or w too large)")
         features, scale = quantize_features(xw, systolic)
         acc = self.aggregate(features, streams=streams)
         output = acc.astype(np.float64) * (scale / (1 << systolic.a_frac))
@@ -474,6 +497,22 @@ class SpmmDevice(Device):
         return (
             f"SpmmDevice({self.name!r}, backend={self.backend.name!r}, F={self.features}, {loaded})"
         )
+
+
+def _torch_device(device: str | None) -> str | None:
+    """``device`` checked to name a torch device this machine has (None: CUDA if present)."""
+    if device is None:
+        return None
+    import torch
+
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a torch device name such as 'cpu', not {device!r}")
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"device {device!r} is not usable here ({reason})") from None
+    return device
 
 
 SpmmDevice.backends = {"golden": GoldenSpmmBackend, "rtl": RtlSpmmBackend}

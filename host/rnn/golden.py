@@ -397,8 +397,10 @@ def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
 
 def quantize_state(params: RnnParams, x) -> np.ndarray:
     """Float x (any shape) to int16 with ``state_frac`` fraction bits, rounded, saturating."""
-    q = np.rint(np.asarray(x, dtype=np.float64) * 2.0**params.state_frac)
-    return saturate(np.clip(q, -(2**40), 2**40).astype(np.int64), STATE_BITS, True)
+    bound = 2.0**40 / 2.0**params.state_frac  # far beyond int16: saturates the same way
+    x = np.clip(np.asarray(x, dtype=np.float64), -bound, bound)
+    q = np.rint(x * 2.0**params.state_frac)
+    return saturate(q.astype(np.int64), STATE_BITS, True)
 
 
 # --- golden model --------------------------------------------------------------------------

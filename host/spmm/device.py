@@ -479,6 +479,10 @@ class SpmmDevice(Device):
                 f"x must have {mapping.nodes} rows and w {self.features} columns, "
                 f"not {x.shape} and {w.shape}"
             )
+        limit = float(np.finfo(np.float32).max)
+        for name, array in (("x", x), ("w", w)):
+            if array.size and np.abs(array).max() > limit:
+                raise ValueError(f"{name} exceeds float32's range (X · W runs in float32)")
         systolic = mapping.model.systolic
         xw, used = gpu_transform(x, w, device)
         if not np.isfinite(xw).all():

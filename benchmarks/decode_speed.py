@@ -21,6 +21,8 @@ import time
 
 from tandem.bench import Figures, add_figures_option, skip
 
+#: Longest sequence (prompt + new tokens) the benchmark's engine holds.
+MAX_SEQ_LEN = 1024
 #: Target of the host-runtime issue: the golden HPU decode at >= 0.8x torch attention's tokens/s.
 TARGET_RATIO = 0.8
 
@@ -78,10 +80,18 @@ def main(argv=None) -> int:
         ("--prompt-tokens", args.prompt_tokens),
         ("--new-tokens", args.new_tokens),
         ("--repeat", args.repeat),
+        ("--threads", 1 if args.threads is None else args.threads),
     ):
         if value < 1:
             print(f"decode_speed: {flag} must be at least 1, not {value}", file=sys.stderr)
             return 2
+    if args.prompt_tokens + args.new_tokens > MAX_SEQ_LEN:
+        print(
+            f"decode_speed: --prompt-tokens + --new-tokens must be at most {MAX_SEQ_LEN} (the "
+            f"engine's max_seq_len here), not {args.prompt_tokens + args.new_tokens}",
+            file=sys.stderr,
+        )
+        return 2
     import torch
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import (
@@ -99,8 +109,12 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     model, tokenizer, label = load_model("smollm2-135m")
     config = model.config
-    batch = prompts(tokenizer, args.batch, args.prompt_tokens)
-    params = hpu_params_for(config, max_seq_len=1024)
+    try:
+        batch = prompts(tokenizer, args.batch, args.prompt_tokens)
+    except ValueError as exc:
+        print(f"decode_speed: {exc}", file=sys.stderr)
+        return 2
+    params = hpu_params_for(config, max_seq_len=MAX_SEQ_LEN)
 
     def run(kind: str):
         if kind == "torch":

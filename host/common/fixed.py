@@ -59,9 +59,9 @@ def round_shift_right(value, shift, rounding: Rounding = "half_up") -> np.ndarra
         raise ValueError("shift must be at most 62 for int64 arithmetic")
     if rounding == "floor":
         return value >> shift
-    half = (np.int64(1) << shift) >> 1
     if rounding == "half_up":
-        return (value + half) >> shift
+        return shift_round_half_up(value, shift)
+    half = (np.int64(1) << shift) >> 1
     if rounding == "half_even":
         floor = value >> shift
         remainder = value - (floor << shift)

@@ -403,7 +403,72 @@ HPU_CALLS = [
     *_table(
         "attend_many.overflow", [2], lambda f, v: f.dev.attend_many([_attend(f, seq=f.full)] * v)
     ),
+    *_table("attend_batch.batch", [None, "x", 3, [], object()], lambda f, v: f.dev.attend_batch(v)),
+    # A good call first, then one bad field: the rejected batch appends nothing.
+    *_table(
+        "attend_batch.field",
+        [
+            {"seqs": None},
+            {"seqs": "seq"},
+            {"seqs": ["seq", None]},
+            {"seqs": ["seq", "freed"]},
+            {"seqs": ["seq", "foreign"]},
+            {"heads": [0, 7]},
+            {"heads": [0, -1]},
+            {"heads": [0.0, 1.0]},
+            {"heads": [0]},
+            {"heads": [[0, 1]]},
+            {"q": np.zeros((2, G, D))},
+            {"q": np.zeros((2, G, D + 1), dtype=np.int64)},
+            {"q": np.full((2, G, D), 1 << 20)},
+            {"q_scale": np.full((2, G), NAN)},
+            {"q_scale": -np.ones((2, G))},
+            {"q_scale": np.ones((2, G + 1))},
+            {"q_scale": [[1.0], [1.0, 2.0]]},
+            {"partial": [0, 1]},
+            {"partial": np.zeros(3, dtype=bool)},
+            {"append": ["yes", "no"]},
+            {"new_k": np.full((2, D), 300)},
+            {"new_k": np.zeros((2, D))},
+            {"new_v": None},
+            {"new_v_scale": np.full(2, INF)},
+            {"new_k_scale": np.ones(3)},
+            {"seqs": ["full", "full"], "heads": [0, 0]},  # the second append overflows
+        ],
+        lambda f, v: f.dev.attend_batch(_batch(f, **v)),
+    ),
 ]
+
+
+def _batch(f, **change):
+    """A good two-call AttendBatch (heads 0 and 1 of ``f.seq``, both appending), changed."""
+    from tandem.host.hpu.device import AttendBatch
+
+    k, ks, v, vs = f.tok
+    q = np.stack([f.q, f.q])
+    fields = {
+        "seqs": [f.seq, f.seq],
+        "heads": np.array([0, 1]),
+        "q": q,
+        "q_scale": np.stack([f.qs, f.qs]),
+        "partial": np.zeros(2, dtype=bool),
+        "append": np.ones(2, dtype=bool),
+        "new_k": np.repeat(np.reshape(k, (1, D)), 2, axis=0),
+        "new_k_scale": np.full(2, np.reshape(ks, -1)[0]),
+        "new_v": np.repeat(np.reshape(v, (1, D)), 2, axis=0),
+        "new_v_scale": np.full(2, np.reshape(vs, -1)[0]),
+    }
+    if "seqs" in change and isinstance(change["seqs"], list):
+        change["seqs"] = [getattr(f, s) if isinstance(s, str) else s for s in change["seqs"]]
+    fields.update(change)
+    return AttendBatch(**fields)
+
+
+def test_attend_batch_table_starts_from_a_good_batch():
+    """The attend_batch cases change one field of a batch that works (else they prove nothing)."""
+    f = _hpu()
+    results = f.dev.attend_batch(_batch(f))
+    assert results.y.shape == (2, G, D) and f.seq.lengths.tolist() == [11, 1]
 
 
 @pytest.mark.parametrize("call", _cases(HPU_CALLS))

@@ -5,7 +5,7 @@ import pytest
 from tandem.host.common.errors import CapacityError
 from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
-from tandem.host.hpu.device import Attend, HpuDevice
+from tandem.host.hpu.device import Attend, AttendBatch, HpuDevice
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
@@ -114,6 +114,62 @@ def test_attend_many_in_order_and_partial_merge():
     np.testing.assert_array_equal(b.y, hpu_golden(P, q, c, kk, kks, vv, vvs).y)
     np.testing.assert_array_equal(a.y, hpu_golden(P, q, c, kk[:-1], kks[:-1], vv[:-1], vvs[:-1]).y)
     assert right.lengths[0] == 38
+
+
+def test_attend_batch_is_attend_many_as_arrays():
+    """attend_batch gives, array for array, what attend_many gives for the same calls on an
+    identical device: appends and not, partial and full, two calls on one head, two sequences;
+    the lengths and cycles advance the same way."""
+    rng = np.random.default_rng(5)
+    devices = [HpuDevice(P, memory_bytes=1 << 18) for _ in range(2)]
+    seqs = []
+    for dev in devices:
+        a, b = dev.allocate(96, heads=2), dev.allocate(64, heads=2)
+        for seq, n in ((a, 40), (b, 33)):
+            for head in range(2):
+                dev.write_kv(seq, head, *tokens(np.random.default_rng(n + head), n))
+        seqs.append((a, b))
+    calls = []  # (sequence index, head, append, partial)
+    for which, head, append, partial in [
+        (0, 0, True, False),
+        (0, 1, False, True),
+        (1, 0, True, True),
+        (1, 1, True, False),
+        (0, 0, True, False),  # the same head again: sees the first call's token
+    ]:
+        q, c = query(rng, temperature=4.0)
+        calls.append((which, head, q, c, tokens(rng, 1) if append else None, partial))
+    many = devices[0].attend_many(
+        [Attend(seqs[0][w], h, q, c, new, part) for w, h, q, c, new, part in calls]
+    )
+    news = [new if new is not None else tokens(rng, 1) for *_, new, _ in calls]
+    batch = AttendBatch(
+        seqs=[seqs[1][w] for w, *_ in calls],
+        heads=np.array([h for _, h, *_ in calls]),
+        q=np.stack([q for _, _, q, *_ in calls]),
+        q_scale=np.stack([c for _, _, _, c, *_ in calls]),
+        partial=np.array([part for *_, part in calls]),
+        append=np.array([new is not None for *_, new, _ in calls]),
+        new_k=np.concatenate([n[0] for n in news]),
+        new_k_scale=np.concatenate([n[1] for n in news]),
+        new_v=np.concatenate([n[2] for n in news]),
+        new_v_scale=np.concatenate([n[3] for n in news]),
+    )
+    arrays = devices[1].attend_batch(batch)
+    assert len(arrays) == len(many) == len(calls)
+    for got, want in zip(arrays, many, strict=True):
+        assert got.seq_id == want.seq_id
+        for field in ("m", "l", "o"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+        assert (got.y is None) == (want.y is None)
+        if want.y is not None:
+            np.testing.assert_array_equal(got.y, want.y)
+    np.testing.assert_array_equal(arrays.y[~batch.partial], [r.y for r in many if r.y is not None])
+    assert not arrays.y[batch.partial].any() and not arrays.o[~batch.partial].any()
+    for left, right in zip(seqs[0], seqs[1], strict=True):
+        np.testing.assert_array_equal(left.lengths, right.lengths)
+    assert seqs[0][0].lengths.tolist() == [42, 40]
+    assert devices[0].last_cycles == devices[1].last_cycles > 0
 
 
 def test_bad_calls():

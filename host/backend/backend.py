@@ -18,7 +18,7 @@ Two kinds implement it for every datapath:
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -37,14 +37,15 @@ class Call:
     Attributes
     ----------
     results
-        One result per request, in request order.
+        One result per request, in request order: a list, or a sequence of arrays that
+        indexes the same way (the HPU's :class:`~tandem.host.hpu.codec.HpuResults`).
     cycles
         Cycles of the batch: engine cycles, or for engines working side by side the largest.
     engine_cycles
         Cycles per engine (one entry, ``{design: cycles}``, for a single engine).
     """
 
-    results: list
+    results: Sequence
     cycles: int
     engine_cycles: Mapping[str, int] = field(default_factory=dict)
 

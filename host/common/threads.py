@@ -17,10 +17,35 @@ __all__ = ["one_blas_thread"]
 
 
 @cache
-def _controller() -> ThreadpoolController:
-    return ThreadpoolController()  # finds the loaded BLAS libraries once (milliseconds)
+def _blas_libraries() -> tuple:
+    """The loaded BLAS libraries' controllers, found once (milliseconds) after numpy loaded."""
+    import numpy  # noqa: F401  (loads numpy's BLAS, so that it is found)
+
+    return tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 
-def one_blas_thread():
-    """A context manager that limits the loaded BLAS libraries to one thread (a few µs)."""
-    return _controller().limit(limits=1, user_api="blas")
+class _OneBlasThread:
+    """Context manager: the BLAS libraries on one thread inside, their counts restored after.
+
+    Two foreign calls per library on the way in and out (about a microsecond each), where
+    threadpoolctl's own ``limit`` re-reads every library's state (tens of microseconds): the
+    golden HPU backend enters it once per batch, every layer of every decode step.
+    """
+
+    def __enter__(self):
+        self._restore = []
+        for library in _blas_libraries():
+            threads = library.get_num_threads()
+            if threads != 1:
+                library.set_num_threads(1)
+                self._restore.append((library, threads))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for library, threads in self._restore:
+            library.set_num_threads(threads)
+
+
+def one_blas_thread() -> _OneBlasThread:
+    """A context manager that limits the loaded BLAS libraries to one thread."""
+    return _OneBlasThread()

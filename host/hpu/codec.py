@@ -25,6 +25,7 @@ __all__ = [
     "HpuBatch",
     "HpuRequest",
     "HpuResult",
+    "HpuResults",
     "decode_result",
     "descriptor_beats",
     "header_fields",
@@ -376,6 +377,82 @@ class HpuResult:
     def real(self, params: HpuParams) -> np.ndarray:
         """Full-mode output as float64 [G, head_dim]."""
         return self.y / float(1 << params.out_frac_bits)
+
+
+@dataclass
+class HpuResults:
+    """What a batch of R requests returns, as arrays (integers in the formats of
+    :class:`HpuParams`): what :meth:`HpuDevice.attend_batch` gives and both backends produce.
+
+    A full-mode request's engine output is its ``y`` row; a partial one's its ``m``, ``l`` and
+    ``o`` rows. The fields a request's mode does not emit are zero, so the golden and the RTL
+    backend's results compare array by array. Indexing gives one request's
+    :class:`HpuResult` in the emitted form (``y`` None in partial mode, empty ``m``, ``l``,
+    ``o`` in full mode).
+
+    Attributes
+    ----------
+    seq_id
+        int64 [R], the requests' tags.
+    partial
+        bool [R].
+    m, l
+        int64 [R, gqa_group].
+    o, y
+        int64 [R, gqa_group, head_dim].
+    """
+
+    seq_id: np.ndarray
+    partial: np.ndarray
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741 (the running sum's name in every softmax paper)
+    o: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.seq_id)
+
+    def __getitem__(self, index: int) -> HpuResult:
+        seq_id = int(self.seq_id[index])
+        if self.partial[index]:
+            return HpuResult(seq_id, self.m[index], self.l[index], self.o[index], None)
+        return HpuResult(seq_id, _NOTHING, _NOTHING, _NOTHING, self.y[index])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def real(self, params: HpuParams) -> np.ndarray:
+        """Full-mode outputs as float64 [R, gqa_group, head_dim] (zero rows for partial ones)."""
+        return self.y / float(1 << params.out_frac_bits)
+
+    @classmethod
+    def of(cls, params: HpuParams, results: list[HpuResult], partial) -> "HpuResults":
+        """Emitted per-request ``results`` (as :func:`unpack_results` rebuilds them) as arrays."""
+        p, count = params, len(results)
+        partial = np.asarray(partial, dtype=bool).reshape(count)
+        m = np.zeros((count, p.gqa_group), dtype=np.int64)
+        l_sum = np.zeros((count, p.gqa_group), dtype=np.int64)
+        o = np.zeros((count, p.gqa_group, p.head_dim), dtype=np.int64)
+        y = np.zeros((count, p.gqa_group, p.head_dim), dtype=np.int64)
+        for i, (result, part) in enumerate(zip(results, partial, strict=True)):
+            if part:
+                m[i], l_sum[i], o[i] = result.m, result.l, result.o
+            else:
+                y[i] = result.y
+        seq_id = np.array([r.seq_id for r in results], dtype=np.int64).reshape(count)
+        return cls(seq_id, partial, m, l_sum, o, y)
+
+    @classmethod
+    def concat(cls, parts: list["HpuResults"]) -> "HpuResults":
+        """The results of consecutive runs of one batch, in order."""
+        if len(parts) == 1:
+            return parts[0]
+        fields = ("seq_id", "partial", "m", "l", "o", "y")
+        return cls(*(np.concatenate([getattr(r, f) for r in parts]) for f in fields))
+
+
+_NOTHING = np.zeros(0, dtype=np.int64)
+_NOTHING.flags.writeable = False
 
 
 def result_words(params: HpuParams, result: HpuResult, partial: bool) -> list[list[int]]:

@@ -41,13 +41,21 @@ from tandem.host.common.errors import CapacityError
 from tandem.host.common.threads import one_blas_thread
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
 
-from .codec import HpuBatch, HpuRequest, HpuResult, pack_descriptor, unpack_results
+from .codec import (
+    HpuBatch,
+    HpuRequest,
+    HpuResult,
+    HpuResults,
+    pack_descriptor,
+    unpack_results,
+)
 from .cycles import batch_cycles
 from .golden import hpu_golden_batch
 from .params import HpuParams, check_scales
 
 __all__ = [
     "Attend",
+    "AttendBatch",
     "GoldenHpuBackend",
     "HpuDevice",
     "RtlHpuBackend",
@@ -111,6 +119,43 @@ class Attend:
     q_scale: np.ndarray
     new: tuple | None = None
     partial: bool = False
+
+
+@dataclass
+class AttendBatch:
+    """Many attention calls as arrays: the vectorized form of a list of :class:`Attend`, for
+    :meth:`HpuDevice.attend_batch`. Call ``i`` is head ``heads[i]`` of ``seqs[i]``.
+
+    Attributes
+    ----------
+    seqs
+        The calls' sequences (:class:`SeqAlloc` of this device), a list of R.
+    heads
+        Head index of each call [R].
+    q
+        Integer queries [R, gqa_group, head_dim] (``q_bits`` wide).
+    q_scale
+        binary16 score scales [R, gqa_group].
+    partial
+        bool [R]: return ``(m, l, o)`` instead of ``y``.
+    append
+        bool [R]: the engine appends the call's new token first (all False when None).
+    new_k, new_v
+        int8 rows [R, head_dim] of the appended tokens (read where ``append``).
+    new_k_scale, new_v_scale
+        binary16 scales [R] of the appended tokens.
+    """
+
+    seqs: list
+    heads: np.ndarray
+    q: np.ndarray
+    q_scale: np.ndarray
+    partial: np.ndarray
+    append: np.ndarray | None = None
+    new_k: np.ndarray | None = None
+    new_k_scale: np.ndarray | None = None
+    new_v: np.ndarray | None = None
+    new_v_scale: np.ndarray | None = None
 
 
 def emitted(result: HpuResult, request: HpuRequest) -> HpuResult:
@@ -202,16 +247,14 @@ class GoldenHpuBackend(Backend):
         p = self.params
         batch = HpuBatch.of(p, requests)
         if not len(batch):
-            return Call([], 0, {})
+            return Call(HpuResults.of(p, [], []), 0, {})
         _check_batch(p, self.memory.size, batch)
-        results: list[HpuResult] = []
         with one_blas_thread():  # see tandem.host.common.threads
-            for wave in _waves(p, batch):
-                results += self._run_wave(batch, wave)
+            results = HpuResults.concat([self._run_wave(batch, w) for w in _waves(p, batch)])
         cycles = int(batch_cycles(p, batch.length, append=batch.append, partial=batch.partial))
         return Call(results, cycles, {"hpu": cycles})
 
-    def _run_wave(self, batch: HpuBatch, wave: slice) -> list[HpuResult]:
+    def _run_wave(self, batch: HpuBatch, wave: slice) -> HpuResults:
         p, layout, memory = self.params, self.params.layout, self.memory.array
         lengths, bases = batch.length[wave], batch.base[wave]
         adds = batch.append[wave]
@@ -231,16 +274,15 @@ class GoldenHpuBackend(Backend):
         out = hpu_golden_batch(
             p, batch.q[wave], batch.q_scale[wave], k, k_scale, v, v_scale, lengths
         )
-        seq_ids, partial = batch.seq_id[wave].tolist(), batch.partial[wave].tolist()
-        return [
-            out.result(i, seq_id, partial=True)
-            if part
-            else HpuResult(seq_id, _EMPTY, _EMPTY, _EMPTY, out.y[i])
-            for i, (seq_id, part) in enumerate(zip(seq_ids, partial, strict=True))
-        ]
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
+        partial = batch.partial[wave]
+        # What the engine emits: y in full mode, (m, l, o) in partial mode; the rest is zero.
+        m, l_sum, o, y = out.m, out.l, out.o, out.y
+        if partial.any():
+            y = np.where(partial[:, None, None], 0, y)
+        if not partial.all():
+            m, l_sum = (np.where(partial[:, None], x, 0) for x in (m, l_sum))
+            o = np.where(partial[:, None, None], o, 0)
+        return HpuResults(batch.seq_id[wave], partial, m, l_sum, o, y)
 
 
 class _CosimMemory(MemoryPort):
@@ -321,14 +363,15 @@ class RtlHpuBackend(CosimClient, Backend):
         for r in requests:
             check_span(self.memory.size, r.base, p.layout.region_bytes(r.length))
         descriptors = [pack_descriptor(p, r) for r in requests]
+        partial = [r.partial for r in requests]
         if not descriptors:
-            return Call([], 0, {})
+            return Call(HpuResults.of(p, [], partial), 0, {})
         beats, cycles = self._call("run", descriptors)
         results = [
             emitted(unpack_results(p, words, r.partial, r.seq_id), r)
             for words, r in zip(beats, requests, strict=True)
         ]
-        return Call(results, int(cycles), {"hpu": int(cycles)})
+        return Call(HpuResults.of(p, results, partial), int(cycles), {"hpu": int(cycles)})
 
 
 class HpuDevice(Device):
@@ -575,19 +618,75 @@ class HpuDevice(Device):
             new_v[append] = _stacked([n[2] for n in adding], p.head_dim, 8, "new v", 1)[:, 0]
             new_k_scale[append] = _stacked_scales([n[1] for n in adding], "new k_scale", 1)[:, 0]
             new_v_scale[append] = _stacked_scales([n[3] for n in adding], "new v_scale", 1)[:, 0]
-        seq_id = np.zeros(count, dtype=np.int64)
-        base = np.zeros(count, dtype=np.int64)
-        length = np.zeros(count, dtype=np.int64)
-        lengths: dict[tuple[int, int], int] = {}
-        for index, call in enumerate(calls):
-            seq = call.seq
+        seqs = [c.seq for c in calls]
+        for seq in seqs:
             self._own(seq)
-            head = self._head(seq, call.head)
+        heads = [self._head(c.seq, c.head) for c in calls]
+        partial = np.array([bool(c.partial) for c in calls], dtype=bool)
+        batch = AttendBatch(seqs, heads, q, q_scale, partial, append, new_k, new_k_scale)
+        batch.new_v, batch.new_v_scale = new_v, new_v_scale
+        return list(self._attend(batch))
+
+    def attend_batch(self, batch: "AttendBatch") -> HpuResults:
+        """Run the calls of ``batch`` (arrays, see :class:`AttendBatch`) as one batch of
+        descriptors; the vectorized form of :meth:`attend_many`, for runtimes that issue many
+        calls per step (the decode runtime's one batch per card and layer).
+        """
+        self._check_open()
+        if not isinstance(batch, AttendBatch):
+            raise ValueError(f"batch must be an AttendBatch, not {type(batch).__name__}")
+        p = self.params
+        seqs = batch.seqs
+        if not isinstance(seqs, (list, tuple)):
+            raise ValueError(f"batch.seqs must be a list of SeqAlloc, not {type(seqs).__name__}")
+        count = len(seqs)
+        for seq in {id(s): s for s in seqs}.values():
+            self._own(seq)
+        heads = int_array(batch.heads, "batch.heads", 64, ndim=(1,))
+        limit = np.fromiter((s.heads for s in seqs), np.int64, count)
+        if heads.shape != (count,):
+            raise ValueError(f"batch.heads must hold {count} heads (one per seq), not {heads.size}")
+        outside = (heads < 0) | (heads >= limit)
+        if outside.any():
+            i = int(np.flatnonzero(outside)[0])
+            raise ValueError(
+                f"batch.heads[{i}] must be in 0..{limit[i] - 1} (sequence {seqs[i].handle}'s "
+                f"heads), not {heads[i]}"
+            )
+        g, d = p.gqa_group, p.head_dim
+        q = _shaped(int_array(batch.q, "batch.q", p.q_bits), "batch.q", (count, g, d))
+        q_scale = _scale_rows(batch.q_scale, "batch.q_scale", (count, g))
+        partial = _flags(batch.partial, "batch.partial", count)
+        append = _flags(batch.append, "batch.append", count)
+        if append.any():
+            new_k = _shaped(int_array(batch.new_k, "batch.new_k", 8), "batch.new_k", (count, d))
+            new_v = _shaped(int_array(batch.new_v, "batch.new_v", 8), "batch.new_v", (count, d))
+            new_k_scale = _scale_rows(batch.new_k_scale, "batch.new_k_scale", (count,))
+            new_v_scale = _scale_rows(batch.new_v_scale, "batch.new_v_scale", (count,))
+        else:
+            new_k = new_v = np.zeros((count, d), dtype=np.int64)
+            new_k_scale = new_v_scale = np.zeros(count, dtype=np.float16)
+        checked = AttendBatch(list(seqs), heads.tolist(), q, q_scale, partial, append)
+        checked.new_k, checked.new_k_scale = new_k, new_k_scale
+        checked.new_v, checked.new_v_scale = new_v, new_v_scale
+        return self._attend(checked)
+
+    def _attend(self, batch: "AttendBatch") -> HpuResults:
+        """The checked ``batch`` (owned sequences, heads in range, arrays of the right shapes
+        and ranges) as one :class:`HpuBatch` on the backend; lengths advance on success."""
+        seqs, heads, count = batch.seqs, batch.heads, len(batch.seqs)
+        if not count:
+            return HpuResults.of(self.params, [], [])
+        seq_id = np.empty(count, dtype=np.int64)
+        base = np.empty(count, dtype=np.int64)
+        length = np.empty(count, dtype=np.int64)
+        lengths: dict[tuple[int, int], int] = {}
+        for index, (seq, head, adds) in enumerate(zip(seqs, heads, batch.append.tolist())):
             key = (seq.handle, head)
             now = lengths.get(key)
             if now is None:
                 now = int(seq.lengths[head])
-            if call.new is not None:
+            if adds:
                 if now >= seq.capacity:
                     raise CapacityError(
                         f"{self.name}: head {head} of sequence {seq.handle} is full "
@@ -598,22 +697,23 @@ class HpuDevice(Device):
                 raise ValueError(f"head {head} of sequence {seq.handle} holds no token")
             lengths[key] = now
             seq_id[index] = (seq.handle * seq.heads + head) & 0xFFFFFFFF
-            base[index] = seq.base(head)
+            base[index] = seq.start + head * seq.region_bytes
             length[index] = now
-        batch = HpuBatch(
-            seq_id=seq_id,
-            base=base,
-            length=length,
-            q=q,
-            q_scale=q_scale,
-            append=append,
-            new_k=new_k,
-            new_v=new_v,
-            new_k_scale=new_k_scale,
-            new_v_scale=new_v_scale,
-            partial=np.array([bool(c.partial) for c in calls], dtype=bool),
+        results = self._run(
+            HpuBatch(
+                seq_id=seq_id,
+                base=base,
+                length=length,
+                q=batch.q,
+                q_scale=batch.q_scale,
+                append=batch.append,
+                new_k=batch.new_k,
+                new_v=batch.new_v,
+                new_k_scale=batch.new_k_scale,
+                new_v_scale=batch.new_v_scale,
+                partial=batch.partial,
+            )
         )
-        results = self._run(batch)
         for (handle, head), now in lengths.items():
             self._allocs[handle].lengths[head] = now
         return results
@@ -698,3 +798,32 @@ def _stacked_scales(scales: list, name: str, per_call: int) -> np.ndarray:
                 )
     with np.errstate(over="ignore"):
         return check_scales(name, stack).reshape(count, per_call)
+
+
+def _shaped(array: np.ndarray, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``array`` reshaped to ``shape``; one line naming ``name`` when its size does not fit."""
+    if array.size != int(np.prod(shape)):
+        raise ValueError(f"{name} must have shape {shape}, not {array.shape}")
+    return array.reshape(shape)
+
+
+def _scale_rows(values, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``values`` as binary16 of ``shape``, checked: real, finite, non-negative."""
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError):  # ragged
+        array = np.asarray(None)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be real numbers, not {array.dtype}")
+    with np.errstate(over="ignore"):  # too large for binary16: inf, rejected
+        return _shaped(check_scales(name, array), name, shape)
+
+
+def _flags(values, name: str, count: int) -> np.ndarray:
+    """``values`` as bool [count]: booleans only (None means all False)."""
+    if values is None:
+        return np.zeros(count, dtype=bool)
+    array = np.asarray(values)
+    if array.dtype != bool or array.shape != (count,):
+        raise ValueError(f"{name} must be {count} booleans, not {array.dtype} {array.shape}")
+    return array

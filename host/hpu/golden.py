@@ -47,16 +47,11 @@ only the (usually few) rows that grow it are walked in order, every request and 
 """
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
-from tandem.host.common.exp2 import exp2_golden
-from tandem.host.common.fixed import (
-    mul_round_half_up,
-    mul_round_half_up_narrow,
-    round_shift_right,
-    saturate,
-    shift_round_half_up,
-)
+from tandem.host.common.exp2 import Exp2Params, exp2_golden
+from tandem.host.common.fixed import mul_round_half_up, mul_round_half_up_narrow, value_range
 from tandem.host.common.reciprocal import reciprocal_golden
 
 from .codec import HpuResult
@@ -65,17 +60,46 @@ from .params import HpuParams, decode_scales
 __all__ = ["HpuBatchResult", "hpu_golden", "hpu_golden_batch", "merge_partials"]
 
 
-# --- golden model --------------------------------------------------------------------------
-def _scale_product(value, mant, exp, shift: int, bits: int, signed: bool):
-    """``value * mant * 2**(exp + shift)`` rounded half up and saturated, like the gateware."""
-    product = np.asarray(value, dtype=np.int64) * mant
-    total = np.asarray(exp + shift, dtype=np.int64)
-    if total.max() <= 0:  # the usual case: right shifts only (the same result, fewer steps)
-        return saturate(shift_round_half_up(product, np.minimum(-total, 62)), bits, signed)
-    lo, hi = -(1 << bits), 1 << bits
-    left = np.clip(product, lo, hi) << np.clip(total, 0, None)
-    right = round_shift_right(product, np.clip(-total, 0, 62))
-    return saturate(np.where(total >= 0, left, right), bits, signed)
+# --- golden model ---------------------------------------------------------------------------
+@cache
+def _scale_values() -> np.ndarray:
+    """The value ``mant * 2**exp`` the gateware decodes from each of the 65,536 binary16 bit
+    patterns (:func:`~tandem.host.hpu.params.decode_scales`: sign ignored, exponent field 31
+    read as a plain exponent), as float64, indexed by the pattern. Exact: 11-bit mantissas."""
+    bits = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    mant, exp = decode_scales(bits)
+    values = np.ldexp(mant.astype(np.float64), exp)
+    values.flags.writeable = False
+    return values
+
+
+def _scale_value(scales, shape) -> np.ndarray:
+    """float64 values of binary16 ``scales`` as the gateware decodes them, reshaped."""
+    bits = np.asarray(scales, dtype=np.float16).view(np.uint16)
+    return _scale_values()[bits].reshape(shape)
+
+
+@cache
+def _exp2_of_distance(params: Exp2Params) -> np.ndarray:
+    """``exp2_golden(params, -x)`` for every ``x`` in ``0 .. 2**(in_width - 1)``: the whole input
+    range of the unit as one table (32,769 entries for the default engine), read by index."""
+    table = exp2_golden(params, -np.arange((1 << (params.in_width - 1)) + 1, dtype=np.int64))
+    table.flags.writeable = False
+    return table
+
+
+def _round_scaled(product, bits: int, signed: bool) -> np.ndarray:
+    """``product`` (float64, exact) rounded half up and saturated to a ``bits``-wide integer.
+
+    The gateware computes ``value * mant * 2**exp`` with an exact integer product, then shifts
+    (rounding half up) and saturates. Every product the engine forms this way has at most 52
+    significant bits (a dot product of at most 30 bits times two 11-bit mantissas; a 17-bit
+    probability times one), and multiplying by powers of two is exact, so float64 holds the
+    value before rounding exactly and ``floor(x + 0.5)`` is the same rounding.
+    """
+    lo, hi = value_range(bits, signed)
+    rounded = np.floor(product + 0.5)
+    return np.minimum(np.maximum(rounded, lo), hi).astype(np.int64)
 
 
 @dataclass
@@ -147,18 +171,14 @@ def hpu_golden_batch(
             f"not {lengths.min()}..{lengths.max()}"
         )
     one = 1 << p.prob_frac_bits
-    c_mant, c_exp = decode_scales(np.reshape(q_scale, (r, g)))
-    k_mant, k_exp = decode_scales(np.reshape(k_scale, (r, n)))
-    v_mant, v_exp = decode_scales(np.reshape(v_scale, (r, n)))
+    c_value = _scale_value(q_scale, (r, g, 1))
+    k_value = _scale_value(k_scale, (r, 1, n))
+    v_value = _scale_value(v_scale, (r, 1, n))
     # Exact in float64: |dot| < 2**(q_bits + 7 + log2(head_dim)) <= 2**30, far below 2**53.
     dots = np.matmul(q.astype(np.float64), k.astype(np.float64).transpose(0, 2, 1))
-    scores = _scale_product(
-        dots.astype(np.int64),
-        c_mant[:, :, None] * k_mant[:, None, :],
-        c_exp[:, :, None] + k_exp[:, None, :],
-        p.score_frac_bits,
-        p.score_bits,
-        True,
+    # s = dot * c * k_scale with score_frac_bits fraction bits (see _round_scaled).
+    scores = _round_scaled(
+        dots * (c_value * (k_value * float(1 << p.score_frac_bits))), p.score_bits, True
     )  # [R, G, N]
     padded = bool(r) and int(lengths.min()) < n
     valid = (np.arange(n) < lengths[:, None])[:, None, :]  # [R, 1, N]
@@ -168,26 +188,21 @@ def hpu_golden_batch(
     scores = scores.reshape(r * g, n)
     previous = np.empty_like(scores)
     previous[:, 0] = p.score_min
-    previous[:, 1:] = np.maximum.accumulate(scores, axis=1)[:, :-1]
+    np.maximum.accumulate(scores[:, :-1], axis=1, out=previous[:, 1:])
     grew = scores > previous
-    exp2_lo = -(1 << (p.exp2.in_width - 1))
-    e = exp2_golden(p.exp2, np.maximum(-np.abs(scores - previous), exp2_lo))
+    distance = np.minimum(np.abs(scores - previous), 1 << (p.exp2.in_width - 1))
+    e = _exp2_of_distance(p.exp2)[distance]  # exp2(-|s - m|), the unit's input saturating
     alpha = np.where(grew, e, one)
     prob = np.where(grew, one, e).reshape(r, g, n)
-    w = _scale_product(
-        prob,
-        v_mant[:, None, :],
-        v_exp[:, None, :],
-        p.weight_frac_bits - p.prob_frac_bits,
-        p.weight_bits,
-        False,
-    )
+    # w = p * v_scale with weight_frac_bits fraction bits (see _round_scaled).
+    w_shift = float(2.0 ** (p.weight_frac_bits - p.prob_frac_bits))
+    w = _round_scaled(prob * (v_value * w_shift), p.weight_bits, False)
     if padded:
         prob = np.where(valid, prob, 0)
         w = np.where(valid, w, 0)
     # Segments start at row 0 and at every row that grows the max; inside a segment alpha is
     # exactly 1.0, so l and o are plain sums there. ``segment`` numbers them per query.
-    starts_mask = grew.copy()
+    starts_mask = grew
     starts_mask[:, 0] = True
     segment = np.cumsum(starts_mask, axis=1) - 1  # [R * G, N]
     segments = int(segment[:, -1].max()) + 1 if r else 0
@@ -222,10 +237,10 @@ def hpu_golden_batch(
         o_acc += seg_o[:, j]
     m = np.maximum(scores.max(axis=1), p.score_min)
     recip = reciprocal_golden(p.reciprocal, l_acc)
-    lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1
+    lo, hi = value_range(p.out_bits, True)
     # recip < 2**31 (reciprocal out_bits <= 31) and |o| < 2**62: the unchecked exact split.
     product = mul_round_half_up_narrow if p.reciprocal.out_bits <= 31 else mul_round_half_up
-    y = np.clip(product(o_acc, recip[:, None], p.out_shift), lo, hi)
+    y = np.minimum(np.maximum(product(o_acc, recip[:, None], p.out_shift), lo), hi)
     return HpuBatchResult(
         m.reshape(r, g), l_acc.reshape(r, g), o_acc.reshape(r, g, d), y.reshape(r, g, d)
     )

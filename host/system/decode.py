@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from tandem.host.common.errors import CapacityError
 from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
-from tandem.host.hpu.device import Attend, HpuDevice, SeqAlloc
+from tandem.host.hpu.device import AttendBatch, HpuDevice, SeqAlloc
 from tandem.host.system.model import LlamaConfig
 from tandem.mappings.hpu.placement import CardSpace, NoRoomError, place
 
@@ -343,51 +343,58 @@ class HpuAttention:
         """
         torch = _torch()
         c, p = self.config, self.params
-        g, n = c.gqa_group, len(seqs)
-        qn = q.detach().cpu().double().numpy().reshape(n, c.n_kv_heads, g, c.head_dim)
-        kn = k_new.detach().cpu().double().numpy()
-        vn = v_new.detach().cpu().double().numpy()
+        g, n, hkv = c.gqa_group, len(seqs), c.n_kv_heads
+        qn = q.detach().cpu().double().numpy().reshape(n, hkv, g, c.head_dim)
+        kv_new = torch.stack([k_new, v_new]).detach().cpu().double().numpy()  # [2, n, Hkv, d]
         factors = np.stack([self.seqs[s].factors[layer] for s in seqs])  # [n, Hkv, d]
         qi, qs = quantize_rows(qn * factors[:, :, None, :], p.q_bits)
         qc = score_scale(qs, c.head_dim)
-        ki, ks = quantize_rows(kn / factors)
-        vi, vs = quantize_rows(vn)
-        calls: dict[int, list[Attend]] = {d: [] for d in range(len(self.devices))}
-        where: list[list[tuple[int, int]]] = []  # per (seq, kv): (device, index in its calls)
+        kv_new[0] /= factors
+        (ki, vi), (ks, vs) = quantize_rows(kv_new)
+        # Every (sequence, slice) the new token's attention covers, grouped by card: one call
+        # per KV head of each, the token appended where its slice holds the new position.
+        jobs: dict[int, list[tuple[int, _Slice, bool, bool]]] = {}
         for i, s in enumerate(seqs):
             state = self.seqs[s]
             position = state.length  # the new token's position
             active = [sl for sl in state.slices if sl.first <= position]
-            partial = len(active) > 1
-            for kv in range(c.n_kv_heads):
-                head = layer * c.n_kv_heads + kv
-                parts = []
-                for sl in active:
-                    new = None
-                    if sl.holds(position):
-                        new = (ki[i, kv], ks[i, kv], vi[i, kv], vs[i, kv])
-                    call = Attend(sl.alloc, head, qi[i, kv], qc[i, kv], new, partial)
-                    parts.append((sl.device, len(calls[sl.device])))
-                    calls[sl.device].append(call)
-                where.append(parts)
-        results = {}
+            for sl in active:
+                jobs.setdefault(sl.device, []).append((i, sl, sl.holds(position), len(active) > 1))
+        out = np.empty((n, hkv, g, c.head_dim))
+        parts: dict[tuple[int, int], list] = {}  # (sequence, KV head) -> partial results
         self.last_cycles = {}
-        for d, batch in calls.items():
-            if batch:
-                dev = self.devices[d]
-                results[d] = dev.attend_many(batch)
-                self.last_cycles[dev.name] = dev.last_cycles
-        out = np.zeros((n, c.n_kv_heads, g, c.head_dim))
-        for index, parts in enumerate(where):
-            i, kv = divmod(index, c.n_kv_heads)
-            got = [results[d][j] for d, j in parts]
-            out[i, kv] = got[0].real(p) if len(got) == 1 else merge_partials(p, got)
+        for d in sorted(jobs):
+            entries = jobs[d]
+            rows = np.repeat([e[0] for e in entries], hkv)  # the calls' sequence indices
+            kv = np.tile(np.arange(hkv), len(entries))
+            partial = np.repeat([e[3] for e in entries], hkv)
+            batch = AttendBatch(
+                seqs=[e[1].alloc for e in entries for _ in range(hkv)],
+                heads=layer * hkv + kv,
+                q=qi[rows, kv],
+                q_scale=qc[rows, kv],
+                partial=partial,
+                append=np.repeat([e[2] for e in entries], hkv),
+                new_k=ki[rows, kv],
+                new_k_scale=ks[rows, kv],
+                new_v=vi[rows, kv],
+                new_v_scale=vs[rows, kv],
+            )
+            dev = self.devices[d]
+            results = dev.attend_batch(batch)
+            self.last_cycles[dev.name] = dev.last_cycles
+            full = ~partial
+            if full.any():
+                out[rows[full], kv[full]] = results.real(p)[full]
+            for j in np.flatnonzero(partial):
+                parts.setdefault((int(rows[j]), int(kv[j])), []).append(results[j])
+        for (i, head), got in parts.items():
+            out[i, head] = merge_partials(p, got)
         if layer == c.n_layers - 1:
             for s in seqs:
                 self.seqs[s].length += 1
-        device = q.device
         return torch.as_tensor(out.reshape(n, c.n_heads, c.head_dim), dtype=torch.float32).to(
-            device
+            q.device
         )
 
     def finish(self, seq: int) -> None:

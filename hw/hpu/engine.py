@@ -56,11 +56,13 @@ def _clamp(value, limit: int):
 
 
 def scale_shift(product, total, limit_shift: int, bits: int, is_signed: bool):
-    """``product * 2**total`` rounded half up and saturated: the golden's ``_scale_product``.
+    """``product * 2**total`` rounded half up and saturated (the golden model computes the same
+    value exactly in float64: ``_round_scaled`` in :mod:`tandem.host.hpu.golden`).
 
     ``total`` is a signed exponent (at most ``limit_shift``); positive totals shift left after
     clamping the product (which saturates anyway), negative ones round-shift right by at most
-    62 like the int64 golden model.
+    62 (every product the engine forms is below 2**52 in magnitude, so a longer shift would
+    give 0 as well).
     """
     clamped = _clamp(product, 1 << bits)
     left_amount = Mux(total > 0, total, 0).as_unsigned()[: limit_shift.bit_length()]

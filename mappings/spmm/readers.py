@@ -1,14 +1,41 @@
 """Graph and sparse-matrix readers: Matrix Market, edge lists, METIS ``.graph``, scipy ``.npz``.
 
 Every reader returns a square ``scipy.sparse.csr_matrix`` (float64, duplicates summed) and
-raises :class:`GraphError` (a :class:`~tandem.errors.UserError`) naming the file and, for text
-formats, the line: malformed lines, indices out of range, NaN or infinite values, empty graphs.
-Text files may be gzip-compressed (``.gz``). Parsing is vectorized: the whole data section is
-split once and converted by numpy; lines are only walked one by one to name a bad line.
+raises :class:`GraphError` (a :class:`~tandem.errors.UserError`: one line, exit status 2)
+naming the file and, for text formats, the line: malformed lines, indices out of range, NaN or
+infinite values, empty graphs, binary or non-UTF-8 text, broken gzip data, sizes beyond the
+limits below. Text files may be gzip-compressed (recognized by their first bytes, whatever
+their name).
+
+Limits, from what the mapper holds in its 8 GB target (``docs/spmm.md``, "Mapper speed": 4.4 GB
+for 104.6 M non-zeros, i.e. about 45 bytes a non-zero, and about 130 bytes a node measured with
+16 M mostly isolated nodes): :data:`MAX_NONZEROS` = 2**27 (134 M non-zeros, about 6 GB in the
+mapper) and :data:`MAX_NODES` = 2**25 (33.5 M nodes, about 4.4 GB). A file whose header
+promises more is refused before anything is allocated.
+
+Two paths read a text file:
+
+* **Fast**: the file is read in blocks of about 1 MiB of whole lines. Each block is checked with
+  a few byte-wise passes (``bytes.translate`` and 64-bit word operations, no per-line Python):
+  only digits and the characters of numbers, one space (or, in edge lists, one tab) between
+  fields, markers (``.``, ``e``, signs) only in a value field and in the order of a number.
+  A checked block is parsed by a C parser: Matrix Market by ``scipy.io.mmread``
+  (fast_matrix_market, which alone would read ``1.0abc`` as 1.0, ``1 2 3 4`` as ``1 2 3``, and
+  crashes on a NUL byte: the checks keep such lines from it), edge lists and METIS by
+  ``numpy.fromstring``. Memory: the block, and the arrays of the result.
+* **Walk**: anything the fast path does not accept (other spacing, comments between entries,
+  ``1.0`` as an index, NaN, a bad token, a lying header, ...) is read again by walking its
+  lines, block by block, with Python's ``float``/``int`` on every token: it either names the
+  first bad line or returns the same matrix (values parsed the same way, to the bit). Slower
+  (about 1 s a million entries) but its memory is bounded the same way.
 """
 
 import gzip
+import os
 import re
+import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +45,8 @@ from tandem.errors import UserError
 
 __all__ = [
     "FORMATS",
+    "MAX_NODES",
+    "MAX_NONZEROS",
     "GraphError",
     "read_edge_list",
     "read_graph",
@@ -27,6 +56,17 @@ __all__ = [
 ]
 
 FORMATS = ("mtx", "edges", "metis", "npz")
+
+#: Most nodes a graph may have: 2**25 (about 4.4 GB in the mapper at 130 bytes a node).
+MAX_NODES = 1 << 25
+#: Most non-zeros (stored entries after symmetric expansion): 2**27 (about 6 GB in the mapper).
+MAX_NONZEROS = 1 << 27
+
+_BLOCK = 1 << 20  # bytes read at a time
+_MAX_LINE = 1 << 16  # longest line of a Matrix Market file, an edge list or a METIS header
+_MAX_METIS_LINE = 1 << 30  # a METIS vertex line lists up to n neighbours (and weights)
+_INT64_MAX = np.iinfo(np.int64).max
+_EXACT = 1 << 53  # integers below this are exact in float64
 
 
 class GraphError(UserError):
@@ -38,21 +78,933 @@ def _fail(path, line, message) -> GraphError:
     return GraphError(f"{where}: {message}")
 
 
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise GraphError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
+def _show(text: str, limit: int = 60) -> str:
+    """``repr`` of a line or token, cut to ``limit`` characters (a message stays one line)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def _number_text(x: float) -> str:
+    """An index read as a float, as the integer it is (or nan/inf)."""
+    return str(int(x)) if np.isfinite(x) else repr(float(x))
+
+
+def _check_size(path, line, nodes: int, nonzeros: int) -> None:
+    if nodes > MAX_NODES:
+        raise _fail(
+            path,
+            line,
+            f"{nodes} nodes: more than the {MAX_NODES} (2**25) the mapper holds in 8 GB",
+        )
+    if nonzeros > MAX_NONZEROS:
+        raise _fail(
+            path,
+            line,
+            f"{nonzeros} non-zeros: more than the {MAX_NONZEROS} (2**27) the mapper holds in 8 GB",
+        )
+
+
+# ---------------------------------------------------------------------------------- text files
+
+
+class _Text:
+    """A text file (gunzipped when it starts with gzip's magic bytes), read in blocks.
+
+    :meth:`next_line` hands out single lines (headers), then :meth:`blocks` the rest in blocks
+    of whole lines. I/O and gzip errors become :class:`GraphError`.
+    """
+
+    def __init__(self, path: Path, max_line: int = _MAX_LINE):
+        self.path, self.max_line = path, max_line
         try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise GraphError(f"{path}: broken gzip data ({exc})") from None
+            self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
+        except OSError as exc:
+            raise GraphError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        try:
+            magic = self._file.read(2)
+            self._file.seek(0)
+            self.size = os.fstat(self._file.fileno()).st_size
+        except OSError as exc:
+            self._file.close()
+            raise GraphError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        self.gzip = magic == b"\x1f\x8b"
+        self._raw = gzip.GzipFile(fileobj=self._file, mode="rb") if self.gzip else self._file
+        self.lines_read = 0  # lines handed out by next_line and skip
+        self._buf, self._pos, self._eof = b"", 0, False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _read(self) -> bytes:
+        if self._eof:
+            return b""
+        try:
+            data = self._raw.read(_BLOCK)
+        except (OSError, EOFError, zlib.error) as exc:
+            if self.gzip:
+                raise GraphError(f"{self.path}: broken gzip data ({exc})") from None
+            raise GraphError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        if not data:
+            self._eof = True
+        return data
+
+    def _line_end(self) -> int:
+        """Index of the '\\n' ending the line at ``_pos`` (reading more as needed), or -1."""
+        while True:
+            end = self._buf.find(b"\n", self._pos)
+            if end >= 0 or self._eof:
+                return end
+            if len(self._buf) - self._pos > self.max_line:
+                raise _fail(
+                    self.path, self.lines_read + 1, f"line longer than {self.max_line} bytes"
+                )
+            data = self._read()
+            self._buf, self._pos = self._buf[self._pos :] + data, 0
+
+    def next_line(self) -> bytes | None:
+        """The next line without its ``\\n`` (None at the end of the file)."""
+        end = self._line_end()
+        if end < 0:
+            if self._pos >= len(self._buf):
+                return None
+            end = len(self._buf)
+        line = self._buf[self._pos : end]
+        if len(line) > self.max_line:
+            raise _fail(self.path, self.lines_read + 1, f"line longer than {self.max_line} bytes")
+        self._pos = end + 1
+        self.lines_read += 1
+        return line
+
+    def skip(self, comment: bytes) -> None:
+        """Skip blank lines and lines starting (after blanks) with a byte of ``comment``."""
+        while self._pos < len(self._buf) or not self._eof:
+            line = self.peek().strip()
+            if line and line[0] not in comment:
+                return
+            if self.next_line() is None:
+                return
+
+    def peek(self) -> bytes:
+        """The next line, left unread (b"" at the end of the file)."""
+        end = self._line_end()
+        return self._buf[self._pos : end if end >= 0 else len(self._buf)]
+
+    def blocks(self):
+        """The rest of the file in blocks of whole lines (the last may lack its ``\\n``)."""
+        pending = self._buf[self._pos :]
+        self._buf, self._pos = b"", 0
+        while True:
+            data = self._read()
+            if pending:
+                data = pending + data
+            if not data:
+                return
+            cut = len(data) if self._eof else data.rfind(b"\n") + 1
+            if cut == 0:
+                if len(data) > self.max_line:
+                    raise _fail(self.path, None, f"a line is longer than {self.max_line} bytes")
+                pending = data
+                continue
+            pending = data[cut:]
+            yield data[:cut] if pending else data
+
+
+def _decode(path, first_line: int, raw: bytes) -> str:
+    """``raw`` as UTF-8; a bad byte or a NUL names its line (``first_line`` is raw's first)."""
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
+        line = first_line + raw.count(b"\n", 0, exc.start)
         raise _fail(path, line, "not a text file (invalid UTF-8)") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise _fail(path, first_line + text.count("\n", 0, nul), "not a text file (NUL byte)")
+    return text
+
+
+def _walk_lines(path, text: _Text, comment: str):
+    """Blocks of ``(line numbers, stripped lines)``: the non-blank lines not starting with a
+    character of ``comment``, after the lines ``text`` handed out already."""
+    number = text.lines_read
+    for raw in text.blocks():
+        lines = _decode(path, number + 1, raw).splitlines()
+        numbers, kept = [], []
+        for k, line in enumerate(lines):
+            stripped = line.strip()
+            if stripped and stripped[0] not in comment:
+                numbers.append(number + k + 1)
+                kept.append(stripped)
+        number += len(lines)
+        yield numbers, kept
+    text.lines_read = number
+
+
+def _numbers(path, numbers, lines, dtype, what: str) -> np.ndarray:
+    """All tokens of ``lines`` as ``dtype``; a bad token is reported with its line."""
+    tokens = " ".join(lines).split()
+    try:
+        return np.array(tokens, dtype=dtype)
+    except (ValueError, OverflowError):
+        for number, line in zip(numbers, lines):
+            for token in line.split():
+                try:
+                    np.array(token, dtype=dtype)
+                except (ValueError, OverflowError):
+                    raise _fail(path, number, f"{what} {_show(token)} is not a number") from None
+        raise
+
+
+def _check_finite(path, values, line_of) -> None:
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        raise _fail(path, line_of(bad[0]), f"value {float(values[bad[0]])!r} is not finite")
+
+
+def _check_range(path, index, n, line_of, what, base) -> None:
+    bad = np.flatnonzero(~((index >= base) & (index < n + base)))
+    if bad.size:
+        raise _fail(
+            path,
+            line_of(bad[0]),
+            f"{what} index {_number_text(index[bad[0]])} out of range {base}..{n + base - 1}",
+        )
+
+
+def _square(path, rows, cols, values, n) -> sp.csr_matrix:
+    if n == 0:
+        raise _fail(path, None, "empty graph (no nodes)")
+    matrix = sp.csr_matrix((values, (rows, cols)), shape=(n, n), dtype=np.float64)
+    matrix.sum_duplicates()
+    return matrix
+
+
+# ------------------------------------------------------------------------ fast-path block checks
+#
+# A block passes when a C parser reads every line of it exactly as Python's int/float read its
+# tokens. Every byte gets a code (bytes.translate): its low nibble says what it is as the first
+# byte of a pair, its high nibble what it is as the second; a pair (x, y) is wrong when
+# x & (y >> 4) is not zero. Roles as first byte: 1 digit or '.', 2 'e' or sign, 4 space or
+# line end, 8 anything else. As second: 1 sign (a sign after a digit or '.'), 2 line end (a line
+# ending in 'e' or a sign), 4 space (two blanks in a row, a line starting with one), 8 digit,
+# '.' or 'e' (after anything else). Words of eight pairs are tested at once.
+
+
+def _codes(classes: dict[bytes, int]) -> bytes:
+    table = bytearray([0xFF]) * 256
+    for chars, code in classes.items():
+        for ch in chars:
+            table[ch] = code
+    return bytes(table)
+
+
+_DIGITS = b"0123456789"
+_BLANK = {b" ": 0x44, b"\n\r": 0x24}
+_CODES_REAL = _codes({_DIGITS + b".": 0x81, b"eE": 0x82, b"+-": 0x12, **_BLANK})
+_CODES_INT = _codes({_DIGITS: 0x81, **_BLANK})
+_CODES_REAL_TAB = _codes(
+    {_DIGITS + b".": 0x81, b"eE": 0x82, b"+-": 0x12, b" \t": 0x44, b"\n\r": 0x24}
+)
+_CODES_INT_TAB = _codes({_DIGITS: 0x81, b" \t": 0x44, b"\n\r": 0x24})
+# The markers of a value (digits and blanks deleted): roles as first 1 '.', 2 'e', 4 sign; as
+# second 1|2 '.' (after '.' or 'e'), 2 'e' (after 'e'), 1|4 sign (after '.' or a sign).
+_CODES_MARKERS = _codes({b".": 0x31, b"eE": 0x22, b"+-": 0x54, b"\n\r": 0x00})
+_LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_TAB_TO_SPACE = bytes.maketrans(b"\t", b" ")
+_NORMALIZE = bytes.maketrans(b"E+", b"e-")
+
+
+def _pairs_ok(codes: bytes, after_end: int) -> bool:
+    """No wrong pair of neighbouring codes; ``after_end``: the second-byte role past the end."""
+    n = len(codes)
+    if not n:
+        return True
+    words = (n - 1) // 8
+    if words:
+        first = np.frombuffer(codes, np.uint64, words)
+        second = np.frombuffer(codes, np.uint64, words, offset=1)
+        test = second >> np.uint64(4)
+        test &= _LOW_NIBBLES
+        test &= first
+        if test.any():
+            return False
+    for k in range(words * 8, n - 1):
+        if codes[k] & (codes[k + 1] >> 4):
+            return False
+    return not (codes[-1] & after_end)
+
+
+def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
+    """Whether every line of ``block`` is ``fields`` fields, one blank between them, integers
+    but for a last field that is a number written the way C and Python read alike when ``real``.
+
+    Blank lines are allowed (both parsers skip them) only at the end of the block.
+    """
+    body = block.rstrip(b"\r\n")
+    if not body:
+        return True
+    table = (
+        (_CODES_REAL_TAB if tabs else _CODES_REAL)
+        if real
+        else (_CODES_INT_TAB if tabs else _CODES_INT)
+    )
+    if body[0] in b" \t" or not _pairs_ok(body.translate(table), 0x2):
+        return False
+    if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
+        return False
+    # Digits deleted, each line must be `fields - 1` spaces then the value's markers: exactly
+    # that many spaces per line, all of them at its start (so no marker in an index).
+    rest = body.translate(_TAB_TO_SPACE if tabs else None, _DIGITS)
+    lines = rest.count(b"\n") + 1
+    gap = b" " * (fields - 1)
+    if rest.count(b" ") != len(gap) * lines:
+        return False
+    if rest.startswith(gap) + rest.count(b"\n" + gap) != lines:
+        return False
+    if not real:
+        return True
+    # The markers of each value in the order of a number: [sign] ['.'] [e [sign]].
+    markers = rest.translate(None, b" ")
+    if not _pairs_ok(markers.translate(_CODES_MARKERS), 0):
+        return False
+    markers = markers.translate(_NORMALIZE)
+    return b"e-." not in markers and b"e-e" not in markers
+
+
+# ----------------------------------------------------------------------------- Matrix Market
+
+_MM_HEADER = re.compile(r"%%matrixmarket\s+matrix\s+(\S+)\s+(\S+)\s+(\S+)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _MtxHeader:
+    n: int
+    entries: int
+    field: str
+    symmetry: str
+    size_line: int
+
+    @property
+    def width(self) -> int:
+        return 2 if self.field == "pattern" else 3
+
+
+def _header_line(path, text: _Text) -> str | None:
+    raw = text.next_line()
+    return None if raw is None else _decode(path, text.lines_read, raw)
+
+
+def _mtx_header(path, text: _Text) -> _MtxHeader:
+    first = _header_line(path, text)
+    if first is None:
+        raise _fail(path, None, "empty file")
+    header = _MM_HEADER.match(first.strip())
+    if not header:
+        raise _fail(path, 1, "not a Matrix Market file (expected '%%MatrixMarket matrix ...')")
+    layout, field, symmetry = (g.lower() for g in header.groups())
+    if layout != "coordinate":
+        raise _fail(path, 1, f"only the 'coordinate' layout is supported, not {_show(layout)}")
+    if field not in ("real", "integer", "pattern", "double"):
+        raise _fail(path, 1, f"field {_show(field)} is not supported (real, integer or pattern)")
+    if symmetry not in ("general", "symmetric", "skew-symmetric"):
+        raise _fail(path, 1, f"symmetry {_show(symmetry)} is not supported")
+    while True:
+        line = _header_line(path, text)
+        if line is None:
+            raise _fail(path, text.lines_read, "missing size line")
+        line = line.strip()
+        if line and not line.startswith("%"):
+            break
+    number = text.lines_read
+    size = line.split()
+    if len(size) != 3 or not all(s.isascii() and s.isdigit() for s in size):
+        raise _fail(path, number, f"size line must be 'rows cols entries', not {_show(line)}")
+    n_rows, n_cols, entries = (int(s) for s in size)
+    if n_rows != n_cols:
+        raise _fail(path, number, f"adjacency must be square, not {n_rows} x {n_cols}")
+    if n_rows == 0 or entries == 0:
+        raise _fail(path, number, "empty graph (no entries)")
+    head = _MtxHeader(n_rows, entries, field, symmetry, number)
+    _check_size(path, number, n_rows, entries * (1 if symmetry == "general" else 2))
+    # An entry takes at least two bytes a field ("1 1\n"): a plain file this short lies.
+    if not text.gzip and entries * 2 * head.width - 1 > text.size:
+        raise _fail(
+            path,
+            number,
+            f"size line promises {entries} entries, more than a file of {text.size} bytes holds",
+        )
+    return head
+
+
+class _CheckedBody:
+    """A Matrix Market stream for ``scipy.io.mmread``: a canonical header, then the blocks of
+    the file's body that pass :func:`_layout_ok`; it ends early (and says so) at one that does
+    not, or on an I/O error (kept in ``error``: raising into the C++ reader is not safe).
+
+    mmread asks for 1 KiB at a time, so :meth:`read` is kept short."""
+
+    def __init__(self, head: _MtxHeader, blocks):
+        field = "pattern" if head.field == "pattern" else "real"  # integers read as float64
+        self._buf = (
+            f"%%MatrixMarket matrix coordinate {field} {head.symmetry}\n"
+            f"{head.n} {head.n} {head.entries}\n"
+        ).encode()
+        self._pos, self._end = 0, len(self._buf)
+        self._blocks, self._width = blocks, head.width
+        self.rejected, self.error = False, None
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        pos = self._pos
+        if pos < self._end and size > 0:
+            self._pos = pos + size
+            return self._buf[pos : pos + size]
+        return self._next(size)
+
+    def _next(self, size: int) -> bytes:
+        if self._pos < self._end:  # read() or read(-1): the rest of the block
+            out, self._pos = self._buf[self._pos :], self._end
+            return out
+        if self._blocks is None:
+            return b""
+        try:
+            block = next(self._blocks, None)
+        except GraphError as exc:
+            block, self.error = None, exc
+        if block is not None and not _layout_ok(block, self._width, self._width == 3, False):
+            block, self.rejected = None, True
+        if block is None:
+            self._blocks = None
+            return b""
+        self._buf, self._pos, self._end = block, 0, len(block)
+        return self.read(size)
+
+
+def _mtx_fast(head: _MtxHeader, text: _Text):
+    """``(rows, cols, values)`` (symmetry expanded) by ``scipy.io.mmread``, or None when any
+    block fails the layout checks, mmread refuses the file, or a value is not finite."""
+    from scipy.io import mmread
+
+    body = _CheckedBody(head, text.blocks())
+    try:
+        coo = mmread(body)
+    except Exception:  # any refusal: the walk names the line (or reads what mmread would not)
+        coo = None
+    if body.error is not None:
+        raise body.error
+    if coo is None or body.rejected or not np.isfinite(coo.data).all():
+        return None
+    return coo.row, coo.col, coo.data
+
+
+def _mtx_walk(path, head: _MtxHeader, text: _Text):
+    """``(rows, cols, values)`` (0-based, file order, symmetry not expanded) by walking the lines
+    after the size line; names the first bad line."""
+    width, count, last = head.width, 0, None
+    parts = []
+    for numbers, lines in _walk_lines(path, text, "%"):
+        if not lines:
+            continue
+        take = min(len(lines), head.entries - count)
+        if take > 0:
+            parts.append(_mtx_entries(path, numbers[:take], lines[:take], width, head.n))
+        count += len(lines)
+        last = numbers[-1]
+    if count != head.entries:
+        raise _fail(
+            path,
+            last if last is not None else text.lines_read,
+            f"size line promises {head.entries} entries, file has {count}",
+        )
+    rows, cols, vals = (np.concatenate(p) for p in zip(*parts))
+    return rows, cols, vals
+
+
+def _mtx_entries(path, numbers, lines, width, n):
+    values = _numbers(path, numbers, lines, np.float64, "entry")
+    if values.size != len(lines) * width:
+        for number, line in zip(numbers, lines):
+            if len(line.split()) != width:
+                raise _fail(path, number, f"expected {width} fields, got {_show(line)}")
+    table = values.reshape(len(lines), width)
+
+    def line_of(k):
+        return numbers[k]
+
+    rows_f, cols_f = table[:, 0], table[:, 1]
+    for what, idx in (("row", rows_f), ("column", cols_f)):
+        frac = np.flatnonzero(idx != np.floor(idx))
+        if frac.size:
+            raise _fail(
+                path, line_of(frac[0]), f"{what} index {float(idx[frac[0]])!r} is not an integer"
+            )
+    _check_range(path, rows_f, n, line_of, "row", 1)
+    _check_range(path, cols_f, n, line_of, "column", 1)
+    vals = np.ones(len(lines)) if width == 2 else table[:, 2].copy()
+    _check_finite(path, vals, line_of)
+    return rows_f.astype(np.int64) - 1, cols_f.astype(np.int64) - 1, vals
+
+
+def read_mtx(path) -> sp.csr_matrix:
+    """Matrix Market coordinate file (real, integer or pattern; general, symmetric or
+    skew-symmetric): ``scipy.io.mmread`` on checked blocks, the line walk for the rest."""
+    path = Path(path)
+    with _Text(path) as text:
+        head = _mtx_header(path, text)
+        fast = _mtx_fast(head, text)
+    if fast is not None:
+        rows, cols, vals = fast
+    else:
+        with _Text(path) as text:
+            head = _mtx_header(path, text)
+            rows, cols, vals = _mtx_walk(path, head, text)
+        if head.symmetry != "general":
+            off = rows != cols
+            sign = -1.0 if head.symmetry == "skew-symmetric" else 1.0
+            rows, cols, vals = (
+                np.r_[rows, cols[off]],
+                np.r_[cols, rows[off]],
+                np.r_[vals, sign * vals[off]],
+            )
+    return _square(path, rows, cols, vals, head.n)
+
+
+# --------------------------------------------------------------------------------- edge lists
+
+
+def read_edge_list(path) -> sp.csr_matrix:
+    """Edge list: ``u v`` or ``u v weight`` per line, ``#`` or ``%`` comments, undirected.
+
+    Node names may be integers or any other token (WormNet uses gene names); they are numbered
+    in sorted order of their names (numerically when every name is an integer, which must then
+    be non-negative and fit 64 bits). ``u v`` and ``v u`` are one edge; the last weight wins.
+    """
+    path = Path(path)
+    with _Text(path) as text:
+        edges = _edges_fast(path, text)
+    if edges is None:
+        with _Text(path) as text:
+            edges = _edges_walk(path, text)
+    u, v, weights, n = edges
+    return _dedupe_undirected(path, u, v, weights, n)
+
+
+def _first_width(text: _Text) -> int:
+    """Fields of the first data line, which stays unread (0 when there is none)."""
+    text.skip(b"#%")
+    return len(text.peek().split())
+
+
+def _edges_fast(path, text: _Text):
+    """``(u, v, weights, n)`` with nodes renumbered, or None for the walk."""
+    width = _first_width(text)
+    if width not in (2, 3):
+        return None
+    us, vs, ws, count = [], [], [], 0
+    for block in text.blocks():
+        if not _layout_ok(block, width, width == 3, True):
+            return None
+        try:  # a token both checks let through but numpy refuses ("." alone): the walk
+            values = np.fromstring(block, np.int64 if width == 2 else np.float64, sep=" ")
+        except ValueError:
+            return None
+        if values.size % width:
+            return None
+        table = values.reshape(-1, width)
+        ends = table[:, :2]
+        if width == 3:
+            if ends.size and ends.max() >= _EXACT:
+                return None
+            ends = ends.astype(np.int64)
+            ws.append(table[:, 2].copy())
+        elif ends.size and ends.max() == _INT64_MAX:  # numpy saturates what does not fit
+            return None
+        us.append(ends[:, 0].copy())
+        vs.append(ends[:, 1].copy())
+        count += len(table)
+        if count > MAX_NONZEROS:
+            _check_size(path, None, 0, count)
+    if not count:
+        return None
+    u, v = np.concatenate(us), np.concatenate(vs)
+    del us, vs
+    weights = np.concatenate(ws) if width == 3 else None
+    if weights is not None and not np.isfinite(weights).all():
+        return None
+    names, u, v = _renumber(u, v)
+    _check_size(path, None, names, 0)
+    return u, v, weights, names
+
+
+def _renumber(u: np.ndarray, v: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """Non-negative integer names numbered in sorted order: ``(count, u, v)``."""
+    top = int(max(u.max(), v.max()))
+    if top < 4 * (u.size + v.size) + 1024:
+        # Dense ids (the usual case): a table instead of sorting every endpoint.
+        present = np.zeros(top + 1, bool)
+        present[u] = True
+        present[v] = True
+        number = np.cumsum(present, dtype=np.int32)  # node numbers fit: n <= 2 * MAX_NONZEROS
+        number -= 1
+        return int(number[-1]) + 1, number[u], number[v]
+    names, inverse = np.unique(np.concatenate([u, v]), return_inverse=True)
+    inverse = inverse.reshape(-1).astype(np.int32)
+    return names.size, inverse[: u.size], inverse[u.size :]
+
+
+def _edges_walk(path, text: _Text):
+    """``(u, v, weights, n)`` by walking the lines; names the first bad line."""
+    width, count = None, 0
+    ends, weights, line_numbers = [], [], []
+    for numbers, lines in _walk_lines(path, text, "#%"):
+        if not lines:
+            continue
+        if width is None:
+            width = len(lines[0].split())
+        tokens = " ".join(lines).split()
+        if width not in (2, 3) or len(tokens) != width * len(lines):
+            for number, line in zip(numbers, lines):
+                fields = len(line.split())
+                if fields != width or fields not in (2, 3):
+                    raise _fail(path, number, f"expected 'u v' or 'u v weight', got {_show(line)}")
+        table = np.array(tokens, dtype=object).reshape(len(lines), width)
+        ends.append(table[:, :2].astype(str))
+        if width == 3:
+            w = _numbers(path, numbers, [str(t) for t in table[:, 2]], np.float64, "weight")
+            _check_finite(path, w, lambda k, numbers=numbers: numbers[k])
+            weights.append(w)
+        line_numbers.append(np.asarray(numbers, np.int64))
+        count += len(lines)
+        if count > MAX_NONZEROS:
+            _check_size(path, numbers[-1], 0, count)
+    if not count:
+        raise _fail(path, None, "empty graph (no edges)")
+    lines_of = np.concatenate(line_numbers)
+    ids = _integer_ids(path, ends, line_numbers)
+    if ids is not None:
+        table = np.concatenate(ids)
+        negative = np.flatnonzero((table < 0).any(axis=1))
+        if negative.size:
+            k = int(negative[0])
+            raise _fail(path, int(lines_of[k]), f"node id {int(table[k].min())} is negative")
+        n, u, v = _renumber(table[:, 0], table[:, 1])
+    else:
+        strings = np.concatenate([np.char.encode(part, "utf-8") for part in ends])
+        names, inverse = np.unique(strings, return_inverse=True)
+        inverse = inverse.reshape(-1, 2).astype(np.int32)
+        n, u, v = names.size, inverse[:, 0], inverse[:, 1]
+    _check_size(path, None, n, 0)
+    return u, v, (np.concatenate(weights) if width == 3 else None), n
+
+
+def _integer_ids(path, ends, line_numbers) -> list[np.ndarray] | None:
+    """Every endpoint as an int64 (Python's ``int`` reading), or None when one is not an
+    integer (then every name is a string); an integer beyond 64 bits names its line."""
+    ids, overflow = [], False
+    for part in ends:
+        try:
+            ids.append(part.astype(np.int64))
+        except ValueError:
+            return None
+        except OverflowError:
+            overflow = True
+    if not overflow:
+        return ids
+    first = None
+    for part, numbers in zip(ends, line_numbers):
+        for row, number in zip(part, numbers):
+            for name in row:
+                try:
+                    value = int(name)
+                except ValueError:
+                    return None
+                if first is None and not -(2**63) <= value < 2**63:
+                    first = (int(number), name)
+    raise _fail(path, first[0], f"node id {_show(first[1])} does not fit 64 bits")
+
+
+def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
+    """Symmetric adjacency where ``u v`` and ``v u`` name the same edge (last weight wins);
+    ``weights`` None: every edge weighs 1."""
+    if weights is None:
+        # The pattern of both directions, every value 1: no need to find the last of each edge.
+        rows, cols = np.concatenate([u, v]), np.concatenate([v, u])
+        matrix = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+        del rows, cols
+        matrix.sum_duplicates()
+        matrix.data[:] = 1.0
+        _check_size(path, None, n, matrix.nnz)
+        return matrix
+    lo, hi = np.minimum(u, v), np.maximum(u, v)
+    key = lo.astype(np.int64) * n + hi
+    # The last line of each edge: a (faster, unstable) sort of the keys, then the largest line
+    # index in each run of equal keys; kept in key order, as np.unique would give them.
+    order = np.argsort(key)
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    del key
+    keep = np.maximum.reduceat(order, starts)
+    del order
+    lo, hi, w = lo[keep], hi[keep], weights[keep]
+    off = lo != hi
+    _check_size(path, None, n, lo.size + int(off.sum()))
+    return _square(path, np.r_[lo, hi[off]], np.r_[hi, lo[off]], np.r_[w, w[off]], n)
+
+
+# ------------------------------------------------------------------------------------- METIS
+
+
+def read_metis(path) -> sp.csr_matrix:
+    """METIS graph: header ``n m [fmt [ncon]]``, then line i lists vertex i's neighbours.
+
+    ``fmt`` digits say whether lines carry vertex sizes (100), vertex weights (010, ``ncon``
+    of them) and edge weights (001). ``%`` lines are comments. Vertex numbers are 1-based.
+    """
+    path = Path(path)
+    with _Text(path, _MAX_METIS_LINE) as text:
+        header_at, n, m, fmt, ncon = _metis_header(path, text)
+        lines = _metis_fast(text)
+    if lines is None:
+        with _Text(path, _MAX_METIS_LINE) as text:
+            _metis_header(path, text)
+            lines = _metis_walk(path, text)
+    numbers, counts, values = lines
+    return _metis_matrix(path, header_at, n, m, fmt, ncon, numbers, counts, values)
+
+
+def _metis_header(path, text: _Text):
+    while True:
+        raw = text.next_line()
+        if raw is None:
+            raise _fail(path, None, "empty file (no header line)")
+        line = _decode(path, text.lines_read, raw)
+        if line.strip() and not line.lstrip().startswith("%"):
+            break
+    header_at = text.lines_read
+    header = line.split()
+    if not 2 <= len(header) <= 4 or not all(h.isascii() and h.isdigit() for h in header):
+        raise _fail(path, header_at, f"header must be 'n m [fmt [ncon]]', not {_show(line)}")
+    n, m = int(header[0]), int(header[1])
+    fmt = header[2].zfill(3) if len(header) > 2 else "000"
+    if any(ch not in "01" for ch in fmt) or len(fmt) != 3:
+        raise _fail(path, header_at, f"fmt must be three 0/1 digits, not {_show(header[2])}")
+    ncon = int(header[3]) if len(header) > 3 else 1
+    if n == 0:
+        raise _fail(path, header_at, "empty graph (n = 0)")
+    _check_size(path, header_at, n, 2 * m)
+    return header_at, n, m, fmt, ncon
+
+
+def _metis_fast(text: _Text):
+    """``(line numbers, fields per line, values)`` of the vertex lines when every block is
+    integers and blanks only (no comments), else None."""
+    first, numbers, counts, values, total = text.lines_read + 1, [], [], [], 0
+    for block in text.blocks():
+        if block.translate(None, _DIGITS + b" \t\r\n"):
+            return None
+        b = np.frombuffer(block, np.uint8)
+        digit = (b - np.uint8(48)) < 10
+        starts = digit.copy()
+        starts[1:] &= ~digit[:-1]
+        starts = np.flatnonzero(starts)
+        ends = np.flatnonzero(b == 10)
+        if not block.endswith(b"\n"):
+            ends = np.append(ends, b.size)
+        per_line = np.diff(np.searchsorted(starts, ends), prepend=0)
+        parsed = np.fromstring(block, np.int64, sep=" ")
+        if parsed.size != starts.size or (parsed.size and parsed.max() >= _EXACT):
+            return None
+        numbers.append(np.arange(first, first + ends.size, dtype=np.int64))
+        counts.append(per_line)
+        values.append(parsed.astype(np.float64))
+        first += ends.size
+        total += parsed.size
+        _metis_limit(text.path, total)
+    return _metis_arrays(numbers, counts, values)
+
+
+def _metis_limit(path, total: int) -> None:
+    """A bound on the numbers of a METIS file: edges twice (and weights), vertex weights."""
+    limit = 4 * MAX_NONZEROS + 4 * MAX_NODES
+    if total > limit:
+        raise _fail(path, None, f"more than {limit} numbers: beyond the limits of the mapper")
+
+
+def _metis_arrays(numbers, counts, values):
+    def cat(parts, dtype):
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    return cat(numbers, np.int64), cat(counts, np.int64), cat(values, np.float64)
+
+
+def _metis_walk(path, text: _Text):
+    """As :func:`_metis_fast`, by walking the lines (comments skipped, blank lines kept)."""
+    number, total = text.lines_read, 0
+    numbers, counts, values = [], [], []
+    for raw in text.blocks():
+        lines = _decode(path, number + 1, raw).splitlines()
+        keep = [k for k, line in enumerate(lines) if not line.lstrip().startswith("%")]
+        texts = [lines[k] for k in keep]
+        line_numbers = [number + k + 1 for k in keep]
+        number += len(lines)
+        values.append(_numbers(path, line_numbers, texts, np.float64, "entry"))
+        counts.append(np.array([len(t.split()) for t in texts], np.int64))
+        numbers.append(np.array(line_numbers, np.int64))
+        total += values[-1].size
+        _metis_limit(path, total)
+    return _metis_arrays(numbers, counts, values)
+
+
+def _metis_matrix(path, header_at, n, m, fmt, ncon, numbers, counts, values):
+    has_size, has_vwgt, has_ewgt = fmt[0] == "1", fmt[1] == "1", fmt[2] == "1"
+    skip = int(has_size) + (ncon if has_vwgt else 0)
+    # Trailing blank lines after the last vertex are not vertices.
+    lines = numbers.size
+    while lines > n and counts[lines - 1] == 0:
+        lines -= 1
+    if lines != n:
+        where = int(numbers[lines - 1]) if lines else header_at
+        raise _fail(path, where, f"header says {n} vertices, file has {lines} lines")
+    numbers, counts = numbers[:n], counts[:n]
+    values = values[: int(counts.sum())]
+    per_edge = 2 if has_ewgt else 1
+    bad = np.flatnonzero((counts < skip) | ((counts - skip) % per_edge != 0))
+    if bad.size:
+        raise _fail(
+            path,
+            int(numbers[bad[0]]),
+            f"vertex line has {counts[bad[0]]} fields, which does not fit fmt {fmt}",
+        )
+    ends = np.cumsum(counts)
+
+    def line_of_value(k):
+        return int(numbers[np.searchsorted(ends, k, side="right")])
+
+    if skip == 0 and per_edge == 1:
+        neighbors, nb_counts = values, counts
+        weights = None
+
+        def line_of_nb(k):
+            return line_of_value(k)
+
+    else:
+        start = ends - counts
+        # Position of every field inside its line; the fields past the vertex weights are edges.
+        pos = np.arange(values.size) - np.repeat(start, counts)
+        edge_pos = pos - skip
+        is_neighbor = (edge_pos >= 0) & (edge_pos % per_edge == 0)
+        neighbors = values[is_neighbor]
+        nb_counts = (counts - skip) // per_edge
+        weights = values[(edge_pos >= 0) & (edge_pos % per_edge == 1)] if has_ewgt else None
+        nb_ends = np.cumsum(nb_counts)
+
+        def line_of_nb(k):
+            return int(numbers[np.searchsorted(nb_ends, k, side="right")])
+
+    frac = np.flatnonzero(neighbors != np.floor(neighbors))
+    if frac.size:
+        raise _fail(
+            path, line_of_nb(frac[0]), f"neighbour {float(neighbors[frac[0]])!r} is not an integer"
+        )
+    _check_range(path, neighbors, n, line_of_nb, "neighbour", 1)
+    if weights is not None:
+        _check_finite(path, weights, line_of_nb)
+    _check_finite(path, values, line_of_value)
+    if neighbors.size != 2 * m:
+        # METIS counts each undirected edge once and lists it on both ends.
+        raise _fail(
+            path,
+            header_at,
+            f"header says {m} edges, the vertex lines list {neighbors.size} ends "
+            f"({neighbors.size / 2:g} edges)",
+        )
+    # Rows are the vertex lines in order: the CSR is built directly (the same arrays, row by
+    # row, that the COO route gives, so the same sums), without a row index per entry.
+    index = np.int32 if n < 2**31 and neighbors.size < 2**31 else np.int64
+    indptr = np.zeros(n + 1, index)
+    np.cumsum(nb_counts, out=indptr[1:])
+    indices = neighbors.astype(index)
+    indices -= 1
+    data = weights.astype(np.float64) if weights is not None else np.ones(neighbors.size)
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+    matrix.sum_duplicates()
+    return matrix
+
+
+# --------------------------------------------------------------------------------------- npz
+
+_NPZ_MEMBERS = {
+    "format.npy",
+    "shape.npy",
+    "data.npy",
+    "indices.npy",
+    "indptr.npy",
+    "row.npy",
+    "col.npy",
+    "offsets.npy",
+}
+
+
+def read_npz(path) -> sp.csr_matrix:
+    """scipy sparse matrix saved with ``scipy.sparse.save_npz`` (real values; complex ones are
+    refused rather than losing their imaginary parts)."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except FileNotFoundError:
+        raise GraphError(f"{path}: cannot read (no such file)") from None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+        raise GraphError(f"{path}: not a scipy sparse .npz file ({exc})") from None
+    # data, indices and row/col of every non-zero plus indptr: a bound before unpacking.
+    if unpacked > 24 * MAX_NONZEROS + 8 * MAX_NODES + (1 << 20):
+        raise GraphError(
+            f"{path}: {unpacked} bytes unpacked, more than a graph within the limits "
+            f"({MAX_NODES} nodes, {MAX_NONZEROS} non-zeros) needs"
+        )
+    try:
+        matrix = sp.load_npz(path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
+        raise GraphError(f"{path}: not a scipy sparse .npz file ({exc})") from None
+    if matrix.ndim != 2:
+        raise GraphError(f"{path}: not a matrix ({matrix.ndim} dimensions)")
+    n_rows, n_cols = matrix.shape
+    if n_rows != n_cols:
+        raise GraphError(f"{path}: adjacency must be square, not {n_rows} x {n_cols}")
+    if n_rows == 0:
+        raise GraphError(f"{path}: empty graph (no nodes)")
+    _check_size(path, None, n_rows, matrix.nnz)
+    kind = matrix.dtype.kind
+    if kind == "c":
+        raise GraphError(
+            f"{path}: complex values ({matrix.dtype}) are not supported: an adjacency is real"
+        )
+    if kind not in "biuf":
+        raise GraphError(f"{path}: values of type {matrix.dtype} are not numbers")
+    if matrix.format in ("csr", "csc"):
+        try:
+            matrix.check_format(full_check=True)
+        except ValueError as exc:
+            raise GraphError(f"{path}: broken {matrix.format} arrays ({exc})") from None
+    matrix = sp.csr_matrix(matrix, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(matrix.data))
+    if bad.size:
+        row = int(np.searchsorted(matrix.indptr, bad[0], side="right") - 1)
+        col = int(matrix.indices[bad[0]])
+        raise GraphError(
+            f"{path}: entry ({row}, {col}) is {float(matrix.data[bad[0]])!r}, not finite"
+        )
+    matrix.sum_duplicates()
+    return matrix
+
+
+# ----------------------------------------------------------------------------------- dispatch
 
 
 def _detect(path: Path) -> str:
@@ -82,286 +1034,3 @@ def read_graph(path, fmt: str | None = None) -> sp.csr_matrix:
     if fmt not in readers:
         raise GraphError(f"unknown graph format {fmt!r}; known: {', '.join(FORMATS)}")
     return readers[fmt](path)
-
-
-def _data_lines(text: str, comment: str, start: int = 0):
-    """(line numbers, line strings) of the non-blank, non-comment lines from index ``start``."""
-    lines = text.splitlines()
-    numbers, kept = [], []
-    for number in range(start, len(lines)):
-        stripped = lines[number].strip()
-        if stripped and not stripped.startswith(comment):
-            numbers.append(number + 1)
-            kept.append(stripped)
-    return numbers, kept
-
-
-def _numbers(path, numbers, lines, dtype, what: str) -> np.ndarray:
-    """All tokens of ``lines`` as ``dtype``; a bad token is reported with its line."""
-    tokens = " ".join(lines).split()
-    try:
-        return np.array(tokens, dtype=dtype)
-    except ValueError:
-        for number, line in zip(numbers, lines):
-            for token in line.split():
-                try:
-                    np.array(token, dtype=dtype)
-                except ValueError:
-                    raise _fail(path, number, f"{what} {token!r} is not a number") from None
-        raise
-
-
-def _check_finite(path, values, line_of) -> None:
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        raise _fail(path, line_of(bad[0]), f"value {float(values[bad[0]])!r} is not finite")
-
-
-def _check_range(path, index, n, line_of, what, base) -> None:
-    bad = np.flatnonzero((index < base) | (index >= n + base))
-    if bad.size:
-        raise _fail(
-            path,
-            line_of(bad[0]),
-            f"{what} index {int(index[bad[0]])} out of range {base}..{n + base - 1}",
-        )
-
-
-def _square(path, rows, cols, values, n) -> sp.csr_matrix:
-    if n == 0:
-        raise _fail(path, None, "empty graph (no nodes)")
-    matrix = sp.csr_matrix((values, (rows, cols)), shape=(n, n), dtype=np.float64)
-    matrix.sum_duplicates()
-    return matrix
-
-
-_MM_HEADER = re.compile(r"%%matrixmarket\s+matrix\s+(\w+)\s+(\w+)\s+(\w+)\s*$", re.IGNORECASE)
-
-
-def read_mtx(path) -> sp.csr_matrix:
-    """Matrix Market coordinate file (real, integer or pattern; general/symmetric/skew)."""
-    path = Path(path)
-    text = _read_text(path)
-    lines = text.splitlines()
-    if not lines:
-        raise _fail(path, None, "empty file")
-    header = _MM_HEADER.match(lines[0].strip())
-    if not header:
-        raise _fail(path, 1, "not a Matrix Market file (expected '%%MatrixMarket matrix ...')")
-    layout, field, symmetry = (g.lower() for g in header.groups())
-    if layout != "coordinate":
-        raise _fail(path, 1, f"only the 'coordinate' layout is supported, not {layout!r}")
-    if field not in ("real", "integer", "pattern", "double"):
-        raise _fail(path, 1, f"field {field!r} is not supported (real, integer or pattern)")
-    if symmetry not in ("general", "symmetric", "skew-symmetric"):
-        raise _fail(path, 1, f"symmetry {symmetry!r} is not supported")
-    numbers, data = _data_lines(text, "%", 1)
-    if not data:
-        raise _fail(path, len(lines), "missing size line")
-    size = data[0].split()
-    if len(size) != 3 or not all(s.isdigit() for s in size):
-        raise _fail(path, numbers[0], f"size line must be 'rows cols entries', not {data[0]!r}")
-    n_rows, n_cols, entries = (int(s) for s in size)
-    if n_rows != n_cols:
-        raise _fail(path, numbers[0], f"adjacency must be square, not {n_rows} x {n_cols}")
-    if n_rows == 0 or entries == 0:
-        raise _fail(path, numbers[0], "empty graph (no entries)")
-    numbers, data = numbers[1:], data[1:]
-    width = 2 if field == "pattern" else 3
-    if len(data) != entries:
-        raise _fail(
-            path,
-            numbers[-1] if numbers else len(lines),
-            f"size line promises {entries} entries, file has {len(data)}",
-        )
-    values = _numbers(path, numbers, data, np.float64, "entry")
-    if values.size != entries * width:
-        for number, line in zip(numbers, data):
-            if len(line.split()) != width:
-                raise _fail(path, number, f"expected {width} fields, got {line!r}")
-    table = values.reshape(entries, width)
-
-    def line_of(k):
-        return numbers[k]
-
-    rows_f, cols_f = table[:, 0], table[:, 1]
-    for what, idx in (("row", rows_f), ("column", cols_f)):
-        frac = np.flatnonzero(idx != np.floor(idx))
-        if frac.size:
-            raise _fail(path, line_of(frac[0]), f"{what} index {idx[frac[0]]!r} is not an integer")
-    rows, cols = rows_f.astype(np.int64), cols_f.astype(np.int64)
-    _check_range(path, rows, n_rows, line_of, "row", 1)
-    _check_range(path, cols, n_cols, line_of, "column", 1)
-    vals = np.ones(entries) if field == "pattern" else table[:, 2]
-    _check_finite(path, vals, line_of)
-    rows -= 1
-    cols -= 1
-    if symmetry != "general":
-        off = rows != cols
-        sign = -1.0 if symmetry == "skew-symmetric" else 1.0
-        rows, cols, vals = (
-            np.r_[rows, cols[off]],
-            np.r_[cols, rows[off]],
-            np.r_[vals, sign * vals[off]],
-        )
-    return _square(path, rows, cols, vals, n_rows)
-
-
-def read_edge_list(path) -> sp.csr_matrix:
-    """Edge list: ``u v`` or ``u v weight`` per line, ``#`` or ``%`` comments, undirected.
-
-    Node names may be integers or any other token (WormNet uses gene names); they are numbered
-    in sorted order of their names (numerically when every name is an integer).
-    """
-    path = Path(path)
-    text = _read_text(path)
-    numbers, data = _data_lines(text, "#", 0)
-    keep = [k for k, line in enumerate(data) if not line.startswith("%")]
-    numbers, data = [numbers[k] for k in keep], [data[k] for k in keep]
-    if not data:
-        raise _fail(path, None, "empty graph (no edges)")
-    tokens = " ".join(data).split()
-    width = len(data[0].split())
-    if width not in (2, 3) or len(tokens) != width * len(data):
-        for number, line in zip(numbers, data):
-            count = len(line.split())
-            if count != width or count not in (2, 3):
-                raise _fail(path, number, f"expected 'u v' or 'u v weight', got {line!r}")
-    table = np.array(tokens, dtype=object).reshape(len(data), width)
-
-    def line_of(k):
-        return numbers[k]
-
-    ends = table[:, :2].astype(str)
-    try:
-        ids = ends.astype(np.int64)
-        if ids.min() < 0:
-            bad = int(np.flatnonzero((ids < 0).any(axis=1))[0])
-            raise _fail(path, line_of(bad), f"node id {int(ids[bad].min())} is negative")
-        names, inverse = np.unique(ids, return_inverse=True)
-    except ValueError:
-        names, inverse = np.unique(ends, return_inverse=True)
-    inverse = inverse.reshape(-1, 2)
-    if width == 3:
-        weights = _numbers(path, numbers, [str(w) for w in table[:, 2]], np.float64, "weight")
-        _check_finite(path, weights, line_of)
-    else:
-        weights = np.ones(len(data))
-    return _dedupe_undirected(path, inverse[:, 0], inverse[:, 1], weights, names.size)
-
-
-def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
-    """Symmetric adjacency where ``u v`` and ``v u`` name the same edge (last weight wins)."""
-    lo, hi = np.minimum(u, v), np.maximum(u, v)
-    key = lo.astype(np.int64) * n + hi
-    _, first = np.unique(key[::-1], return_index=True)
-    keep = len(key) - 1 - first
-    lo, hi, w = lo[keep], hi[keep], weights[keep]
-    off = lo != hi
-    return _square(path, np.r_[lo, hi[off]], np.r_[hi, lo[off]], np.r_[w, w[off]], n)
-
-
-def read_metis(path) -> sp.csr_matrix:
-    """METIS graph: header ``n m [fmt [ncon]]``, then line i lists vertex i's neighbours.
-
-    ``fmt`` digits say whether lines carry vertex sizes (100), vertex weights (010, ``ncon``
-    of them) and edge weights (001). ``%`` lines are comments. Vertex numbers are 1-based.
-    """
-    path = Path(path)
-    text = _read_text(path)
-    lines = text.splitlines()
-    comment = [line.lstrip().startswith("%") for line in lines]
-    content = [k for k, line in enumerate(lines) if not comment[k]]
-    # The header is the first non-comment line; blank vertex lines are isolated vertices.
-    header_at = next((k for k in content if lines[k].strip()), None)
-    if header_at is None:
-        raise _fail(path, None, "empty file (no header line)")
-    header = lines[header_at].split()
-    if not 2 <= len(header) <= 4 or not all(h.isdigit() for h in header):
-        raise _fail(
-            path, header_at + 1, f"header must be 'n m [fmt [ncon]]', not {lines[header_at]!r}"
-        )
-    n, m = int(header[0]), int(header[1])
-    fmt = header[2].zfill(3) if len(header) > 2 else "000"
-    if any(ch not in "01" for ch in fmt) or len(fmt) != 3:
-        raise _fail(path, header_at + 1, f"fmt must be three 0/1 digits, not {header[2]!r}")
-    ncon = int(header[3]) if len(header) > 3 else 1
-    has_size, has_vwgt, has_ewgt = fmt[0] == "1", fmt[1] == "1", fmt[2] == "1"
-    skip = int(has_size) + (ncon if has_vwgt else 0)
-    if n == 0:
-        raise _fail(path, header_at + 1, "empty graph (n = 0)")
-    vertex_lines = [k for k in content if k > header_at]
-    # Trailing blank lines after the last vertex are not vertices.
-    while len(vertex_lines) > n and not lines[vertex_lines[-1]].strip():
-        vertex_lines.pop()
-    if len(vertex_lines) != n:
-        where = vertex_lines[-1] + 1 if vertex_lines else header_at + 1
-        raise _fail(path, where, f"header says {n} vertices, file has {len(vertex_lines)} lines")
-    texts = [lines[k] for k in vertex_lines]
-    counts = np.array([len(t.split()) for t in texts], np.int64)
-    numbers_all = np.repeat(np.array(vertex_lines) + 1, counts)
-    values = _numbers(path, [k + 1 for k in vertex_lines], texts, np.float64, "entry")
-    per_edge = 2 if has_ewgt else 1
-    bad = np.flatnonzero((counts < skip) | ((counts - skip) % per_edge != 0))
-    if bad.size:
-        raise _fail(
-            path,
-            vertex_lines[bad[0]] + 1,
-            f"vertex line has {counts[bad[0]]} fields, which does not fit fmt {fmt}",
-        )
-    start = np.r_[0, np.cumsum(counts)[:-1]]
-    # Position of every field inside its line; the fields past the vertex weights are edges.
-    pos = np.arange(values.size) - np.repeat(start, counts)
-    is_edge_field = pos >= skip
-    edge_pos = pos - skip
-    is_neighbor = is_edge_field & (edge_pos % per_edge == 0)
-    neighbors = values[is_neighbor]
-    owner = np.repeat(np.arange(n), counts)[is_neighbor]
-    line_of_nb = numbers_all[is_neighbor]
-    frac = np.flatnonzero(neighbors != np.floor(neighbors))
-    if frac.size:
-        raise _fail(
-            path, line_of_nb[frac[0]], f"neighbour {neighbors[frac[0]]!r} is not an integer"
-        )
-    nb = neighbors.astype(np.int64)
-    _check_range(path, nb, n, lambda k: line_of_nb[k], "neighbour", 1)
-    if has_ewgt:
-        weights = values[is_edge_field & (edge_pos % per_edge == 1)]
-        _check_finite(path, weights, lambda k: line_of_nb[k])
-    else:
-        weights = np.ones(nb.size)
-    _check_finite(path, values, lambda k: numbers_all[k])
-    if nb.size != 2 * m:
-        # METIS counts each undirected edge once and lists it on both ends.
-        raise _fail(
-            path,
-            header_at + 1,
-            f"header says {m} edges, the vertex lines list {nb.size} ends ({nb.size / 2:g} edges)",
-        )
-    return _square(path, owner, nb - 1, weights, n)
-
-
-def read_npz(path) -> sp.csr_matrix:
-    """scipy sparse matrix saved with ``scipy.sparse.save_npz``."""
-    path = Path(path)
-    try:
-        matrix = sp.load_npz(path)
-    except FileNotFoundError:
-        raise GraphError(f"{path}: cannot read (no such file)") from None
-    except (OSError, ValueError, KeyError) as exc:
-        raise GraphError(f"{path}: not a scipy sparse .npz file ({exc})") from None
-    matrix = sp.csr_matrix(matrix, dtype=np.float64)
-    n_rows, n_cols = matrix.shape
-    if n_rows != n_cols:
-        raise GraphError(f"{path}: adjacency must be square, not {n_rows} x {n_cols}")
-    if n_rows == 0:
-        raise GraphError(f"{path}: empty graph (no nodes)")
-    bad = np.flatnonzero(~np.isfinite(matrix.data))
-    if bad.size:
-        row = int(np.searchsorted(matrix.indptr, bad[0], side="right") - 1)
-        col = int(matrix.indices[bad[0]])
-        raise GraphError(
-            f"{path}: entry ({row}, {col}) is {float(matrix.data[bad[0]])!r}, not finite"
-        )
-    matrix.sum_duplicates()
-    return matrix

@@ -1,5 +1,5 @@
 """``tandem`` command line: designs, generate, sim, synth, map, pack, model, cosim, perf, bench,
-sweep.
+sweep, setup, doctor, cache.
 
 Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
 traceback).
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import extras
 from .errors import ToolError, UserError, VerificationError
 
 __all__ = ["main"]
@@ -203,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--board", required=True, help="target board (see constraints/boards)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
-    p.set_defaults(func=_cmd_synth)
+    p.set_defaults(func=_cmd_synth, extras=("synth",))
 
     _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
     _add_tool_family(sub, "pack", "pack weights into a design's streams")
@@ -220,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     tp = family.add_parser("decode", help="LLM decode with every decode attention on HPU cards")
     decode.add_arguments(tp)
-    tp.set_defaults(func=decode.run)
+    tp.set_defaults(func=decode.run, extras=("model",))
 
     from tandem.host.system import perf
 
@@ -238,8 +239,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="design-space sweep: generate + synth + benchmark per point")
     sweep.add_arguments(p)
-    p.set_defaults(func=sweep.run)
+    p.set_defaults(
+        func=sweep.run, extras=lambda a: ("sweep",) if a.no_synth else ("sweep", "synth")
+    )
+
+    from . import cache, doctor
+
+    p = sub.add_parser("setup", help="bring the OS packages and SmolLM2 weights pip cannot")
+    doctor.add_setup_arguments(p)
+    p.set_defaults(func=doctor.run_setup)
+
+    p = sub.add_parser("doctor", help="every tool tandem uses: version or missing, and the fix")
+    doctor.add_arguments(p)
+    p.set_defaults(func=doctor.run)
+
+    p = sub.add_parser("cache", help="list or clean simulator builds and model weights")
+    cache.add_arguments(p)
     return parser
+
+
+def _feature(args) -> str:
+    """What the user ran, as a phrase: ``tandem cosim decode``."""
+    words = [getattr(args, key, None) for key in ("command", "action", "tool")]
+    return " ".join(["tandem", *(w for w in words if isinstance(w, str))])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)  # a bare `tandem`: show what it takes, then the error
     args = parser.parse_args(argv)
     try:
+        needs = getattr(args, "extras", ())  # optional features, checked before any work
+        extras.require(_feature(args), *(needs(args) if callable(needs) else needs))
         status = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left shows here, not at exit
     except BrokenPipeError:
@@ -259,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except UserError as exc:
         sys.stderr.write(f"tandem: error: {exc}\n")
+        return 2
+    except ModuleNotFoundError as exc:
+        extra = extras.extra_of(exc.name)  # an optional package imported deep in a command
+        if extra is None:
+            raise
+        sys.stderr.write(f"tandem: error: {extras.need_message(_feature(args), extra)}\n")
         return 2
     except VerificationError as exc:
         sys.stderr.write(f"tandem: FAILED: {exc}\n")

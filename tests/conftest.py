@@ -1,4 +1,26 @@
+import os
+
 import pytest
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns "auto" into a count
+def pytest_cmdline_main(config):
+    """``-n auto`` where pytest-xdist is installed and no ``-n``, ``--tx`` or ``--pdb`` was given.
+
+    Here rather than in pyproject's ``addopts``, where pytest without xdist rejects ``-n``. Never
+    in an xdist worker (it runs this hook too, with ``-n`` cleared): it would start workers of
+    its own.
+    """
+    option = config.option
+    if (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")
+        and "PYTEST_XDIST_WORKER" not in os.environ
+        and getattr(option, "numprocesses", 0) is None
+        and not getattr(option, "tx", None)
+        and not getattr(option, "usepdb", False)
+    ):
+        option.numprocesses = "auto"
 
 
 def pytest_addoption(parser):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import regex as _re
 
 from tandem.errors import UserError
 
@@ -181,12 +182,9 @@ def _check_gguf_magic(path: Path) -> None:
 
 
 # --- tokenizer -----------------------------------------------------------------------------
-try:  # exact Unicode classes; the stdlib fallback is exact for ASCII text
-    import regex as _re
-
-    _L, _N, _OTHER = r"\p{L}", r"\p{N}", r"[^\s\p{L}\p{N}]"
-except ImportError:
-    _re, _L, _N, _OTHER = re, r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"
+# Unicode's letter and number classes need the `regex` package (a base dependency, no fallback):
+# the stdlib's \w and \d classes give other token ids on text such as "the ⁴th".
+_L, _N, _OTHER = r"\p{L}", r"\p{N}", r"[^\s\p{L}\p{N}]"
 # SmolLM2's pre-tokenizer ("smollm" in the GGUF): every digit on its own, then GPT-2's split.
 _DIGIT = _re.compile(_N)
 _WORD = _re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_OTHER}+|\s+(?!\S)|\s+")

@@ -1,7 +1,6 @@
 """SpMM mapper: readers, GCN normalization, partition, tile statistics, cost model, balancing,
 outputs and the ``tandem map spmm`` command."""
 
-import gzip
 from pathlib import Path
 
 import numpy as np
@@ -45,120 +44,13 @@ def power_law(n, m, seed=0, exponent=0.9):
     return sp.csr_matrix(a[perm][:, perm])
 
 
-# ---------------------------------------------------------------------------------- readers
+# ------------------------------------------------- readers: tests/test_spmm_readers.py
 
 
 def write(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def test_real_metis_meshes_and_edge_list_read():
-    a = read_graph(FOUR_ELT)
-    assert a.shape == (7434, 7434) and a.nnz == 2 * 43031
-    assert (a != a.T).nnz == 0 and a.diagonal().sum() == 0
-    m = read_graph(MGRAPH)  # fmt 010 with two vertex weights per line
-    assert m.shape == (766, 766) and m.nnz == 2 * 1314
-    w = read_graph(WORMNET)
-    assert w.shape[0] > 100 and (w != w.T).nnz == 0
-
-
-def test_formats_agree_on_one_graph(tmp_path):
-    edges = [(1, 2), (2, 3), (3, 1), (3, 4)]
-    n = 4
-    mtx = "%%MatrixMarket matrix coordinate pattern symmetric\n% comment\n4 4 4\n"
-    mtx += "".join(f"{max(u, v)} {min(u, v)}\n" for u, v in edges)
-    metis = "% c\n4 4\n2 3\n1 3\n1 2 4\n3\n"
-    edge_list = "# source target\n" + "".join(f"{u} {v}\n" for u, v in edges)
-    dense = np.zeros((n, n))
-    for u, v in edges:
-        dense[u - 1, v - 1] = dense[v - 1, u - 1] = 1
-    sp.save_npz(tmp_path / "g.npz", sp.csr_matrix(dense))
-    for path in (
-        write(tmp_path, "g.mtx", mtx),
-        write(tmp_path, "g.graph", metis),
-        write(tmp_path, "g.txt", edge_list),
-        tmp_path / "g.npz",
-    ):
-        assert np.array_equal(read_graph(path).toarray(), dense), path
-    gz = tmp_path / "g.mtx.gz"
-    gz.write_bytes(gzip.compress(mtx.encode()))
-    assert np.array_equal(read_graph(gz).toarray(), dense)
-
-
-def test_metis_edge_weights_and_edge_list_weights(tmp_path):
-    a = read_graph(write(tmp_path, "w.graph", "3 2 1\n2 5\n1 5 3 7\n2 7\n"))
-    assert a[0, 1] == 5 and a[1, 2] == 7 and a.nnz == 4
-    b = read_graph(write(tmp_path, "w.edges", "a b 2.5\nb c 1\nb a 2.5\n"))
-    assert b.shape == (3, 3) and b[0, 1] == 2.5 and b.nnz == 4
-
-
-@pytest.mark.parametrize(
-    ("name", "text", "message"),
-    [
-        (
-            "bad.mtx",
-            "%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 1 2.0\n",
-            r"bad.mtx:4: row index 4 out of range 1..3",
-        ),
-        (
-            "nan.mtx",
-            "%%MatrixMarket matrix coordinate real general\n2 2 2\n1 1 1.0\n2 1 nan\n",
-            r"nan.mtx:4: value nan is not finite",
-        ),
-        (
-            "word.mtx",
-            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 x 1.0\n",
-            r"word.mtx:3: entry 'x' is not a number",
-        ),
-        (
-            "count.mtx",
-            "%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 1.0\n",
-            r"count.mtx:3: size line promises 3 entries, file has 1",
-        ),
-        ("head.mtx", "hello\n", r"head.mtx:1: not a Matrix Market file"),
-        (
-            "empty.mtx",
-            "%%MatrixMarket matrix coordinate real general\n0 0 0\n",
-            r"empty.mtx:2: empty graph",
-        ),
-        (
-            "rect.mtx",
-            "%%MatrixMarket matrix coordinate real general\n2 3 1\n1 1 1\n",
-            r"rect.mtx:2: adjacency must be square",
-        ),
-        (
-            "range.graph",
-            "% m\n3 2\n2 4\n1\n\n",
-            r"range.graph:3: neighbour index 4 out of range 1..3",
-        ),
-        ("lines.graph", "3 1\n2\n1\n", r"lines.graph:3: header says 3 vertices, file has 2"),
-        ("head.graph", "3 x\n", r"head.graph:1: header must be"),
-        ("edges.graph", "2 2\n2\n1\n", r"edges.graph:1: header says 2 edges"),
-        ("nan.graph", "2 1 1\n2 nan\n1 nan\n", r"nan.graph:2: value nan is not finite"),
-        ("short.txt", "# x\n1 2\n3\n", r"short.txt:3: expected 'u v' or 'u v weight'"),
-        ("neg.txt", "1 2\n-1 2\n", r"neg.txt:2: node id -1 is negative"),
-        ("nanw.txt", "1 2 1.0\n2 3 inf\n", r"nanw.txt:2: value inf is not finite"),
-        ("void.txt", "# nothing\n\n", r"void.txt: empty graph"),
-    ],
-)
-def test_malformed_files_name_file_and_line(tmp_path, name, text, message):
-    path = write(tmp_path, name, text)
-    with pytest.raises(GraphError, match=message):
-        read_graph(path)
-
-
-def test_npz_errors(tmp_path):
-    bad = sp.csr_matrix(np.array([[0, np.nan], [1, 0]]))
-    sp.save_npz(tmp_path / "nan.npz", bad)
-    with pytest.raises(GraphError, match=r"nan.npz: entry \(0, 1\) is nan"):
-        read_graph(tmp_path / "nan.npz")
-    (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(GraphError, match=r"junk\.npz: not a scipy sparse"):
-        read_graph(tmp_path / "junk.npz")
-    with pytest.raises(GraphError, match="cannot read"):
-        read_graph(tmp_path / "missing.mtx")
 
 
 # ---------------------------------------------------------------------- normalization, order

@@ -67,10 +67,16 @@ _MAX_LINE = 1 << 16  # longest line of a Matrix Market file, an edge list or a M
 _MAX_METIS_LINE = 1 << 30  # a METIS vertex line lists up to n neighbours (and weights)
 _INT64_MAX = np.iinfo(np.int64).max
 _EXACT = 1 << 53  # integers below this are exact in float64
+_DEFLATE_RATIO = 1032  # the most bytes deflate unpacks from one
 
 
 class GraphError(UserError):
     """A graph file could not be read; the message names the file and the line."""
+
+
+class _LongLineError(GraphError):
+    """A line longer than the reader allows, found by :meth:`_Text.blocks` (which does not count
+    lines: the line walk names it)."""
 
 
 def _fail(path, line, message) -> GraphError:
@@ -91,15 +97,13 @@ def _number_text(x: float) -> str:
 def _check_size(path, line, nodes: int, nonzeros: int) -> None:
     if nodes > MAX_NODES:
         raise _fail(
-            path,
-            line,
-            f"{nodes} nodes: more than the {MAX_NODES} (2**25) the mapper holds in 8 GB",
+            path, line, f"{nodes} nodes: more than the {MAX_NODES} the mapper holds in 8 GB"
         )
     if nonzeros > MAX_NONZEROS:
         raise _fail(
             path,
             line,
-            f"{nonzeros} non-zeros: more than the {MAX_NONZEROS} (2**27) the mapper holds in 8 GB",
+            f"{nonzeros} non-zeros: more than the {MAX_NONZEROS} the mapper holds in 8 GB",
         )
 
 
@@ -157,12 +161,14 @@ class _Text:
         """Index of the '\\n' ending the line at ``_pos`` (reading more as needed), or -1."""
         while True:
             end = self._buf.find(b"\n", self._pos)
-            if end >= 0 or self._eof:
+            if end >= 0:
                 return end
             if len(self._buf) - self._pos > self.max_line:
                 raise _fail(
                     self.path, self.lines_read + 1, f"line longer than {self.max_line} bytes"
                 )
+            if self._eof:
+                return end
             data = self._read()
             self._buf, self._pos = self._buf[self._pos :] + data, 0
 
@@ -204,44 +210,68 @@ class _Text:
                 data = pending + data
             if not data:
                 return
-            cut = len(data) if self._eof else data.rfind(b"\n") + 1
-            if cut == 0:
-                if len(data) > self.max_line:
-                    raise _fail(self.path, None, f"a line is longer than {self.max_line} bytes")
+            cut = data.rfind(b"\n") + 1
+            if len(data) - cut > self.max_line:
+                raise _LongLineError(f"line longer than {self.max_line} bytes")
+            if self._eof:
+                cut = len(data)
+            elif cut == 0:
                 pending = data
                 continue
             pending = data[cut:]
             yield data[:cut] if pending else data
 
 
+def _blocks_or_none(text: _Text):
+    """``text.blocks()``, then None after a too long line (for the walk to name it)."""
+    try:
+        yield from text.blocks()
+    except _LongLineError:
+        yield None
+
+
 def _decode(path, first_line: int, raw: bytes) -> str:
     """``raw`` as UTF-8; a bad byte or a NUL names its line (``first_line`` is raw's first)."""
+    nul = raw.find(b"\0")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = first_line + raw.count(b"\n", 0, exc.start)
-        raise _fail(path, line, "not a text file (invalid UTF-8)") from None
-    nul = text.find("\0")
+        if not 0 <= nul < exc.start:
+            line = first_line + raw.count(b"\n", 0, exc.start)
+            raise _fail(path, line, "not a text file (invalid UTF-8)") from None
     if nul >= 0:
-        raise _fail(path, first_line + text.count("\n", 0, nul), "not a text file (NUL byte)")
+        raise _fail(path, first_line + raw.count(b"\n", 0, nul), "not a text file (NUL byte)")
     return text
+
+
+def _walk(path, text: _Text):
+    """``(number of the first line, lines)`` of each block after the lines ``text`` handed out
+    already, decoded; a bad byte or a too long line named by its line."""
+    number = text.lines_read
+    blocks = text.blocks()
+    while True:
+        try:
+            raw = next(blocks)
+        except StopIteration:
+            return
+        except _LongLineError as exc:
+            raise _fail(path, number + 1, str(exc)) from None
+        lines = _decode(path, number + 1, raw).splitlines()
+        yield number + 1, lines
+        number += len(lines)
 
 
 def _walk_lines(path, text: _Text, comment: str):
     """Blocks of ``(line numbers, stripped lines)``: the non-blank lines not starting with a
-    character of ``comment``, after the lines ``text`` handed out already."""
-    number = text.lines_read
-    for raw in text.blocks():
-        lines = _decode(path, number + 1, raw).splitlines()
+    character of ``comment``."""
+    for first, lines in _walk(path, text):
         numbers, kept = [], []
         for k, line in enumerate(lines):
             stripped = line.strip()
             if stripped and stripped[0] not in comment:
-                numbers.append(number + k + 1)
+                numbers.append(first + k)
                 kept.append(stripped)
-        number += len(lines)
         yield numbers, kept
-    text.lines_read = number
 
 
 def _numbers(path, numbers, lines, dtype, what: str) -> np.ndarray:
@@ -430,12 +460,15 @@ def _mtx_header(path, text: _Text) -> _MtxHeader:
         raise _fail(path, number, "empty graph (no entries)")
     head = _MtxHeader(n_rows, entries, field, symmetry, number)
     _check_size(path, number, n_rows, entries * (1 if symmetry == "general" else 2))
-    # An entry takes at least two bytes a field ("1 1\n"): a plain file this short lies.
-    if not text.gzip and entries * 2 * head.width - 1 > text.size:
+    # An entry takes at least two bytes a field ("1 1\n"), and deflate packs at most 1032
+    # bytes into one: a file this short lies (and mmread would allocate for the promise).
+    room = text.size * (_DEFLATE_RATIO if text.gzip else 1)
+    if entries * 2 * head.width - 1 > room:
+        kind = "gzip file" if text.gzip else "file"
         raise _fail(
             path,
             number,
-            f"size line promises {entries} entries, more than a file of {text.size} bytes holds",
+            f"size line promises {entries} entries, more than a {kind} of {text.size} bytes holds",
         )
     return head
 
@@ -496,9 +529,9 @@ def _mtx_fast(head: _MtxHeader, text: _Text):
         coo = mmread(body)
     except Exception:  # any refusal: the walk names the line (or reads what mmread would not)
         coo = None
-    if body.error is not None:
+    if body.error is not None and not isinstance(body.error, _LongLineError):
         raise body.error
-    if coo is None or body.rejected or not np.isfinite(coo.data).all():
+    if coo is None or body.rejected or body.error or not np.isfinite(coo.data).all():
         return None
     return coo.row, coo.col, coo.data
 
@@ -607,7 +640,9 @@ def _edges_fast(path, text: _Text):
     if width not in (2, 3):
         return None
     us, vs, ws, count = [], [], [], 0
-    for block in text.blocks():
+    for block in _blocks_or_none(text):
+        if block is None:
+            return None
         if not _layout_ok(block, width, width == 3, True):
             return None
         try:  # a token both checks let through but numpy refuses ("." alone): the walk
@@ -726,7 +761,7 @@ def _integer_ids(path, ends, line_numbers) -> list[np.ndarray] | None:
                     return None
                 if first is None and not -(2**63) <= value < 2**63:
                     first = (int(number), name)
-    raise _fail(path, first[0], f"node id {_show(first[1])} does not fit 64 bits")
+    raise _fail(path, first[0], f"node id {_show(str(first[1]))} does not fit 64 bits")
 
 
 def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
@@ -805,7 +840,9 @@ def _metis_fast(text: _Text):
     """``(line numbers, fields per line, values)`` of the vertex lines when every block is
     integers and blanks only (no comments), else None."""
     first, numbers, counts, values, total = text.lines_read + 1, [], [], [], 0
-    for block in text.blocks():
+    for block in _blocks_or_none(text):
+        if block is None:
+            return None
         if block.translate(None, _DIGITS + b" \t\r\n"):
             return None
         b = np.frombuffer(block, np.uint8)
@@ -845,14 +882,11 @@ def _metis_arrays(numbers, counts, values):
 
 def _metis_walk(path, text: _Text):
     """As :func:`_metis_fast`, by walking the lines (comments skipped, blank lines kept)."""
-    number, total = text.lines_read, 0
-    numbers, counts, values = [], [], []
-    for raw in text.blocks():
-        lines = _decode(path, number + 1, raw).splitlines()
+    total, numbers, counts, values = 0, [], [], []
+    for first, lines in _walk(path, text):
         keep = [k for k, line in enumerate(lines) if not line.lstrip().startswith("%")]
         texts = [lines[k] for k in keep]
-        line_numbers = [number + k + 1 for k in keep]
-        number += len(lines)
+        line_numbers = [first + k for k in keep]
         values.append(_numbers(path, line_numbers, texts, np.float64, "entry"))
         counts.append(np.array([len(t.split()) for t in texts], np.int64))
         numbers.append(np.array(line_numbers, np.int64))

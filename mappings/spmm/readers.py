@@ -206,20 +206,23 @@ class _Text:
         self._buf, self._pos = b"", 0
         while True:
             data = self._read()
-            if pending:
-                data = pending + data
             if not data:
+                if len(pending) - pending.rfind(b"\n") - 1 > self.max_line:
+                    raise _LongLineError(f"line longer than {self.max_line} bytes")
+                if pending:
+                    yield pending
                 return
             cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                pending += data
+                if len(pending) > self.max_line:
+                    raise _LongLineError(f"line longer than {self.max_line} bytes")
+                continue
             if len(data) - cut > self.max_line:
                 raise _LongLineError(f"line longer than {self.max_line} bytes")
-            if self._eof:
-                cut = len(data)
-            elif cut == 0:
-                pending = data
-                continue
+            whole = data if cut == len(data) else memoryview(data)[:cut]
+            yield pending + whole if pending else bytes(whole)
             pending = data[cut:]
-            yield data[:cut] if pending else data
 
 
 def _blocks_or_none(text: _Text):
@@ -374,9 +377,13 @@ def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
 
     Blank lines are allowed (both parsers skip them) only at the end of the block.
     """
-    body = block.rstrip(b"\r\n")
-    if not body:
+    if not block:
         return True
+    body = block
+    if block.endswith((b"\n\n", b"\n\r\n")):  # (a copy, but only then)
+        body = block.rstrip(b"\r\n")
+        if not body:
+            return True
     table = (
         (_CODES_REAL_TAB if tabs else _CODES_REAL)
         if real
@@ -389,7 +396,7 @@ def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
     # Digits deleted, each line must be `fields - 1` spaces then the value's markers: exactly
     # that many spaces per line, all of them at its start (so no marker in an index).
     rest = body.translate(_TAB_TO_SPACE if tabs else None, _DIGITS)
-    lines = rest.count(b"\n") + 1
+    lines = rest.count(b"\n") + (not rest.endswith(b"\n"))
     gap = b" " * (fields - 1)
     if rest.count(b" ") != len(gap) * lines:
         return False
@@ -417,6 +424,7 @@ class _MtxHeader:
     field: str
     symmetry: str
     size_line: int
+    plain: bool  # written as mmread reads it (exact banner, '%' comments, no blank lines)
 
     @property
     def width(self) -> int:
@@ -436,6 +444,7 @@ def _mtx_header(path, text: _Text) -> _MtxHeader:
     if not header:
         raise _fail(path, 1, "not a Matrix Market file (expected '%%MatrixMarket matrix ...')")
     layout, field, symmetry = (g.lower() for g in header.groups())
+    plain = first == f"%%MatrixMarket matrix {layout} {field} {symmetry}"
     if layout != "coordinate":
         raise _fail(path, 1, f"only the 'coordinate' layout is supported, not {_show(layout)}")
     if field not in ("real", "integer", "pattern", "double"):
@@ -446,6 +455,7 @@ def _mtx_header(path, text: _Text) -> _MtxHeader:
         line = _header_line(path, text)
         if line is None:
             raise _fail(path, text.lines_read, "missing size line")
+        plain = plain and (line.startswith("%") or line == line.strip())
         line = line.strip()
         if line and not line.startswith("%"):
             break
@@ -458,7 +468,7 @@ def _mtx_header(path, text: _Text) -> _MtxHeader:
         raise _fail(path, number, f"adjacency must be square, not {n_rows} x {n_cols}")
     if n_rows == 0 or entries == 0:
         raise _fail(path, number, "empty graph (no entries)")
-    head = _MtxHeader(n_rows, entries, field, symmetry, number)
+    head = _MtxHeader(n_rows, entries, field, symmetry, number, plain and field != "double")
     _check_size(path, number, n_rows, entries * (1 if symmetry == "general" else 2))
     # An entry takes at least two bytes a field ("1 1\n"), and deflate packs at most 1032
     # bytes into one: a file this short lies (and mmread would allocate for the promise).
@@ -519,19 +529,41 @@ class _CheckedBody:
         return self.read(size)
 
 
-def _mtx_fast(head: _MtxHeader, text: _Text):
+def _mtx_fast(path: Path, head: _MtxHeader, text: _Text):
     """``(rows, cols, values)`` (symmetry expanded) by ``scipy.io.mmread``, or None when any
-    block fails the layout checks, mmread refuses the file, or a value is not finite."""
+    block fails the layout checks, mmread refuses the file, or a value is not finite.
+
+    A plain file with a plain header of real or pattern entries is checked first and then
+    handed to mmread by name (its C++ reader is faster than a Python stream); anything else
+    (gzip, an integer field, which mmread would read as int64, another header) goes through
+    :class:`_CheckedBody`.
+    """
     from scipy.io import mmread
 
-    body = _CheckedBody(head, text.blocks())
+    by_name = (
+        head.plain
+        and head.field in ("real", "pattern")
+        and not text.gzip
+        and not path.name.lower().endswith((".gz", ".bz2"))
+    )
+    if by_name:
+        for block in _blocks_or_none(text):
+            if block is None or not _layout_ok(block, head.width, head.width == 3, False):
+                return None
+        body = None
+        source = str(path)
+    else:
+        body = source = _CheckedBody(head, text.blocks())
     try:
-        coo = mmread(body)
+        coo = mmread(source)
     except Exception:  # any refusal: the walk names the line (or reads what mmread would not)
         coo = None
-    if body.error is not None and not isinstance(body.error, _LongLineError):
-        raise body.error
-    if coo is None or body.rejected or body.error or not np.isfinite(coo.data).all():
+    if body is not None:
+        if body.error is not None and not isinstance(body.error, _LongLineError):
+            raise body.error
+        if body.rejected or body.error:
+            return None
+    if coo is None or coo.shape != (head.n, head.n) or not np.isfinite(coo.data).all():
         return None
     return coo.row, coo.col, coo.data
 
@@ -590,7 +622,7 @@ def read_mtx(path) -> sp.csr_matrix:
     path = Path(path)
     with _Text(path) as text:
         head = _mtx_header(path, text)
-        fast = _mtx_fast(head, text)
+        fast = _mtx_fast(path, head, text)
     if fast is not None:
         rows, cols, vals = fast
     else:

@@ -654,8 +654,12 @@ def read_edge_list(path) -> sp.csr_matrix:
     with _Text(path) as text:
         edges = _edges_fast(path, text)
     if edges is None:
-        with _Text(path) as text:
-            edges = _edges_walk(path, text)
+        try:
+            with _Text(path) as text:
+                edges = _edges_walk(path, text, names=False)
+        except _NamesError:
+            with _Text(path) as text:
+                edges = _edges_walk(path, text, names=True)
     u, v, weights, n = edges
     return _dedupe_undirected(path, u, v, weights, n)
 
@@ -725,10 +729,15 @@ def _renumber(u: np.ndarray, v: np.ndarray) -> tuple[int, np.ndarray, np.ndarray
     return names.size, inverse[: u.size], inverse[u.size :]
 
 
-def _edges_walk(path, text: _Text):
-    """``(u, v, weights, n)`` by walking the lines; names the first bad line."""
-    width, count = None, 0
-    ends, weights, line_numbers = [], [], []
+class _NamesError(Exception):
+    """A node name that is not an integer: every name is a string (the walk starts again)."""
+
+
+def _edges_walk(path, text: _Text, names: bool):
+    """``(u, v, weights, n)`` by walking the lines; names the first bad line. With ``names``
+    False the names must all be integers (else :class:`_NamesError`), kept as int64."""
+    width, count, problem = None, 0, None
+    ends, weights = [], []
     for numbers, lines in _walk_lines(path, text, "#%"):
         if not lines:
             continue
@@ -741,59 +750,89 @@ def _edges_walk(path, text: _Text):
                 if fields != width or fields not in (2, 3):
                     raise _fail(path, number, f"expected 'u v' or 'u v weight', got {_show(line)}")
         table = np.array(tokens, dtype=object).reshape(len(lines), width)
-        ends.append(table[:, :2].astype(str))
+        del tokens
+        if names:
+            ends.append(_name_bytes(path, numbers, table[:, :2]))
+        else:
+            ids, found = _integer_block(path, numbers, table[:, :2])
+            problem = problem or found
+            ends.append(ids)
         if width == 3:
             w = _numbers(path, numbers, [str(t) for t in table[:, 2]], np.float64, "weight")
             _check_finite(path, w, lambda k, numbers=numbers: numbers[k])
             weights.append(w)
-        line_numbers.append(np.asarray(numbers, np.int64))
         count += len(lines)
         if count > MAX_NONZEROS:
             _check_size(path, numbers[-1], 0, count)
     if not count:
         raise _fail(path, None, "empty graph (no edges)")
-    lines_of = np.concatenate(line_numbers)
-    ids = _integer_ids(path, ends, line_numbers)
-    if ids is not None:
-        table = np.concatenate(ids)
-        negative = np.flatnonzero((table < 0).any(axis=1))
-        if negative.size:
-            k = int(negative[0])
-            raise _fail(path, int(lines_of[k]), f"node id {int(table[k].min())} is negative")
-        n, u, v = _renumber(table[:, 0], table[:, 1])
-    else:
-        strings = np.concatenate([np.char.encode(part, "utf-8") for part in ends])
-        names, inverse = np.unique(strings, return_inverse=True)
+    if problem is not None:
+        raise problem
+    if names:
+        strings = np.concatenate(ends)
+        del ends
+        unique, inverse = np.unique(strings, return_inverse=True)
         inverse = inverse.reshape(-1, 2).astype(np.int32)
-        n, u, v = names.size, inverse[:, 0], inverse[:, 1]
+        n, u, v = unique.size, inverse[:, 0], inverse[:, 1]
+    else:
+        table = np.concatenate(ends)
+        del ends
+        n, u, v = _renumber(table[:, 0], table[:, 1])
     _check_size(path, None, n, 0)
     return u, v, (np.concatenate(weights) if width == 3 else None), n
 
 
-def _integer_ids(path, ends, line_numbers) -> list[np.ndarray] | None:
-    """Every endpoint as an int64 (Python's ``int`` reading), or None when one is not an
-    integer (then every name is a string); an integer beyond 64 bits names its line."""
-    ids, overflow = [], False
-    for part in ends:
-        try:
-            ids.append(part.astype(np.int64))
-        except ValueError:
-            return None
-        except OverflowError:
-            overflow = True
-    if not overflow:
-        return ids
-    first = None
-    for part, numbers in zip(ends, line_numbers):
-        for row, number in zip(part, numbers):
-            for name in row:
-                try:
-                    value = int(name)
-                except ValueError:
-                    return None
-                if first is None and not -(2**63) <= value < 2**63:
-                    first = (int(number), name)
-    raise _fail(path, first[0], f"node id {_show(str(first[1]))} does not fit 64 bits")
+_MAX_NAME = 256  # characters of a node name that is not an integer
+
+
+def _check_names(path, numbers, pairs) -> None:
+    """No node name longer than :data:`_MAX_NAME` (a block's names share one item size)."""
+    if max(map(len, pairs.flat)) > _MAX_NAME:
+        for k, name in enumerate(pairs.flat):
+            if len(name) > _MAX_NAME:
+                message = f"node name longer than {_MAX_NAME} characters"
+                raise _fail(path, numbers[k // 2], message)
+
+
+def _name_bytes(path, numbers, pairs) -> np.ndarray:
+    """Node names as UTF-8 bytes (which sort by code point, as the strings do)."""
+    _check_names(path, numbers, pairs)
+    encoded = [name.encode() for name in pairs.flat]
+    return np.array(encoded, dtype=f"S{max(map(len, encoded))}").reshape(-1, 2)
+
+
+def _integer_block(path, numbers, pairs):
+    """``(int64 ids, first problem)`` of a block of names that are all integers (Python's
+    ``int`` reading, as numpy's); the problem (an id beyond 64 bits or negative) counts only if
+    every name of the file is an integer. Raises :class:`_NamesError` at the first other name.
+    """
+    _check_names(path, numbers, pairs)
+    try:
+        ids = pairs.astype(str).astype(np.int64)
+    except ValueError:
+        raise _NamesError from None
+    except OverflowError:
+        ids = None
+    if ids is not None:
+        negative = np.flatnonzero((ids < 0).any(axis=1))
+        if not negative.size:
+            return ids, None
+        k = int(negative[0])
+        return ids, _fail(path, numbers[k], f"node id {int(ids[k].min())} is negative")
+    problem = None
+    for k, pair in enumerate(pairs):
+        values = []
+        for name in pair:
+            try:
+                values.append(int(name))
+            except ValueError:
+                raise _NamesError from None
+        if problem is None and not all(-(2**63) <= x < 2**63 for x in values):
+            big = next(name for name, x in zip(pair, values) if not -(2**63) <= x < 2**63)
+            problem = _fail(path, numbers[k], f"node id {_show(str(big))} does not fit 64 bits")
+        elif problem is None and min(values) < 0:
+            problem = _fail(path, numbers[k], f"node id {min(values)} is negative")
+    return np.zeros((len(pairs), 2), np.int64), problem
 
 
 def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:

@@ -806,33 +806,34 @@ def _integer_block(path, numbers, pairs):
     ``int`` reading, as numpy's); the problem (an id beyond 64 bits or negative) counts only if
     every name of the file is an integer. Raises :class:`_NamesError` at the first other name.
     """
-    _check_names(path, numbers, pairs)
-    try:
-        ids = pairs.astype(str).astype(np.int64)
-    except ValueError:
-        raise _NamesError from None
-    except OverflowError:
-        ids = None
+    ids = None
+    if max(map(len, pairs.flat)) <= 40:  # else numpy's strings would take 4 bytes a character
+        try:
+            ids = pairs.astype(str).astype(np.int64)
+        except ValueError:
+            raise _NamesError from None
+        except OverflowError:
+            pass
     if ids is not None:
         negative = np.flatnonzero((ids < 0).any(axis=1))
         if not negative.size:
             return ids, None
         k = int(negative[0])
         return ids, _fail(path, numbers[k], f"node id {int(ids[k].min())} is negative")
-    problem = None
+    problem, ids = None, np.zeros((len(pairs), 2), np.int64)
     for k, pair in enumerate(pairs):
-        values = []
-        for name in pair:
+        for j, name in enumerate(pair):
             try:
-                values.append(int(name))
+                value = int(name)
             except ValueError:
                 raise _NamesError from None
-        if problem is None and not all(-(2**63) <= x < 2**63 for x in values):
-            big = next(name for name, x in zip(pair, values) if not -(2**63) <= x < 2**63)
-            problem = _fail(path, numbers[k], f"node id {_show(str(big))} does not fit 64 bits")
-        elif problem is None and min(values) < 0:
-            problem = _fail(path, numbers[k], f"node id {min(values)} is negative")
-    return np.zeros((len(pairs), 2), np.int64), problem
+            if -(2**63) <= value < 2**63:
+                ids[k, j] = value
+            elif problem is None:
+                problem = _fail(path, numbers[k], f"node id {_show(name)} does not fit 64 bits")
+        if problem is None and ids[k].min() < 0:
+            problem = _fail(path, numbers[k], f"node id {int(ids[k].min())} is negative")
+    return ids, problem
 
 
 def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:

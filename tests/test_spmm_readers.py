@@ -9,8 +9,10 @@ path (Python's ``float``/``int`` on every token), so "the same" means "as before
 
 import gzip
 import io
+import os
 import re
 import tempfile
+import threading
 import tracemalloc
 import warnings
 import zipfile
@@ -328,6 +330,25 @@ def test_missing_file_and_folder(tmp_path):
     folder = tmp_path / "dir.mtx"
     folder.mkdir()
     assert "cannot read" in outcome(folder)[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_pipe_is_read_once(tmp_path):
+    # A pipe cannot be read twice: the walk after a refused fast path reads the bytes kept.
+    for name, text, expected in (
+        ("good.mtx", HEADER + "2 2 1\n1 2 0.5\n", "ok"),
+        ("bad.mtx", HEADER + "2 2 1\n1 2 0.5 7\n", "expected 3 fields"),
+        ("bad.txt", "1 2\n# c\n2 x y\n", "expected 'u v' or 'u v weight'"),
+    ):
+        fifo = tmp_path / name
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=fifo.write_text, args=(text,))
+        writer.start()
+        try:
+            result = outcome(fifo)
+        finally:
+            writer.join(timeout=10)
+        assert expected in str(result[0] if expected == "ok" else result[1]), result
 
 
 def test_limits_on_nodes_and_non_zeros(tmp_path, monkeypatch):

@@ -31,8 +31,10 @@ Two paths read a text file:
 """
 
 import gzip
+import io
 import os
 import re
+import stat
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -117,16 +119,16 @@ class _Text:
     of whole lines. I/O and gzip errors become :class:`GraphError`.
     """
 
-    def __init__(self, path: Path, max_line: int = _MAX_LINE):
-        self.path, self.max_line = path, max_line
+    def __init__(self, path: Path, max_line: int = _MAX_LINE, data: bytes | None = None):
+        self.path, self.max_line, self.regular = path, max_line, data is None
         try:
-            self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
+            self._file = open(path, "rb") if data is None else io.BytesIO(data)  # noqa: SIM115
         except OSError as exc:
             raise GraphError(f"{path}: cannot read ({exc.strerror or exc})") from None
         try:
             magic = self._file.read(2)
             self._file.seek(0)
-            self.size = os.fstat(self._file.fileno()).st_size
+            self.size = os.fstat(self._file.fileno()).st_size if data is None else len(data)
         except OSError as exc:
             self._file.close()
             raise GraphError(f"{path}: cannot read ({exc.strerror or exc})") from None
@@ -223,6 +225,24 @@ class _Text:
             whole = data if cut == len(data) else memoryview(data)[:cut]
             yield pending + whole if pending else bytes(whole)
             pending = data[cut:]
+
+
+_MAX_PIPE = 1 << 31
+
+
+def _special(path: Path) -> bytes | None:
+    """The bytes of a pipe or a device, read once (a reader may read a file twice: the fast
+    path, then the walk); None for a regular file or anything ``open`` will refuse."""
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode) and not stat.S_ISCHR(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as pipe:
+            data = pipe.read(_MAX_PIPE + 1)
+    except OSError:
+        return None
+    if len(data) > _MAX_PIPE:
+        raise GraphError(f"{path}: more than {_MAX_PIPE} bytes from a pipe; name the file instead")
+    return data
 
 
 def _blocks_or_none(text: _Text):
@@ -541,7 +561,8 @@ def _mtx_fast(path: Path, head: _MtxHeader, text: _Text):
     from scipy.io import mmread
 
     by_name = (
-        head.plain
+        text.regular
+        and head.plain
         and head.field in ("real", "pattern")
         and not text.gzip
         and not path.name.lower().endswith((".gz", ".bz2"))
@@ -620,13 +641,14 @@ def read_mtx(path) -> sp.csr_matrix:
     """Matrix Market coordinate file (real, integer or pattern; general, symmetric or
     skew-symmetric): ``scipy.io.mmread`` on checked blocks, the line walk for the rest."""
     path = Path(path)
-    with _Text(path) as text:
+    data = _special(path)
+    with _Text(path, data=data) as text:
         head = _mtx_header(path, text)
         fast = _mtx_fast(path, head, text)
     if fast is not None:
         rows, cols, vals = fast
     else:
-        with _Text(path) as text:
+        with _Text(path, data=data) as text:
             head = _mtx_header(path, text)
             rows, cols, vals = _mtx_walk(path, head, text)
         if head.symmetry != "general":
@@ -651,14 +673,15 @@ def read_edge_list(path) -> sp.csr_matrix:
     be non-negative and fit 64 bits). ``u v`` and ``v u`` are one edge; the last weight wins.
     """
     path = Path(path)
-    with _Text(path) as text:
+    data = _special(path)
+    with _Text(path, data=data) as text:
         edges = _edges_fast(path, text)
     if edges is None:
         try:
-            with _Text(path) as text:
+            with _Text(path, data=data) as text:
                 edges = _edges_walk(path, text, names=False)
         except _NamesError:
-            with _Text(path) as text:
+            with _Text(path, data=data) as text:
                 edges = _edges_walk(path, text, names=True)
     u, v, weights, n = edges
     return _dedupe_undirected(path, u, v, weights, n)
@@ -874,11 +897,12 @@ def read_metis(path) -> sp.csr_matrix:
     of them) and edge weights (001). ``%`` lines are comments. Vertex numbers are 1-based.
     """
     path = Path(path)
-    with _Text(path, _MAX_METIS_LINE) as text:
+    data = _special(path)
+    with _Text(path, _MAX_METIS_LINE, data) as text:
         header_at, n, m, fmt, ncon = _metis_header(path, text)
         lines = _metis_fast(text)
     if lines is None:
-        with _Text(path, _MAX_METIS_LINE) as text:
+        with _Text(path, _MAX_METIS_LINE, data) as text:
             _metis_header(path, text)
             lines = _metis_walk(path, text)
     numbers, counts, values = lines

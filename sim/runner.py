@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tandem.args import MAX_SEED, integer, output_dir
 from tandem.config import Params
+from tandem.errors import UserError
 from tandem.generate import generate, tool_versions
 from tandem.registry import Design
 
@@ -213,8 +215,16 @@ def run_regression(
     """
     from cocotb_tools.runner import get_runner
 
+    # Arguments first, before the toolchain, the Verilog or a build.
+    if seed is not None:
+        seed = integer(seed, "--seed", 0, MAX_SEED)
+    output_dir(
+        run_dir if run_dir is not None else Path("build"),
+        "--run-dir",
+        ("sim.log", "results.xml", "results.json", "golden_times.txt"),
+    )
     prepare(simulator)
-    seed = random.randrange(1, 2**31) if seed is None else int(seed)
+    seed = random.randrange(1, 2**31) if seed is None else seed
     generated = generate(design, params)
     files = generated.files()
     sha = generated.manifest["verilog"]["sha256"]
@@ -229,7 +239,10 @@ def run_regression(
         else Path("build") / "sim" / f"{design.name}-{simulator}"
     )
     run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--run-dir {run_dir}: cannot create it: {exc.strerror}") from None
 
     runner = get_runner(simulator)
     built_marker = build_dir / ".tandem-built"

@@ -27,12 +27,14 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .args import output_dir, real
 from .errors import UserError
 
 __all__ = [
@@ -419,6 +421,9 @@ def run_suite(
         selected = [known[name] for name in only]
     else:
         selected = list(BENCHMARKS)
+    missing = [b.script for b in selected if not (folder / b.script).is_file()]
+    if missing:
+        raise UserError(f"benchmarks folder {folder} has no {missing[0]}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -536,8 +541,9 @@ def run(args) -> int:
             print(f"{bench.name:<18} {bench.script:<28} quick: {quick}")
             print(f"{'':<18} {bench.what}")
         return 0
-    if args.timeout <= 0:
-        raise UserError("--timeout must be positive")
+    # A timeout beyond what Python's waits take (threading.TIMEOUT_MAX) is an overflow.
+    real(args.timeout, "--timeout", 0.0, threading.TIMEOUT_MAX, above=True)
+    output_dir(args.output, "--output", ("bench.json", "bench.md"))
 
     def progress(entry):
         reason = f" ({entry['reason']})" if entry.get("reason") else ""

@@ -84,9 +84,11 @@ def _cmd_designs(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    from .generate import generate, write_files
+    from .args import output_dir
+    from .generate import generate, output_names, write_files
 
     design, params = _resolve(args)
+    output_dir(args.output, "--output", output_names(design, args.board is not None))
     generated = generate(design, params, board=args.board)
     for path in write_files(args.output, generated.files()):
         print(path)
@@ -121,15 +123,17 @@ def _cmd_sim(args) -> int:
 
 
 def _cmd_synth(args) -> int:
+    from .args import output_dir
     from .generate import write_files
     from .synth import synthesize
 
     design, params = _resolve(args)
+    name = f"{design.name}.{args.board}.synth.json"
+    if args.output is not None:
+        output_dir(args.output, "--output", (name,))  # before synthesis
     report = synthesize(design, params, args.board)
-    if args.output:
-        write_files(
-            args.output, {f"{design.name}.{args.board}.synth.json": report.to_json().encode()}
-        )
+    if args.output is not None:
+        write_files(args.output, {name: report.to_json().encode()})
     if args.json:
         sys.stdout.write(report.to_json())
     else:

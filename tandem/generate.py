@@ -4,10 +4,14 @@ Output is reproducible byte for byte: no timestamps, no absolute paths, no ``src
 and files are written atomically (all of them or none).
 """
 
+import errno
 import hashlib
 import json
 import os
-import tempfile
+import secrets
+import shutil
+from collections.abc import Iterable
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -17,6 +21,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Shape
 from amaranth.lib import stream, wiring
 
+from .args import output_dir
 from .boards import Board, load_board
 from .config import Params
 from .errors import UserError
@@ -27,7 +32,9 @@ __all__ = [
     "build_component",
     "generate",
     "manifest",
+    "output_names",
     "port_list",
+    "staged_output",
     "tool_versions",
     "write_files",
 ]
@@ -109,14 +116,19 @@ class GeneratedDesign:
 
     def files(self) -> dict[str, bytes]:
         """File name to contents."""
-        name = self.design.name
-        files = {
-            f"{name}.v": self.verilog.encode(),
-            f"{name}.manifest.json": (json.dumps(self.manifest, indent=2) + "\n").encode(),
-        }
-        if self.xdc is not None:
-            files[f"{name}.xdc"] = self.xdc.encode()
-        return files
+        contents = [
+            self.verilog.encode(),
+            (json.dumps(self.manifest, indent=2) + "\n").encode(),
+            *([self.xdc.encode()] if self.xdc is not None else []),
+        ]
+        names = output_names(self.design, self.xdc is not None)
+        return dict(zip(names, contents, strict=True))
+
+
+def output_names(design: Design, xdc: bool = False) -> tuple[str, ...]:
+    """The files ``tandem generate`` writes for ``design`` (with a board: also the XDC)."""
+    name = design.name
+    return (f"{name}.v", f"{name}.manifest.json", *((f"{name}.xdc",) if xdc else ()))
 
 
 def manifest(
@@ -167,27 +179,85 @@ def generate(design: Design, params: Params, board: str | Board | None = None) -
     )
 
 
-def write_files(out_dir: str | Path, files: dict[str, bytes]) -> list[Path]:
-    """Write every file into ``out_dir`` atomically: either all appear, or none changes."""
-    out_dir = Path(out_dir)
+@contextmanager
+def staged_output(out_dir: str | Path, names: Iterable[str] = (), flag: str = "--output"):
+    """Write a command's outputs all or nothing: yield a temporary folder to write them into,
+    then move them into ``out_dir`` when the block succeeded; on any error nothing changed.
+
+    ``out_dir`` is checked first (:func:`tandem.args.output_dir`, with the output file
+    ``names`` known in advance). The temporary folder lies beside the files it replaces: in
+    ``out_dir`` when that exists (each file is then renamed into place, and the old ones are
+    put back if a rename fails), else beside ``out_dir``, which it becomes with one rename.
+    Folders created on the way are removed again on an error. An OS error is a one-line
+    :class:`~tandem.errors.UserError` naming ``flag``.
+    """
+    out_dir = output_dir(out_dir, flag, names)
+    created: list[Path] = []
+    staging: Path | None = None
+    done = False
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        exists = out_dir.is_dir()
+        if not exists:
+            for parent in reversed(out_dir.parents):
+                if not parent.exists():
+                    parent.mkdir()
+                    created.append(parent)
+        where = out_dir if exists else out_dir.parent
+        # Named here rather than by mkdtemp: mkdir gives the folder the umask's permissions,
+        # which it keeps when it becomes out_dir.
+        staging = where / f".{out_dir.name or 'out'}.tmp-{secrets.token_hex(4)}"
+        staging.mkdir()
+        yield staging
+        if exists:
+            _move_into(staging, out_dir)
+        else:
+            os.rename(staging, out_dir)
+            staging = None
+        done = True
     except OSError as exc:
-        raise UserError(f"{out_dir}: cannot create output directory: {exc.strerror}") from None
-    if not out_dir.is_dir():
-        raise UserError(f"{out_dir}: not a directory")
-    staged: list[tuple[str, Path]] = []
+        why = exc.strerror or str(exc)
+        raise UserError(f"{flag} {out_dir}: cannot write the output: {why}") from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not done:
+            for folder in reversed(created):
+                with suppress(OSError):
+                    folder.rmdir()
+
+
+def _move_into(staging: Path, out_dir: Path) -> None:
+    """Rename every file of ``staging`` into ``out_dir``; on an error put the old files back."""
+    backup = staging / ".old"
+    backup.mkdir()
+    done: list[tuple[Path, Path | None]] = []
     try:
+        for entry in sorted(staging.iterdir()):
+            if entry == backup:
+                continue
+            final = out_dir / entry.name
+            old = None
+            if final.is_dir() and not final.is_symlink():
+                raise IsADirectoryError(errno.EISDIR, "an output file is a folder", str(final))
+            if final.exists() or final.is_symlink():
+                old = backup / entry.name
+                os.rename(final, old)
+            done.append((final, old))
+            os.rename(entry, final)
+    except OSError:
+        for final, old in reversed(done):
+            with suppress(OSError):
+                if old is not None:
+                    os.replace(old, final)
+                else:
+                    final.unlink()
+        raise
+
+
+def write_files(out_dir: str | Path, files: dict[str, bytes], flag: str = "--output") -> list[Path]:
+    """Write every file into ``out_dir`` atomically: either all appear, or none changes
+    (:func:`staged_output`)."""
+    with staged_output(out_dir, files, flag) as staging:
         for name, content in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out_dir)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(content)
-            os.chmod(tmp, 0o644)
-            staged.append((tmp, out_dir / name))
-        for tmp, final in staged:
-            os.replace(tmp, final)
-    except OSError as exc:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"{out_dir}: cannot write output: {exc.strerror}") from None
-    return [final for _, final in staged]
+            (staging / name).write_bytes(content)
+    return [Path(out_dir) / name for name in files]

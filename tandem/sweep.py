@@ -39,13 +39,13 @@ import hashlib
 import io
 import itertools
 import json
+import math
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .design import SweepBenchmark
 from .errors import UserError
@@ -59,6 +59,10 @@ __all__ = [
 ]
 
 
+#: Most points of one grid: each takes seconds to minutes (generate, synthesize, simulate), so
+#: 10,000 are days of a cluster; a larger grid is a typo (a value list too many).
+MAX_POINTS = 10_000
+
 #: The resource the Pareto plot and front use, in order of preference: the first one any point
 #: uses.
 PARETO_RESOURCES = ("dsp", "lut", "ff")
@@ -66,15 +70,16 @@ PARETO_RESOURCES = ("dsp", "lut", "ff")
 
 def load_grid(path: str | Path, design) -> tuple[str, list[dict[str, Any]]]:
     """The board and the points (parameter overrides) of a grid file; one-line errors."""
+    from .config import read_yaml, show
+
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read grid {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    data = read_yaml(path, "grid file", "not valid YAML")
     if not isinstance(data, dict) or not isinstance(data.get("grid"), dict) or not data["grid"]:
-        raise UserError(f"{path}: needs a 'grid:' mapping of parameter names to lists of values")
+        got = data.get("grid") if isinstance(data, dict) else data
+        raise UserError(
+            f"{path}: needs a 'grid:' mapping of parameter names to lists of values, not "
+            f"{show(got)}"
+        )
     unknown = set(data) - {"grid", "fixed", "board", "design"}
     if unknown:
         raise UserError(f"{path}: unknown key {sorted(unknown)[0]!r} (grid, fixed, board)")
@@ -93,6 +98,9 @@ def load_grid(path: str | Path, design) -> tuple[str, list[dict[str, Any]]]:
         if not values:
             raise UserError(f"{path}: parameter {name!r} has an empty list of values")
         axes[name] = values
+    count = math.prod(len(v) for v in axes.values())
+    if count > MAX_POINTS:
+        raise UserError(f"{path}: {count} points; a sweep takes at most {MAX_POINTS}")
     names = list(axes)
     points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes.values())]
     board = data.get("board") or design.board
@@ -432,11 +440,35 @@ def add_arguments(parser) -> None:
     )
 
 
+def check_points(design, points: list[dict[str, Any]], path) -> None:
+    """Raise a one-line :class:`UserError` naming the first point of the grid whose parameters
+    are invalid (``tandem sweep`` checks the whole grid before it starts anything)."""
+    from .config import resolve_params
+
+    for point in points:
+        overrides = [f"{k}={v}" for k, v in point.items()]
+        try:
+            resolve_params(design.params, None, overrides, design=design.name)
+        except UserError as exc:
+            label = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise UserError(f"{path}: point {label}: {str(exc).split(': ', 1)[-1]}") from None
+
+
 def run(args) -> int:
     """``tandem sweep``: 0 when every point finished, 1 when some failed."""
-    if args.workers < 1:
-        raise UserError("--workers must be at least 1")
+    from .args import integer, output_dir
+    from .boards import load_board
+    from .registry import get_design
+
+    # The whole grid, the board and the output folder before anything starts.
+    if args.scheduler is None:
+        integer(args.workers, "--workers", 1, os.cpu_count() or 1, " (this machine's CPUs)")
+    design = get_design(args.design)
+    board, points = load_grid(args.grid, design)
+    check_points(design, points, args.grid)
+    load_board(board)
     out_dir = args.output or Path("build") / "sweep" / args.design
+    output_dir(out_dir, "--output", ("sweep.md", "sweep.csv", "sweep.json", "pareto.png"))
 
     def progress(row):
         label = ", ".join(f"{k}={v}" for k, v in row["params"].items())

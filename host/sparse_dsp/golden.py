@@ -33,6 +33,7 @@ window, so a DSP cascade is capped at four DSP groups (eight stages); longer dot
 summed over time in the reduction node's two 32-bit lane accumulators.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,23 @@ def _m_log2_bits(max_m: int) -> int:
     return max_m.bit_length().bit_length()  # holds log2(max_m)
 
 
+@functools.cache
+def onchip_ram_bytes() -> tuple[str, int]:
+    """The board with the most on-chip RAM (36 Kb block RAMs and 288 Kb UltraRAMs) and its
+    bytes: the most an engine's buffers can hold on any board tandem targets."""
+    from tandem.boards import board_names, load_board
+
+    sizes = []
+    for name in board_names():
+        board = load_board(name)
+        bits = (board.capacity("bram36") or 0) * 36 * 1024 + (
+            board.capacity("uram") or 0
+        ) * 288 * 1024
+        sizes.append((bits // 8, name))
+    size, name = max(sizes)
+    return name, size
+
+
 @dataclass(frozen=True)
 class SparseDspChainParams(Params):
     """One configurable sparse DSP chain.
@@ -163,11 +181,19 @@ class SparseMpeParams(Params):
         16, "largest M of an N:M pattern (sparse MUX width)", min=16, max=64, power_of_two=True
     )
     max_k: int = param(
-        1024, "activation buffer length per token (columns of W)", min=64, power_of_two=True
+        1024,
+        "activation buffer length per token (columns of W)",
+        min=64,
+        max=1 << 24,  # two tokens of 2**24 bytes fill the largest board's on-chip RAM
+        power_of_two=True,
     )
     max_batch: int = param(2, "tokens of the matrix-matrix mode (even)", min=2, max=32)
     act_bytes: int = param(
-        16, "int8 activations per beat of the activation stream", min=1, power_of_two=True
+        16,
+        "int8 activations per beat of the activation stream",
+        min=1,
+        max=512,  # at most the widest buffer word: 8 stages x max_m 64
+        power_of_two=True,
     )
     acc_bits: int = param(32, "width of each lane's accumulator and result", min=20, max=48)
 
@@ -187,6 +213,14 @@ class SparseMpeParams(Params):
                 "acc_bits",
                 f"acc_bits {self.acc_bits} cannot hold a row of max_k = {self.max_k} products "
                 f"of (-128)*(-128); use at least {(self.max_k * PRODUCT_MAX).bit_length() + 1}",
+            )
+        buffer, ram = self.max_k * self.max_batch, onchip_ram_bytes()
+        if buffer > ram[1]:
+            raise ParamError(
+                "max_k",
+                f"max_k {self.max_k} x max_batch {self.max_batch} = {buffer} bytes of "
+                f"activation buffer exceed the on-chip RAM of the largest board ({ram[0]}: "
+                f"{ram[1]} bytes of block RAM and UltraRAM)",
             )
         if self.act_bytes > self.word_bytes:
             raise ParamError(

@@ -681,7 +681,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--clock-mhz", type=float, default=200.0, help="HPU clock for the trace")
     parser.add_argument("--hpu-memory-mib", type=float, default=64.0, help="memory per card")
     parser.add_argument(
-        "--max-slice-tokens", type=int, help="split sequences across cards in slices this long"
+        "--max-slice-tokens",
+        type=int,
+        help="split sequences across cards in slices of at most this many tokens (default: no "
+        "limit, as many as a card holds)",
     )
     parser.add_argument(
         "--compare", action="store_true", help="also decode with torch attention and compare"
@@ -715,51 +718,89 @@ def load_model(name: str, device=None):
 
 def run(args) -> int:
     """``tandem cosim decode``: generate, print text, tokens/s and accelerator cycles."""
+    import inspect
+    import os
+
+    from tandem.args import MAX_CLOCK_MHZ, MAX_SEED, host_memory_bytes, integer, output_file, real
     from tandem.config import resolve_params
 
-    for flag, value in (("--tokens", args.tokens), ("--hpus", args.hpus)):
-        if value < 1:
-            raise UserError(f"{flag} must be at least 1, not {value}")
-    if args.batch is not None and args.batch < 1:
-        raise UserError(f"--batch must be at least 1, not {args.batch}")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be non-negative, not {args.temperature}")
-    if args.trace is not None and not args.trace.parent.is_dir():
-        raise UserError(f"--trace {args.trace}: folder {args.trace.parent} does not exist")
-    if args.hpu_memory_mib <= 0 or args.clock_mhz <= 0:
-        raise UserError("--hpu-memory-mib and --clock-mhz must be positive")
+    # Every flag before any work (the model, the cards, the decode).
+    integer(args.tokens, "--tokens", 1)
+    hpus = integer(args.hpus, "--hpus", 1)
+    if args.batch is not None:
+        integer(args.batch, "--batch", 1)
+    temperature = real(args.temperature, "--temperature", 0.0)
+    if 0 < temperature < 1e-30:  # logits / temperature overflows float32 below that
+        raise UserError(f"--temperature must be 0 (greedy) or at least 1e-30, not {temperature:g}")
+    real(args.clock_mhz, "--clock-mhz", 0.0, MAX_CLOCK_MHZ, above=True, why=" (an FPGA clock)")
+    mib = real(args.hpu_memory_mib, "--hpu-memory-mib", 0.0, above=True)
+    integer(args.seed, "--seed", 0, MAX_SEED)
+    if args.max_slice_tokens is not None:
+        integer(args.max_slice_tokens, "--max-slice-tokens", 1, why=" (leave it out: no limit)")
+    if args.trace is not None:
+        output_file(args.trace, "--trace")
     if args.threads is not None:
-        if args.threads < 1:
-            raise UserError(f"--threads must be at least 1, not {args.threads}")
+        integer(args.threads, "--threads", 1, os.cpu_count() or 1, " (this machine's CPUs)")
+    params = resolve_params(HpuParams, None, args.overrides, design="hpu")
+    memory_bytes = int(mib * 2**20) // 64 * 64
+    if memory_bytes > 1 << params.addr_bits:
+        raise UserError(
+            f"--hpu-memory-mib must be at most {2 ** (params.addr_bits - 20)} (what addr_bits "
+            f"{params.addr_bits} addresses), not {mib:g}"
+        )
+    host = host_memory_bytes()
+    if hpus * memory_bytes > host:
+        raise UserError(
+            f"--hpus {hpus} x --hpu-memory-mib {mib:g}: {hpus * memory_bytes} bytes of card "
+            f"memory exceed this machine's {host} bytes"
+        )
+    if args.threads is not None:
         _torch().set_num_threads(args.threads)
     model, tokenizer, label = load_model(args.model)
     c = model.config
-    params = resolve_params(HpuParams, None, args.overrides, design="hpu")
     try:
         params = params.replace(head_dim=c.head_dim, gqa_group=c.gqa_group)
     except Exception as exc:
         raise UserError(f"the HPU cannot serve this model: {exc}") from None
+    page = params.layout.page_bytes
+    if memory_bytes < page:
+        raise UserError(
+            f"HPU memory: --hpu-memory-mib {mib:g} holds less than one KV page of this model "
+            f"({page} bytes)"
+        )
+    slots = hpus * inspect.signature(HpuDevice).parameters["max_sequences"].default
     batch = args.batch or len(args.prompt)
+    if batch > slots:
+        raise UserError(
+            f"--batch must be at most {slots} ({hpus} HPU card(s) of "
+            f"{slots // hpus} sequence slots), not {batch}"
+        )
     texts = [args.prompt[i % len(args.prompt)] for i in range(batch)]
     chat = not args.raw and "<|im_start|>" in tokenizer.special
     prompts = [tokenizer.chat_prompt(t) if chat else tokenizer.encode(t) for t in texts]
     if any(not p for p in prompts):
         raise UserError("--prompt must not be empty")
     longest = max(len(p) for p in prompts) + args.tokens
-    if longest > params.max_seq_len * args.hpus and args.max_slice_tokens is None:
+    if longest > params.max_seq_len * hpus and args.max_slice_tokens is None:
+        raise UserError(f"{longest} tokens exceed max_seq_len {params.max_seq_len} x {hpus} cards")
+    heads = c.n_layers * c.n_kv_heads
+    need = sum(heads * params.layout.region_bytes(len(p) + args.tokens) for p in prompts)
+    if need > hpus * memory_bytes:
         raise UserError(
-            f"{longest} tokens exceed max_seq_len {params.max_seq_len} x {args.hpus} cards"
+            f"HPU memory: {batch} sequences of up to {longest} tokens need {need} bytes of KV "
+            f"cache; {hpus} card(s) of --hpu-memory-mib {mib:g} hold {hpus * memory_bytes} "
+            "(raise --hpu-memory-mib or --hpus)"
         )
     options = {"simulator": args.simulator} if args.backend == "rtl" else {}
     devices = [
         HpuDevice(
             params,
-            memory_bytes=int(args.hpu_memory_mib * 2**20) // 64 * 64,
+            memory_bytes=memory_bytes,
             backend=args.backend,
             name=f"hpu{i}",
             **options,
         )
-        for i in range(args.hpus)
+        for i in range(hpus)
     ]
     attention = HpuAttention(c, devices, max_slice_tokens=args.max_slice_tokens)
     stop = tuple(i for i in (c.eos_id, tokenizer.special.get("<|im_end|>")) if i is not None)
@@ -810,11 +851,15 @@ def run(args) -> int:
             f"HPU busy {hpu_busy / steps * 1e6:.1f} us/step over all cards"
         )
     if args.trace is not None:
-        chrome_trace(
-            events,
-            args.trace,
-            {"model": label, "backend": args.backend, "clock_mhz": args.clock_mhz},
-        )
+        tmp = args.trace.with_name(f".{args.trace.name}.tmp-{os.getpid()}")
+        try:  # written beside and renamed: a failed write leaves no half trace
+            chrome_trace(
+                events, tmp, {"model": label, "backend": args.backend, "clock_mhz": args.clock_mhz}
+            )
+            os.replace(tmp, args.trace)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UserError(f"cannot write trace {args.trace}: {exc.strerror}") from None
         print(f"trace: {args.trace}")
     if args.compare:
         report = compare_with_torch(model, prompts, result)

@@ -137,6 +137,7 @@ the whole call), summed over layers and sub-batches. With ``memory=COSIM_MEMORY`
 golden backend's cycles exactly.
 """
 
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -688,8 +689,10 @@ def decode_projection(
         )
     if hpus < 0:
         raise UserError(f"--hpus must be 0 or more, not {hpus}")
-    if pcie_latency_us < 0:
+    if not pcie_latency_us >= 0 or math.isinf(pcie_latency_us):
         raise UserError(f"--pcie-latency-us must be 0 or more, not {pcie_latency_us}")
+    if clock_mhz is not None and not (clock_mhz > 0 and math.isfinite(clock_mhz)):
+        raise UserError(f"--hpu-clock-mhz must be positive, not {clock_mhz}")
     peak = (g.fp16_dense_tflops if m.dtype_bytes == 2 else g.bf16_dense_tflops) * 1e12
     gpu_bw = g.memory_bandwidth_gb_s * 1e9
     gpu_capacity = g.memory_gib * GIB
@@ -1128,6 +1131,50 @@ def _describe(rows: list[dict]) -> str:
     return text
 
 
+#: Most HPU cards beside one GPU: a dual-socket host has at most 256 PCIe lanes (16 x16 slots);
+#: 64 leaves room for PCIe switches.
+MAX_HPUS = 64
+#: Largest batch projected: the GPU + HPU rows place every sequence on a card one by one
+#: (about 80 us each: 65536 take 5 s).
+MAX_BATCH = 1 << 16
+#: Longest fixed latency per transfer (us): a PCIe completion times out after at most 64 s
+#: (PCI Express Base Specification, completion timeout range D).
+MAX_PCIE_LATENCY_US = 64e6
+
+
+def check_arguments(args) -> list[int]:
+    """Every flag of ``tandem perf decode``, whether ``--hpus`` uses it or not, before any work;
+    returns the batch sizes."""
+    from tandem.args import MAX_CLOCK_MHZ, integer, output_file, real
+    from tandem.boards import board_names
+
+    load_model(args.model)
+    load_gpu(args.gpu)
+    board = load_board(args.hpu_board)
+    integer(args.hpus, "--hpus", 0, MAX_HPUS, " (cards beside one GPU)")
+    batches = _batches(args.batch)
+    integer(max(batches), "--batch", 1, MAX_BATCH)
+    integer(args.input, "--input", 1)
+    integer(args.output, "--output", 1)
+    if args.engines is not None:
+        dsp = board.capacity("dsp") or max(
+            load_board(name).capacity("dsp") or 0 for name in board_names()
+        )
+        integer(args.engines, "--engines", 1, dsp, f" (DSP slices of {board.name})")
+    if args.hpu_clock_mhz is not None:
+        real(args.hpu_clock_mhz, "--hpu-clock-mhz", 0.0, MAX_CLOCK_MHZ, above=True)
+    latencies = load_efficiency().latencies
+    if args.hpu_latency not in latencies:
+        raise UserError(
+            f"--hpu-latency {args.hpu_latency}: the stream efficiency was measured at read "
+            f"latencies {', '.join(map(str, latencies))} only"
+        )
+    real(args.pcie_latency_us, "--pcie-latency-us", 0.0, MAX_PCIE_LATENCY_US, why=" (64 s)")
+    if args.plot is not None:
+        output_file(args.plot, "--plot")
+    return batches
+
+
 def run(args) -> int:
     """``tandem perf decode``: print the projection (table or JSON), draw the plot."""
     import json
@@ -1135,7 +1182,7 @@ def run(args) -> int:
     rows = decode_projection(
         args.model,
         args.gpu,
-        _batches(args.batch),
+        check_arguments(args),
         input_tokens=args.input,
         output_tokens=args.output,
         hpus=args.hpus,

@@ -10,6 +10,8 @@ by :meth:`tandem.mappings.nm.NMPacked.load`.
 
 import argparse
 import io
+import math
+import os
 from pathlib import Path
 
 __all__ = ["add_arguments", "run"]
@@ -36,30 +38,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args) -> int:
-    """Pack, write atomically, print a summary; errors are UserErrors (exit status 2)."""
+def load_matrix(path: Path):
+    """The array of a ``.npy`` file, its header checked before any of it is read: a real
+    (not object) dtype and as many bytes as its shape claims, so a corrupt header is an error
+    instead of a huge allocation."""
     import numpy as np
 
+    from tandem.errors import UserError
+
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as handle:
+            try:
+                major, _ = fmt.read_magic(handle)
+                read = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+                shape, _, dtype = read(handle)
+            except (ValueError, OSError, SyntaxError, TypeError) as exc:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise UserError(f"{path}: not a .npy array ({why})") from None
+            if dtype.hasobject:
+                raise UserError(f"{path}: holds Python objects, not numbers")
+            have = os.fstat(handle.fileno()).st_size - handle.tell()
+            need = math.prod(shape) * dtype.itemsize
+            if have != need:
+                raise UserError(
+                    f"{path}: its header says {shape} {dtype} ({need} bytes) but {have} bytes "
+                    "follow"
+                )
+            return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it: {exc.strerror}") from None
+
+
+def run(args) -> int:
+    """Pack, write atomically, print a summary; errors are UserErrors (exit status 2)."""
+
+    from tandem.args import output_file
     from tandem.errors import UserError
     from tandem.generate import write_files
 
     from .engine import mv_units
-    from .packer import NMPattern, pack_nm, prune_magnitude, quantize_per_channel
+    from .packer import NMPattern, as_matrix, pack_nm, prune_magnitude, quantize_per_channel
 
+    out = output_file(args.output, "--output", make_folder=True)
     pattern = NMPattern.parse(args.pattern)
     if args.max_m is not None:
         pattern.check_supported(args.max_m)
     if args.pair_rows and not args.prune:
         raise UserError("--pair-rows needs --prune")
     path = Path(args.weights)
+    weights = load_matrix(path)
     try:
-        weights = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a .npy array ({exc})") from None
-    if not isinstance(weights, np.ndarray) or weights.ndim != 2:
-        raise UserError(f"{path}: expected a 2-D array, not shape {getattr(weights, 'shape', '?')}")
+        as_matrix(weights)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
     scales = None
     if args.prune:
         weights = prune_magnitude(weights, pattern, pair_rows=args.pair_rows)
@@ -73,7 +107,6 @@ def run(args) -> int:
         raise UserError(f"{path}: {exc}") from None
     buffer = io.BytesIO()
     packed.save(buffer)
-    out = Path(args.output)
     write_files(out.parent, {out.name: buffer.getvalue()})
     rows, cols = packed.shape
     paired = int((mv_units(packed)[:, 1] >= 0).sum())

@@ -20,9 +20,11 @@ import numpy as np
 from tandem.errors import UserError
 
 __all__ = [
+    "MAX_M",
     "NMError",
     "NMPacked",
     "NMPattern",
+    "as_matrix",
     "check_nm",
     "from_torch_semi_structured",
     "pack_nm",
@@ -30,6 +32,10 @@ __all__ = [
     "quantize_per_channel",
     "to_torch_semi_structured",
 ]
+
+
+#: Largest M of a pattern: an index within a group is stored as a uint8.
+MAX_M = 256
 
 
 class NMError(UserError):
@@ -49,6 +55,10 @@ class NMPattern:
     def __post_init__(self):
         if not isinstance(self.m, int) or self.m < 2 or self.m & (self.m - 1):
             raise NMError(f"pattern {self.n}:{self.m}: M must be a power of two >= 2")
+        if self.m > MAX_M:
+            raise NMError(
+                f"pattern {self.n}:{self.m}: M must be at most {MAX_M} (indices are uint8)"
+            )
         if not isinstance(self.n, int) or self.n < 1 or self.m % self.n:
             raise NMError(f"pattern {self.n}:{self.m}: N must divide M")
 
@@ -164,16 +174,24 @@ def _groups_view(w: np.ndarray, m: int) -> np.ndarray:
     return padded.reshape(rows, groups, m)
 
 
-def _as_matrix(w, what: str = "weights") -> np.ndarray:
+def as_matrix(w, what: str = "weights") -> np.ndarray:
+    """``w`` as a 2-D array, checked: at least one row and one column, real numbers (integers
+    or finite floats); :class:`NMError` otherwise."""
     w = np.asarray(w)
     if w.ndim != 2:
         raise NMError(f"{what} must be a 2-D matrix, not shape {w.shape}")
+    if not w.size:
+        raise NMError(f"{what} must have at least one row and one column, not shape {w.shape}")
+    if w.dtype.kind not in "iuf":
+        raise NMError(f"{what} must be real numbers, not {w.dtype}")
+    if w.dtype.kind == "f" and not np.isfinite(w).all():
+        raise NMError(f"{what} hold NaN or infinity")
     return w
 
 
 def check_nm(w, pattern: NMPattern) -> None:
     """Raise :class:`NMError` naming the first group (row-major) with more than N non-zeros."""
-    w = _as_matrix(w)
+    w = as_matrix(w)
     counts = np.count_nonzero(_groups_view(w, pattern.m), axis=-1)
     bad = counts > pattern.n
     if bad.any():
@@ -195,7 +213,7 @@ def pack_nm(w, pattern: NMPattern, scales=None) -> NMPacked:
         If ``w`` is not an integer matrix in int8 range, or not N:M (naming the first offending
         group).
     """
-    w = _as_matrix(w)
+    w = as_matrix(w)
     if w.dtype.kind not in "iu":
         raise NMError(f"weights must be int8, not {w.dtype} (quantize them first)")
     if w.size and (w.min() < -128 or w.max() > 127):
@@ -230,7 +248,7 @@ def prune_magnitude(w, pattern: NMPattern, *, pair_rows: bool = False) -> np.nda
         so that the matrix-vector mode can pack both rows of a pair into one DSP (they share
         the activation, so they must share the index). Each row is still N:M.
     """
-    w = _as_matrix(w)
+    w = as_matrix(w)
     rows, cols = w.shape
     g = _groups_view(w, pattern.m)
     score = np.abs(g.astype(np.float64))
@@ -257,7 +275,7 @@ def quantize_per_channel(w) -> tuple[np.ndarray, np.ndarray]:
     scales : numpy.ndarray
         float32 [rows].
     """
-    w = _as_matrix(w).astype(np.float64)
+    w = as_matrix(w).astype(np.float64)
     if not np.isfinite(w).all():
         raise NMError("weights hold NaN or infinity")
     peak = np.abs(w).max(axis=1)

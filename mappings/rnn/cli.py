@@ -8,6 +8,7 @@ overlapped schedule and of the naive one (every step waits for all of h), and wr
 
 import argparse
 import re
+import warnings
 
 from tandem.errors import UserError
 
@@ -65,16 +66,55 @@ def _load_state_dict(path: str):
     import torch
 
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about odd pickles it then refuses
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except Exception as exc:  # torch raises many kinds for a bad file
-        raise UserError(f"{path}: cannot read a torch state_dict: {exc}".splitlines()[0]) from None
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        why = lines[0] if lines else type(exc).__name__
+        raise UserError(f"{path}: cannot read a torch state_dict: {why}") from None
     if hasattr(obj, "state_dict"):
         obj = obj.state_dict()
     if not isinstance(obj, dict) or "weight_ih_l0" not in obj:
         raise UserError(f"{path}: not an nn.LSTM or nn.GRU state_dict (no 'weight_ih_l0')")
+    _check_weights(path, obj)
     return obj
+
+
+def _check_weights(path: str, state_dict: dict) -> None:
+    """Layer 0 of an LSTM/GRU state_dict, checked: 2-D weights [gates * H, X] and
+    [gates * H, H] of real, finite numbers, H and X at least 1, 3 or 4 gates, and biases (when
+    present) of gates * H."""
+    import numpy as np
+    import torch
+
+    arrays = {}
+    for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+        if name not in state_dict:
+            if name.startswith("weight"):
+                raise UserError(f"{path}: not an nn.LSTM or nn.GRU state_dict (no {name!r})")
+            continue
+        value = state_dict[name]
+        if not isinstance(value, torch.Tensor) or value.is_complex() or value.dtype == torch.bool:
+            kind = getattr(value, "dtype", type(value).__name__)
+            raise UserError(f"{path}: {name} must be a tensor of real numbers, not {kind}")
+        if value.ndim != (2 if name.startswith("weight") else 1) or 0 in value.shape:
+            raise UserError(f"{path}: {name} has shape {tuple(value.shape)}")
+        arrays[name] = value
+        if not bool(torch.isfinite(value.double()).all()):
+            raise UserError(f"{path}: {name} holds NaN or infinity")
+    rows, hidden = arrays["weight_hh_l0"].shape
+    if rows % hidden or rows // hidden not in (3, 4) or arrays["weight_ih_l0"].shape[0] != rows:
+        shapes = [tuple(arrays[n].shape) for n in ("weight_ih_l0", "weight_hh_l0")]
+        raise UserError(
+            f"{path}: weight shapes {shapes[0]}, {shapes[1]} are not those of an LSTM "
+            "[4H, X], [4H, H] or a GRU [3H, X], [3H, H]"
+        )
+    for name in ("bias_ih_l0", "bias_hh_l0"):
+        if name in arrays and np.prod(arrays[name].shape) != rows:
+            raise UserError(f"{path}: {name} has shape {tuple(arrays[name].shape)}, not ({rows},)")
 
 
 def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="lstm") -> None:
@@ -125,10 +165,14 @@ def run(args) -> int:
 
     from tandem.host.rnn.golden import RnnParams, pack_tiles, quantize_lstm
 
+    from tandem.args import output_dir
+    from tandem.generate import staged_output
+
     from .schedule import candidate_shapes, choose_shape
     from .tiling import build_program
     from .writer import program_arrays, summary, write_schedule
 
+    output_dir(args.output, "--output")  # before the state_dict is read
     state_dict = _load_state_dict(args.state_dict) if args.state_dict else None
     x, h = args.input, args.hidden
     if state_dict is not None:
@@ -183,10 +227,25 @@ def run(args) -> int:
         arrays.update(tiles=tiles, biases=biases, w_frac=__import__("numpy").array(model.w_frac))
         extra["weights"] = {"bits": args.weight_bits, "w_frac": model.w_frac}
     name = f"{args.cell}_x{x}_h{h}"
+    outputs = [f"{name}.schedule.yaml", f"{name}.program.npz"]
+    if not args.no_plot:
+        outputs.append(f"{name}.utilization.png")
     data = summary(
         choice, program, array=(rows, cols), batch=args.batch, cell=args.cell, extra=extra
     )
-    paths = write_schedule(args.output, name, data, arrays)
+    with staged_output(args.output, outputs, "--output") as staging:
+        write_schedule(staging, name, data, arrays)
+        if not args.no_plot:
+            plot_utilization(
+                staging / outputs[2],
+                x,
+                (rows, cols),
+                args.batch,
+                args.steps,
+                marker=(h, choice.prediction.utilization),
+                cell=args.cell,
+            )
+    paths = [Path(args.output) / o for o in outputs]
     p, n = choice.prediction, choice.naive
     print(f"{args.cell.upper()} X={x} H={h} batch {args.batch} on a {rows}x{cols} MAC array")
     print(f"tile {choice.tile_rows}x{choice.tile_cols}: {choice.reason}")
@@ -206,18 +265,6 @@ def run(args) -> int:
         f" --set weight_bits={args.weight_bits}{stream}"
         f"  ({weight_mbit:.1f} Mbit of weights)"
     )
-    if not args.no_plot:
-        plot_path = Path(args.output) / f"{name}.utilization.png"
-        plot_utilization(
-            plot_path,
-            x,
-            (rows, cols),
-            args.batch,
-            args.steps,
-            marker=(h, p.utilization),
-            cell=args.cell,
-        )
-        paths.append(plot_path)
     for path in paths:
         print(path)
     return 0

@@ -9,6 +9,9 @@ import argparse
 
 __all__ = ["add_arguments", "run"]
 
+#: What ``-o DIR`` receives.
+OUTPUTS = ("mapping.yaml", "mapping.npz", "heatmap.png")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tandem map spmm``."""
@@ -76,25 +79,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_params(config: str | None, overrides: list[str]):
     """The two engines' parameter sets from ``-c`` and ``--set systolic.KEY=VALUE``."""
-    from pathlib import Path
-
-    import yaml
-
-    from tandem.config import resolve_params
+    from tandem.config import read_yaml, resolve_params, show
     from tandem.errors import UserError
     from tandem.registry import get_design
 
     designs = {name: get_design(name).params for name in ("systolic", "sparse-engine")}
     sections: dict = {}
     if config:
-        try:
-            data = yaml.safe_load(Path(config).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UserError(f"{config}: cannot read engine config ({exc})") from None
-        if not isinstance(data, dict) or set(data) - set(designs):
+        data = read_yaml(config, "engine config") or {}
+        if not isinstance(data, dict):
             raise UserError(
-                f"{config}: expected sections 'systolic' and/or 'sparse-engine', "
-                f"got {sorted(data) if isinstance(data, dict) else type(data).__name__}"
+                f"{config}: expected a mapping with sections 'systolic' and/or 'sparse-engine', "
+                f"not a {type(data).__name__}"
+            )
+        unknown = sorted(map(str, set(data) - set(designs)))
+        if unknown:
+            raise UserError(
+                f"{config}: unknown section {show(unknown[0])}; expected 'systolic' and/or "
+                "'sparse-engine'"
             )
         sections = data
     flags: dict[str, list[str]] = {name: [] for name in designs}
@@ -109,7 +111,9 @@ def engine_params(config: str | None, overrides: list[str]):
     for name, cls in designs.items():
         section = sections.get(name) or {}
         if not isinstance(section, dict):
-            raise UserError(f"{config}: section {name!r} must be a mapping")
+            raise UserError(
+                f"{config}: section {name!r} must be a mapping of parameters, not {show(section)}"
+            )
         merged = [f"{k}={v}" for k, v in section.items()] + flags[name]
         params[name] = resolve_params(cls, None, merged, design=name)
     return params["systolic"], params["sparse-engine"]
@@ -117,31 +121,47 @@ def engine_params(config: str | None, overrides: list[str]):
 
 def run(args) -> int:
     """Read, normalize, tile, classify, balance; write and print the mapping."""
+    import os
     from pathlib import Path
 
+    from tandem.args import integer, output_dir
     from tandem.boards import load_board
     from tandem.errors import UserError
+    from tandem.generate import staged_output
 
     from .cost import CostModel
     from .mapper import map_graph, summary_table, write_mapping
     from .parallel import DEFAULT_THREADS
     from .readers import read_graph
 
+    # Every flag and the output folder before the graph is read.
+    out = output_dir(args.output, "--output", OUTPUTS)
     systolic, sparse = engine_params(args.config, args.overrides)
     tile = args.tile if args.tile is not None else sparse.tile
     if tile < 2 or tile & (tile - 1):
         raise UserError(f"--tile must be a power of two >= 2, not {tile}")
     if tile > sparse.tile:
         sparse = sparse.replace(tile=tile)
-    if args.threshold is not None and not 0.0 < args.threshold <= 1.0:
+    if args.threshold is not None and not 0.0 < args.threshold <= 1.0:  # also NaN
         raise UserError(f"--threshold must be in (0, 1], not {args.threshold}")
     threads = DEFAULT_THREADS if args.threads is None else args.threads
-    if threads < 1:
-        raise UserError(f"--threads must be at least 1, not {threads}")
+    integer(threads, "--threads", 1, os.cpu_count() or 1, " (this machine's CPUs)")
     board = load_board(args.board)
+    memory = int(sum(m["capacity_gib"] for m in board.memory) * 2**30)
+    feature_bytes = -(-systolic.x_bits // 8)
+    # X (nodes x features) streams from the board's memory: at least one node's row must fit.
+    integer(args.features, "--features", 1, memory // feature_bytes, f" ({board.name} memory)")
     model = CostModel(systolic, sparse, board, tile, args.features)
+    graph = read_graph(args.graph, args.format)
+    nodes = int(graph.shape[0])
+    if nodes * args.features * feature_bytes > memory:
+        raise UserError(
+            f"--features {args.features}: X of {nodes} nodes x {args.features} features "
+            f"({feature_bytes * nodes * args.features} bytes) exceeds {board.name}'s "
+            f"{memory} bytes of memory"
+        )
     _, mapping = map_graph(
-        read_graph(args.graph, args.format),
+        graph,
         model,
         reorder=args.reorder,
         threshold=args.threshold,
@@ -149,9 +169,10 @@ def run(args) -> int:
         path=args.graph,
         threads=threads,
     )
-    paths = write_mapping(mapping, args.output, heatmap=not args.no_heatmap)
+    with staged_output(out, OUTPUTS, "--output") as staging:
+        names = [p.name for p in write_mapping(mapping, staging, heatmap=not args.no_heatmap)]
     print(summary_table(mapping.summary()))
     print()
-    for path in paths:
-        print(path)
+    for name in names:
+        print(out / name)
     return 0

@@ -121,6 +121,25 @@ def test_layout_round_trip_leaves_padding_alone():
     assert np.all(memory[:64] == 0xAB)
 
 
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_read_regions_is_read_kv_tokens_of_whole_regions(head_dim):
+    """The golden backend's span reads give the rows and scales of per-token reads (random
+    memory, three regions of different lengths, one a single token), zero past each end."""
+    layout = KvLayout(head_dim)
+    memory = np.random.default_rng(head_dim).integers(0, 256, 1 << 20, dtype=np.uint8)
+    bases = np.array([0, 10 * layout.page_bytes, 3 * layout.page_bytes])
+    lengths = np.array([70, 33, 1])
+    k, k_scale, v, v_scale = layout.read_regions(memory, bases, lengths)
+    longest = int(lengths.max())
+    positions = np.minimum(np.arange(longest), lengths[:, None] - 1)
+    want = layout.read_kv_tokens(memory, bases[:, None], positions)
+    inside = np.arange(longest) < lengths[:, None]
+    for got, expected in zip((k, k_scale, v, v_scale), want, strict=True):
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        assert np.array_equal(got[inside].view(np.uint8), expected[inside].view(np.uint8))
+        assert not got[~inside].view(np.uint8).any()
+
+
 def test_descriptor_rejects_bad_requests():
     params = HpuParams(**SMALL, gqa_group=2)
     seq = make_sequence(params, 4, np.random.default_rng(0))

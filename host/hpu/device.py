@@ -268,9 +268,7 @@ class GoldenHpuBackend(Backend):
                 batch.new_v[wave][adds],
                 batch.new_v_scale[wave][adds],
             )
-        n = int(lengths.max())
-        positions = np.minimum(np.arange(n), lengths[:, None] - 1)  # padding repeats a row
-        k, k_scale, v, v_scale = layout.read_kv_tokens(memory, bases[:, None], positions)
+        k, k_scale, v, v_scale = layout.read_regions(memory, bases, lengths)
         out = hpu_golden_batch(
             p, batch.q[wave], batch.q_scale[wave], k, k_scale, v, v_scale, lengths
         )

@@ -193,6 +193,42 @@ class KvLayout:
         k_scale, v_scale = scales.reshape(2, *shape)
         return k, k_scale, v, v_scale
 
+    def read_regions(self, memory, bases, lengths):
+        """``(k, k_scale, v, v_scale)`` of the first ``lengths[r]`` tokens of the regions at
+        ``bases[r]``: int8 rows [R, N, head_dim] and binary16 scales [R, N] with
+        ``N = max(lengths)``, zero beyond each region's length.
+
+        Reads each region's pages as one contiguous span (a region stores its tokens in
+        position order, page after page), so no per-token address is computed: what the
+        golden backend reads for a batch of attention requests.
+        """
+        view = _bytes(memory)
+        bases = np.asarray(bases, dtype=np.int64).reshape(-1)
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        count, d = len(bases), self.head_dim
+        longest = int(lengths.max()) if count else 0
+        pages = -(-longest // PAGE_TOKENS)
+        rows = np.zeros((count, 2, pages, PAGE_TOKENS, self.row_bytes), dtype=np.uint8)
+        scales = np.zeros((count, 2, pages, PAGE_TOKENS), dtype="<u2")
+        scale_words = BLOCK_BYTES // 2
+        for r, (base, length) in enumerate(zip(bases.tolist(), lengths.tolist())):
+            used = -(-length // PAGE_TOKENS)
+            span = view[base : base + used * self.page_bytes].reshape(used, 2, self.part_bytes)
+            rows[r, :, :used] = (
+                span[:, :, BLOCK_BYTES:].reshape(used, 2, PAGE_TOKENS, -1).transpose(1, 0, 2, 3)
+            )
+            scales[r, :, :used] = (
+                span[:, :, :BLOCK_BYTES].view("<u2")[..., :scale_words].transpose(1, 0, 2)
+            )
+        rows = rows.reshape(count, 2, pages * PAGE_TOKENS, self.row_bytes)[:, :, :longest, :d]
+        scales = scales.reshape(count, 2, pages * PAGE_TOKENS)[:, :, :longest].view("<f2")
+        beyond = np.arange(longest) >= lengths[:, None]  # [R, N]: rows past a region's end
+        if beyond.any():
+            rows = np.where(beyond[:, None, :, None], 0, rows)
+            scales = np.where(beyond[:, None, :], 0, scales)
+        rows = rows.view(np.int8)
+        return rows[:, 0], scales[:, 0], rows[:, 1], scales[:, 1]
+
 
 def _bytes(memory) -> np.ndarray:
     """``memory`` (numpy uint8 array, bytearray or mmap) as a uint8 array view."""

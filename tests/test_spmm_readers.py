@@ -537,7 +537,7 @@ TOKEN = st.sampled_from(
         "٣",
     ]
 )
-SEP = st.sampled_from([" ", " ", " ", "  ", "\t", " \t"])
+SEP = st.sampled_from([" ", " ", " ", "  ", "\t", " \t", "\r", "\x0c"])
 
 
 @st.composite
@@ -603,7 +603,11 @@ def test_edge_list_fast_path_agrees_with_the_walk(width, body, gz, crlf):
 )
 def test_metis_fast_path_agrees_with_the_walk(n, m, fmt, body, crlf):
     data = body.draw(
-        st.lists(st.lists(TOKEN, max_size=4).map(" ".join), min_size=n - 1, max_size=n + 1)
+        st.lists(
+            st.lists(TOKEN, max_size=4).flatmap(lambda t: SEP.map(lambda sep: sep.join(t))),
+            min_size=n - 1,
+            max_size=n + 1,
+        )
     )
     _check_fast_equals_walk(f"{n} {m}{fmt}\n" + "\n".join(data) + "\n", "f.graph", False, crlf)
 

@@ -19,10 +19,12 @@ Two paths read a text file:
   a few byte-wise passes (``bytes.translate`` and 64-bit word operations, no per-line Python):
   only digits and the characters of numbers, one space (or, in edge lists, one tab) between
   fields, markers (``.``, ``e``, signs) only in a value field and in the order of a number.
-  A checked block is parsed by a C parser: Matrix Market by ``scipy.io.mmread``
-  (fast_matrix_market, which alone would read ``1.0abc`` as 1.0, ``1 2 3 4`` as ``1 2 3``, and
-  crashes on a NUL byte: the checks keep such lines from it), edge lists and METIS by
-  ``numpy.fromstring``. Memory: the block, and the arrays of the result.
+  Checked blocks are parsed by C: Matrix Market by ``scipy.io.mmread`` (fast_matrix_market;
+  a plain file with a standard header by its name, anything else through a stream with a
+  canonical header), edge lists and METIS by ``numpy.fromstring``. On its own mmread would read
+  ``1.0abc`` as 1.0, ``1 2 3 4`` as ``1 2 3`` and ``1 2.5`` as row 1, column 2, value .5, and
+  crashes on a NUL byte: the checks keep such lines from it. Memory: a block or two, and the
+  arrays of the result. A pipe is read once into memory (the walk may need it again).
 * **Walk**: anything the fast path does not accept (other spacing, comments between entries,
   ``1.0`` as an index, NaN, a bad token, a lying header, ...) is read again by walking its
   lines, block by block, with Python's ``float``/``int`` on every token: it either names the
@@ -65,7 +67,7 @@ MAX_NODES = 1 << 25
 MAX_NONZEROS = 1 << 27
 
 _BLOCK = 1 << 20  # bytes read at a time
-_MAX_LINE = 1 << 16  # longest line of a Matrix Market file, an edge list or a METIS header
+_MAX_LINE = 1 << 16  # longest line of a Matrix Market file or an edge list
 _MAX_METIS_LINE = 1 << 30  # a METIS vertex line lists up to n neighbours (and weights)
 _INT64_MAX = np.iinfo(np.int64).max
 _EXACT = 1 << 53  # integers below this are exact in float64
@@ -941,6 +943,8 @@ def _metis_fast(text: _Text):
             return None
         if block.translate(None, _DIGITS + b" \t\r\n"):
             return None
+        if b"\r" in block and block.count(b"\r") != block.count(b"\r\n"):
+            return None  # a lone CR ends a line for the walk (str.splitlines), not for numpy
         b = np.frombuffer(block, np.uint8)
         digit = (b - np.uint8(48)) < 10
         starts = digit.copy()

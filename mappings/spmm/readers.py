@@ -741,8 +741,8 @@ def _edges_fast(path, text: _Text):
 def _renumber(u: np.ndarray, v: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
     """Non-negative integer names numbered in sorted order: ``(count, u, v)``."""
     top = int(max(u.max(), v.max()))
-    if top < 4 * (u.size + v.size) + 1024:
-        # Dense ids (the usual case): a table instead of sorting every endpoint.
+    if top < 2 * (u.size + v.size) + 1024:
+        # Dense ids (the usual case): a table (5 bytes an id) instead of sorting every endpoint.
         present = np.zeros(top + 1, bool)
         present[u] = True
         present[v] = True

@@ -1,11 +1,14 @@
 """HpuDevice on the golden backend: capacity, KV writes, attention against hpu_golden."""
 
+import warnings
+
 import numpy as np
 import pytest
-from tandem.host.common.errors import CapacityError
+from tandem.host.common.errors import CapacityError, SaturationWarning
 from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
 from tandem.host.hpu.device import Attend, AttendBatch, HpuDevice
+from tandem.host.hpu.golden import hpu_golden_batch
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
@@ -229,3 +232,37 @@ def test_a_closed_golden_device_refuses_every_call():
     ):
         with pytest.raises(DeviceClosedError, match="hpu0: the device is closed"):
             call()
+
+
+def test_saturations_are_counted_and_reported_once():
+    """Values the engine clips are counted per place and call, and the first call that clips
+    warns once: v scales above 2**(weight_bits - weight_frac_bits) saturate w, huge q and k
+    scales saturate the score, and both counts match an independent count."""
+    rng = np.random.default_rng(9)
+    dev = HpuDevice(P, memory_bytes=1 << 16)
+    seq = dev.allocate(32)
+    k, ks, v, vs = tokens(rng, 20)
+    dev.write_kv(seq, 0, k, ks, v, vs)
+    q, c = query(rng)
+    dev.attend(seq, 0, q, c)
+    assert dev.last_saturations == {} and dev.total_saturations == {}
+    big_v = vs.copy()
+    big_v[:5] = 16.0  # w = p * 16 > 2**(26 - 24): saturates where p > 1/4
+    dev.write_kv(seq, 0, k, ks, v, big_v)
+    with pytest.warns(SaturationWarning, match="saturated values"):
+        dev.attend(seq, 0, q, c)
+    # Independent count: w before saturation is p * v_scale (p from the golden model's own
+    # softmax is not needed: rows 0..4 of each query saturate unless their p is small).
+    result = hpu_golden_batch(P, q[None], c[None], k[None], ks[None], v[None], big_v[None], [20])
+    weight = dev.last_saturations["weight"]
+    assert weight == int(result.saturated["weight"][0]) and 0 < weight <= 5 * P.gqa_group
+    big_score = np.full(P.gqa_group, 60000.0, dtype=np.float16)
+    dev.write_kv(seq, 0, k, np.full(20, 60000.0, dtype=np.float16), v, vs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the warning came once; counting goes on silently
+        dev.attend(seq, 0, q, big_score)
+    score = dev.last_saturations["score"]
+    dots = q.astype(np.float64) @ k.T.astype(np.float64)
+    real = dots * 60000.0 * 60000.0 * (1 << P.score_frac_bits)
+    assert score == int((np.abs(real) >= 1 << (P.score_bits - 1)).sum()) > 0
+    assert dev.total_saturations["weight"] == weight and dev.total_saturations["score"] == score

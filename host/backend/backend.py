@@ -43,11 +43,15 @@ class Call:
         Cycles of the batch: engine cycles, or for engines working side by side the largest.
     engine_cycles
         Cycles per engine (one entry, ``{design: cycles}``, for a single engine).
+    saturations
+        Values the datapath saturated, by place (``{"score": 3}``; places with none may be
+        left out), or None where the backend cannot observe them.
     """
 
     results: Sequence
     cycles: int
     engine_cycles: Mapping[str, int] = field(default_factory=dict)
+    saturations: Mapping[str, int] | None = None
 
 
 def check_span(size: int, address: int, count: int) -> None:

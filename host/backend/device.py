@@ -9,6 +9,10 @@ bookkeeping:
   takes none;
 * cycle counters of one type: ``last_cycles`` (int, the most recent call),
   ``last_engine_cycles`` (``{engine: cycles}`` of that call), ``total_cycles`` and ``calls``;
+* saturation counters: ``last_saturations`` (``{place: values}`` the datapath clipped in the
+  most recent call, or None where the backend cannot observe it) and ``total_saturations``,
+  with a :class:`~tandem.host.common.errors.SaturationWarning` the first time anything
+  saturates, so that no clipping goes unreported;
 * ``close()`` means the same on every backend: the backend is released and every later call
   raises :class:`~tandem.host.common.errors.DeviceClosedError`; a device is a context manager.
 
@@ -16,10 +20,11 @@ A datapath's device adds its own calls, which validate their arguments (``ValueE
 one line naming the bad value), build requests and hand them to :meth:`Device._run`.
 """
 
+import warnings
 from typing import ClassVar
 
 from tandem.host.common.checks import label
-from tandem.host.common.errors import DeviceClosedError
+from tandem.host.common.errors import DeviceClosedError, SaturationWarning
 
 from .backend import BACKENDS, Backend
 
@@ -58,6 +63,11 @@ class Device:
         self.last_engine_cycles: dict[str, int] = {}
         self.total_cycles = 0
         self.calls = 0
+        #: Values saturated in the most recent call by place (None: not observable on this
+        #: backend), and in every call.
+        self.last_saturations: dict[str, int] | None = {}
+        self.total_saturations: dict[str, int] = {}
+        self._warned_saturation = False
         self._closed = False
 
     def _make_backend(self, kind: str, options: dict) -> Backend:
@@ -77,14 +87,29 @@ class Device:
         """Run ``requests`` as one batch on the backend, count its cycles, return the results."""
         self._check_open()
         call = self.backend.run(requests)
-        self._count(call.cycles, call.engine_cycles)
+        self._count(call.cycles, call.engine_cycles, call.saturations)
         return call.results
 
-    def _count(self, cycles: int, engine_cycles=None) -> None:
+    def _count(self, cycles: int, engine_cycles=None, saturations=None) -> None:
         self.last_cycles = int(cycles)
         self.last_engine_cycles = {k: int(v) for k, v in (engine_cycles or {}).items()}
         self.total_cycles += int(cycles)
         self.calls += 1
+        if saturations is None:
+            self.last_saturations = None
+            return
+        self.last_saturations = {k: int(v) for k, v in saturations.items() if v}
+        for place, count in self.last_saturations.items():
+            self.total_saturations[place] = self.total_saturations.get(place, 0) + count
+        if self.last_saturations and not self._warned_saturation:
+            self._warned_saturation = True
+            places = ", ".join(f"{n} {place}" for place, n in self.last_saturations.items())
+            warnings.warn(
+                f"{self.name}: the datapath saturated values ({places} in call {self.calls}); "
+                f"{type(self).__name__}.total_saturations counts every one",
+                SaturationWarning,
+                stacklevel=4,
+            )
 
     def close(self) -> None:
         """Release the backend (stop a simulator); every later call raises."""

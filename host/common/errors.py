@@ -10,6 +10,7 @@ __all__ = [
     "CosimTimeoutError",
     "DeviceClosedError",
     "DeviceError",
+    "SaturationWarning",
 ]
 
 
@@ -31,3 +32,11 @@ class CosimError(DeviceError):
 
 class CosimTimeoutError(CosimError, TimeoutError):
     """The RTL simulator did not answer in time (it has been stopped)."""
+
+
+class SaturationWarning(UserWarning):
+    """A datapath saturated values (clipped them to its number format) during a call.
+
+    Issued once per device, the first time; every saturation is counted in the device's
+    ``last_saturations`` and ``total_saturations``.
+    """

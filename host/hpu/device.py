@@ -249,12 +249,17 @@ class GoldenHpuBackend(Backend):
         if not len(batch):
             return Call(HpuResults.of(p, [], []), 0, {})
         _check_batch(p, self.memory.size, batch)
+        saturations: dict[str, int] = {}
         with one_blas_thread():  # see tandem.host.common.threads
-            results = HpuResults.concat([self._run_wave(batch, w) for w in _waves(p, batch)])
+            results = HpuResults.concat(
+                [self._run_wave(batch, w, saturations) for w in _waves(p, batch)]
+            )
         cycles = int(batch_cycles(p, batch.length, append=batch.append, partial=batch.partial))
-        return Call(results, cycles, {"hpu": cycles})
+        return Call(results, cycles, {"hpu": cycles}, saturations)
 
-    def _run_wave(self, batch: HpuBatch, wave: slice) -> HpuResults:
+    def _run_wave(self, batch: HpuBatch, wave: slice, saturations: dict) -> HpuResults:
+        """Requests ``wave`` of ``batch`` at once; adds the values they saturated (what the
+        engine emits: outputs of full-mode requests only) to ``saturations``."""
         p, layout, memory = self.params, self.params.layout, self.memory.array
         lengths, bases = batch.length[wave], batch.base[wave]
         adds = batch.append[wave]
@@ -273,6 +278,10 @@ class GoldenHpuBackend(Backend):
             p, batch.q[wave], batch.q_scale[wave], k, k_scale, v, v_scale, lengths
         )
         partial = batch.partial[wave]
+        emits = {"score": None, "weight": None, "output": ~partial}
+        for place, counts in out.saturated.items():
+            chosen = counts if emits[place] is None else counts[emits[place]]
+            saturations[place] = saturations.get(place, 0) + int(chosen.sum())
         # What the engine emits: y in full mode, (m, l, o) in partial mode; the rest is zero.
         m, l_sum, o, y = out.m, out.l, out.o, out.y
         if partial.any():

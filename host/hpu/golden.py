@@ -46,7 +46,7 @@ between two rows that grow the running maximum, ``l`` and ``o`` are plain intege
 only the (usually few) rows that grow it are walked in order, every request and query at once.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
@@ -88,8 +88,9 @@ def _exp2_of_distance(params: Exp2Params) -> np.ndarray:
     return table
 
 
-def _round_scaled(product, bits: int, signed: bool) -> np.ndarray:
-    """``product`` (float64, exact) rounded half up and saturated to a ``bits``-wide integer.
+def _round_scaled(product, bits: int, signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``product`` (float64, exact) rounded half up and saturated to a ``bits``-wide integer;
+    also where it saturated (bool, same shape).
 
     The gateware computes ``value * mant * 2**exp`` with an exact integer product, then shifts
     (rounding half up) and saturates. Every product the engine forms this way has at most 52
@@ -99,7 +100,17 @@ def _round_scaled(product, bits: int, signed: bool) -> np.ndarray:
     """
     lo, hi = value_range(bits, signed)
     rounded = np.floor(product + 0.5)
-    return np.minimum(np.maximum(rounded, lo), hi).astype(np.int64)
+    clipped = np.minimum(np.maximum(rounded, lo), hi)
+    return clipped.astype(np.int64), clipped != rounded
+
+
+def _per_request(saturated: np.ndarray, valid, requests: int) -> np.ndarray:
+    """Count of True in ``saturated`` [R, ...] per request, where ``valid`` (broadcast) holds."""
+    if not saturated.any():
+        return np.zeros(requests, dtype=np.int64)
+    if valid is not None:
+        saturated = saturated & valid
+    return saturated.reshape(requests, -1).sum(axis=1)
 
 
 @dataclass
@@ -108,12 +119,18 @@ class HpuBatchResult:
 
     ``m`` [R, G] and ``l`` [R, G], ``o`` [R, G, head_dim]; ``y`` [R, G, head_dim] is the
     full-mode output of every request (what the engine emits when the request is not partial).
+    ``saturated`` counts, per request [R], the values the engine clipped to their format:
+    ``"score"`` (``s`` beyond ``score_bits``), ``"weight"`` (``w = p * v_scale`` beyond
+    ``weight_bits``: v scales above ``2**(weight_bits - weight_frac_bits)``) and ``"output"``
+    (``y`` beyond ``out_bits``, which only full-mode requests emit). The accumulators ``l``
+    and ``o`` are wide enough never to saturate.
     """
 
     m: np.ndarray
     l: np.ndarray  # noqa: E741 (the running sum's name in every softmax paper)
     o: np.ndarray
     y: np.ndarray
+    saturated: dict = field(default_factory=dict)
 
     def result(self, index: int, seq_id: int = 0, partial: bool = False) -> HpuResult:
         """Request ``index``'s :class:`HpuResult` (``y`` None when ``partial``)."""
@@ -177,11 +194,12 @@ def hpu_golden_batch(
     # Exact in float64: |dot| < 2**(q_bits + 7 + log2(head_dim)) <= 2**30, far below 2**53.
     dots = np.matmul(q.astype(np.float64), k.astype(np.float64).transpose(0, 2, 1))
     # s = dot * c * k_scale with score_frac_bits fraction bits (see _round_scaled).
-    scores = _round_scaled(
+    scores, score_clipped = _round_scaled(
         dots * (c_value * (k_value * float(1 << p.score_frac_bits))), p.score_bits, True
     )  # [R, G, N]
     padded = bool(r) and int(lengths.min()) < n
     valid = (np.arange(n) < lengths[:, None])[:, None, :]  # [R, 1, N]
+    saturated = {"score": _per_request(score_clipped, valid if padded else None, r)}
     # Padding scores the minimum: it never grows the running maximum, and it adds nothing.
     if padded:
         scores = np.where(valid, scores, p.score_min)
@@ -196,7 +214,8 @@ def hpu_golden_batch(
     prob = np.where(grew, one, e).reshape(r, g, n)
     # w = p * v_scale with weight_frac_bits fraction bits (see _round_scaled).
     w_shift = float(2.0 ** (p.weight_frac_bits - p.prob_frac_bits))
-    w = _round_scaled(prob * (v_value * w_shift), p.weight_bits, False)
+    w, weight_clipped = _round_scaled(prob * (v_value * w_shift), p.weight_bits, False)
+    saturated["weight"] = _per_request(weight_clipped, valid if padded else None, r)
     if padded:
         prob = np.where(valid, prob, 0)
         w = np.where(valid, w, 0)
@@ -237,9 +256,15 @@ def hpu_golden_batch(
     lo, hi = value_range(p.out_bits, True)
     # recip < 2**31 (reciprocal out_bits <= 31) and |o| < 2**62: the unchecked exact split.
     product = mul_round_half_up_narrow if p.reciprocal.out_bits <= 31 else mul_round_half_up
-    y = np.minimum(np.maximum(product(o_acc, recip[:, None], p.out_shift), lo), hi)
+    unclipped = product(o_acc, recip[:, None], p.out_shift)
+    y = np.minimum(np.maximum(unclipped, lo), hi)
+    saturated["output"] = _per_request(y != unclipped, None, r)
     return HpuBatchResult(
-        m.reshape(r, g), l_acc.reshape(r, g), o_acc.reshape(r, g, d), y.reshape(r, g, d)
+        m.reshape(r, g),
+        l_acc.reshape(r, g),
+        o_acc.reshape(r, g, d),
+        y.reshape(r, g, d),
+        saturated,
     )
 
 

@@ -210,6 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
     p.set_defaults(func=_cmd_synth, extras=("synth",))
 
+    from . import prove  # light: amaranth and yosys load inside prove()
+
+    p = sub.add_parser("prove", help="formal proof of the stream rules (BMC, k-induction)")
+    _add_params(p)
+    prove.add_arguments(p)
+    p.set_defaults(func=lambda args: prove.run(args, *_resolve(args)), extras=("synth",))
+
     _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
     _add_tool_family(sub, "pack", "pack weights into a design's streams")
 

@@ -57,6 +57,7 @@ __all__ = [
     "PropertyResult",
     "add_arguments",
     "default_depth",
+    "default_mode",
     "default_trace_dir",
     "prove",
     "prove_component",
@@ -538,19 +539,24 @@ def default_trace_dir() -> Path:
 
 
 def default_depth(design: Design) -> int:
-    """The depth ``tandem prove D`` checks when none is given.
-
-    :data:`DEFAULT_DEPTH`, or less where a BMC step of the default parameters is expensive and
-    k-induction does not close (the registry's ``prove_depth`` where a design sets one).
-    """
-    depth = getattr(design, "prove_depth", None)
-    return depth if depth is not None else _DEPTHS.get(design.name, DEFAULT_DEPTH)
+    """The depth ``tandem prove D`` checks when none is given: :data:`DEFAULT_DEPTH`, or the
+    design's own where a BMC step of its default parameters is expensive."""
+    depth = getattr(design, "prove_depth", None)  # the registry's, once the record has one
+    return depth if depth is not None else _DEFAULTS.get(design.name, (DEFAULT_DEPTH, ""))[0]
 
 
-# Designs whose default parameters make a BMC step slow and whose proofs do not close by
-# induction: the depth that keeps `tandem prove D` within a minute on two cores (docs/formal.md).
-# It belongs in the registry (Design.prove_depth) once the record has the field.
-_DEPTHS = {"hpu": 8, "sparse-mpe": 8}
+def default_mode(design: Design) -> Mode:
+    """``"prove"`` (k-induction, else BMC), or ``"bmc"`` where induction is known not to close
+    and its steps (from any state) cost far more than BMC's (from reset)."""
+    mode = getattr(design, "prove_mode", None)
+    return mode if mode is not None else _DEFAULTS.get(design.name, (0, "prove"))[1]
+
+
+# Depth and mode of `tandem prove D` where they are not DEFAULT_DEPTH and "prove": designs whose
+# default parameters make a step cost a million variables and whose FSMs keep k-induction from
+# closing (docs/formal.md), kept within a minute on two cores. These are per-design facts and
+# belong in the registry (Design.prove_depth, Design.prove_mode) once the record has the fields.
+_DEFAULTS: dict[str, tuple[int, Mode]] = {"hpu": (4, "bmc"), "sparse-mpe": (8, "bmc")}
 
 
 def _check_options(depth, mode, timeout) -> None:
@@ -567,7 +573,7 @@ def prove(
     params: Params | None = None,
     *,
     depth: int | None = None,
-    mode: Mode = "prove",
+    mode: Mode | None = None,
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
 ) -> ProofReport:
@@ -582,7 +588,7 @@ def prove(
         :func:`default_depth`).
     mode
         ``"prove"``: k-induction, falling back to the BMC result where it does not close by
-        ``depth``; ``"bmc"``: bounded model checking only.
+        ``depth``; ``"bmc"``: bounded model checking only (default :func:`default_mode`).
     timeout
         Seconds one solver run may take; past it the properties it checks are ``unknown``.
     trace_dir
@@ -595,6 +601,7 @@ def prove(
     """
     params = design.params() if params is None else params
     depth = default_depth(design) if depth is None else depth
+    mode = default_mode(design) if mode is None else mode
     _check_options(depth, mode, timeout)
     return prove_component(
         design.generator(params),
@@ -706,13 +713,12 @@ def prove_component(
         # Where a result rests on BMC alone, say how deep the outputs' first beat is: a BMC
         # depth that never reaches a beat checks only the cycles before it.
         if any(results[c.ident].status != "proved" for c in checks):
-            for cover in covers:
-                outcome = _sat(
-                    work, netlist(first_variant), everything, {cover.ident}, depth, "bmc", timeout
-                )
-                report.first_valid[cover.target] = (
-                    outcome.depth if outcome.outcome == "failed" else None
-                )
+            # All outputs in one run; each one found reachable is peeled off.
+            found = {}
+            for idents, outcome in solve(first_variant, [c.ident for c in covers], "bmc"):
+                for ident in idents:
+                    found[ident] = outcome.depth if outcome.outcome == "failed" else None
+            report.first_valid = {c.target: found[c.ident] for c in covers}
 
     report.results = [results[c.ident] for c in checks]
     report.seconds = round(time.monotonic() - start, 2)
@@ -737,9 +743,10 @@ def add_arguments(parser) -> None:
         help=f"cycles of bounded model checking and longest induction (default {DEFAULT_DEPTH})",
     )
     parser.add_argument(
-        "--bmc",
-        action="store_true",
-        help="bounded model checking only (no induction)",
+        "--mode",
+        choices=("prove", "bmc"),
+        help="prove: k-induction, else BMC; bmc: bounded model checking only "
+        "(default: the design's, docs/formal.md)",
     )
     parser.add_argument(
         "--timeout",
@@ -760,7 +767,7 @@ def run(args, design: Design, params: Params) -> int:
         design,
         params,
         depth=args.depth,
-        mode="bmc" if args.bmc else "prove",
+        mode=args.mode,
         timeout=args.timeout,
     )
     if args.json:

@@ -136,7 +136,7 @@ def test_hpu_header_fields(kw):
         base=64 * 12345,
         length=77,
         q=rng.integers(-9, 9, (p.gqa_group, p.head_dim)),
-        q_scale=q_scale,
+        score_scale=q_scale,
         new_k=np.ones(p.head_dim, np.int64),
         new_v=np.ones(p.head_dim, np.int64),
         new_k_scale=0.5,

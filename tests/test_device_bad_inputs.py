@@ -191,7 +191,7 @@ def _hpu_good(f):
 
 
 def _attend(f, **change):
-    args = {"seq": f.seq, "head": 0, "q": f.q, "q_scale": f.qs, "new": f.tok, "partial": False}
+    args = {"seq": f.seq, "head": 0, "q": f.q, "score_scale": f.qs, "new": f.tok, "partial": False}
     args.update(change)
     return Attend(**args)
 
@@ -333,7 +333,7 @@ HPU_CALLS = [
     *_table("attend.head", BAD_HEADS, lambda f, v: f.dev.attend(f.seq, v, f.q, f.qs, new=f.tok)),
     *_table("attend.empty_head", [1], lambda f, v: f.dev.attend(f.seq, v, f.q, f.qs)),
     *_table("attend.q", BAD_Q, lambda f, v: f.dev.attend(f.seq, 0, v, f.qs, new=f.tok)),
-    *_table("attend.q_scale", BAD_QS, lambda f, v: f.dev.attend(f.seq, 0, f.q, v, new=f.tok)),
+    *_table("attend.score_scale", BAD_QS, lambda f, v: f.dev.attend(f.seq, 0, f.q, v, new=f.tok)),
     *_table("attend.new", BAD_NEW, lambda f, v: f.dev.attend(f.seq, 0, f.q, f.qs, new=v)),
     *_table(
         "attend.new_k",
@@ -370,8 +370,8 @@ HPU_CALLS = [
         "attend_many.second",
         [
             {"q": np.zeros((G, D))},
-            {"q_scale": np.full(G, NAN)},
-            {"q_scale": np.ones(G + 1)},
+            {"score_scale": np.full(G, NAN)},
+            {"score_scale": np.ones(G + 1)},
             {"seq": None},
             {"head": 7},
             {"head": -1},
@@ -421,10 +421,10 @@ HPU_CALLS = [
             {"q": np.zeros((2, G, D))},
             {"q": np.zeros((2, G, D + 1), dtype=np.int64)},
             {"q": np.full((2, G, D), 1 << 20)},
-            {"q_scale": np.full((2, G), NAN)},
-            {"q_scale": -np.ones((2, G))},
-            {"q_scale": np.ones((2, G + 1))},
-            {"q_scale": [[1.0], [1.0, 2.0]]},
+            {"score_scale": np.full((2, G), NAN)},
+            {"score_scale": -np.ones((2, G))},
+            {"score_scale": np.ones((2, G + 1))},
+            {"score_scale": [[1.0], [1.0, 2.0]]},
             {"partial": [0, 1]},
             {"partial": np.zeros(3, dtype=bool)},
             {"append": ["yes", "no"]},
@@ -450,7 +450,7 @@ def _batch(f, **change):
         "seqs": [f.seq, f.seq],
         "heads": np.array([0, 1]),
         "q": q,
-        "q_scale": np.stack([f.qs, f.qs]),
+        "score_scale": np.stack([f.qs, f.qs]),
         "partial": np.zeros(2, dtype=bool),
         "append": np.ones(2, dtype=bool),
         "new_k": np.repeat(np.reshape(k, (1, D)), 2, axis=0),

@@ -58,7 +58,13 @@ def request_for(seq, *, seq_id, base, n, append=True, partial=False):
             "new_v_scale": seq["vs"][n - 1],
         }
     return HpuRequest(
-        seq_id=seq_id, base=base, length=n, q=seq["q"], q_scale=seq["c"], partial=partial, **extra
+        seq_id=seq_id,
+        base=base,
+        length=n,
+        q=seq["q"],
+        score_scale=seq["c"],
+        partial=partial,
+        **extra,
     )
 
 
@@ -145,12 +151,12 @@ def test_descriptor_rejects_bad_requests():
     seq = make_sequence(params, 4, np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"length must be in 1\.\.256"):
         pack_descriptor(
-            params, HpuRequest(seq_id=0, base=0, length=0, q=seq["q"], q_scale=seq["c"])
+            params, HpuRequest(seq_id=0, base=0, length=0, q=seq["q"], score_scale=seq["c"])
         )
     with pytest.raises(ValueError, match="multiple of 64"):
         pack_descriptor(params, request_for(seq, seq_id=0, base=32, n=4))
     bad = request_for(seq, seq_id=0, base=0, n=4)
-    bad.q_scale = -bad.q_scale
+    bad.score_scale = -bad.score_scale
     with pytest.raises(ValueError, match="non-negative binary16"):
         pack_descriptor(params, bad)
 

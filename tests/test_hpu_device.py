@@ -5,7 +5,14 @@ import warnings
 import numpy as np
 import pytest
 from tandem.host.common.errors import CapacityError, SaturationWarning
-from tandem.host.hpu import HpuParams, hpu_golden, merge_partials, quantize_rows, score_scale
+from tandem.host.hpu import (
+    HpuParams,
+    hpu_golden,
+    key_smoothing,
+    merge_partials,
+    quantize_rows,
+    score_scale,
+)
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, call_cycles, request_beats
 from tandem.host.hpu.device import Attend, AttendBatch, HpuDevice
 from tandem.host.hpu.golden import hpu_golden_batch
@@ -150,7 +157,7 @@ def test_attend_batch_is_attend_many_as_arrays():
         seqs=[seqs[1][w] for w, *_ in calls],
         heads=np.array([h for _, h, *_ in calls]),
         q=np.stack([q for _, _, q, *_ in calls]),
-        q_scale=np.stack([c for _, _, _, c, *_ in calls]),
+        score_scale=np.stack([c for _, _, _, c, *_ in calls]),
         partial=np.array([part for *_, part in calls]),
         append=np.array([new is not None for *_, new, _ in calls]),
         new_k=np.concatenate([n[0] for n in news]),
@@ -266,3 +273,42 @@ def test_saturations_are_counted_and_reported_once():
     real = dots * 60000.0 * 60000.0 * (1 << P.score_frac_bits)
     assert score == int((np.abs(real) >= 1 << (P.score_bits - 1)).sum()) > 0
     assert dev.total_saturations["weight"] == weight and dev.total_saturations["score"] == score
+
+
+def test_float_inputs_are_the_runtime_recipe():
+    """write_kv_real / attend_real quantize as the decode runtime does (smoothed keys, int8
+    per token, q to q_bits with its scale folded into the score scale): the same integers
+    reach the engine as through write_kv / attend, and the output is float attention within
+    the recipe's error."""
+    rng = np.random.default_rng(11)
+    k, v = rng.standard_normal((40, P.head_dim)), rng.standard_normal((40, P.head_dim))
+    k[:, 3] *= 20  # an outlier channel: what smoothing is for
+    q = rng.standard_normal((P.gqa_group, P.head_dim)) * 2
+    new = rng.standard_normal(P.head_dim), rng.standard_normal(P.head_dim)
+    factors = key_smoothing(k)
+    floats, ints = (HpuDevice(P, memory_bytes=1 << 16) for _ in range(2))
+    a, b = floats.allocate(64), ints.allocate(64)
+    floats.write_kv_real(a, 0, k, v, smoothing=factors)
+    y = floats.attend_real(a, 0, q, new=new, smoothing=factors)
+    (ki, ks), (vi, vs) = quantize_rows(k / factors), quantize_rows(v)
+    ints.write_kv(b, 0, ki, ks, vi, vs)
+    qi, qs = quantize_rows(q * factors, P.q_bits)
+    token = (*quantize_rows(new[0] / factors), *quantize_rows(new[1]))
+    want = ints.attend(b, 0, qi, score_scale(qs, P.head_dim), new=token)
+    np.testing.assert_array_equal(y, want.real(P))
+    keys, values = np.vstack([k, new[0]]), np.vstack([v, new[1]])
+    logits = q @ keys.T / np.sqrt(P.head_dim)
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    ref = (weights / weights.sum(axis=1, keepdims=True)) @ values
+    assert np.all(np.linalg.norm(y - ref, axis=1) / np.linalg.norm(ref, axis=1) < 0.05)
+    for bad in (
+        lambda: floats.attend_real(a, 0, q[:1]),
+        lambda: floats.attend_real(a, 0, np.full_like(q, np.nan)),
+        lambda: floats.attend_real(a, 0, q, new=(new[0],)),
+        lambda: floats.attend_real(a, 0, q, smoothing=-factors),
+        lambda: floats.write_kv_real(a, 0, k[:, :3], v[:, :3]),
+        lambda: floats.write_kv_real(a, 0, k, v, smoothing=factors[:3]),
+    ):
+        with pytest.raises(ValueError):
+            bad()
+    assert a.lengths[0] == 41  # the rejected calls appended nothing

@@ -110,7 +110,7 @@ def test_request_beats_match_layout_and_descriptor(shape):
         request = HpuRequest(
             seq_id=1, base=0, length=length,
             q=np.zeros((p.gqa_group, p.head_dim), dtype=np.int64),
-            q_scale=np.ones(p.gqa_group), new_k=np.zeros(p.head_dim, dtype=np.int64),
+            score_scale=np.ones(p.gqa_group), new_k=np.zeros(p.head_dim, dtype=np.int64),
             new_k_scale=1.0, new_v=np.zeros(p.head_dim, dtype=np.int64), new_v_scale=1.0,
         )  # fmt: skip
         assert desc[0] == len(pack_descriptor(p, request)) // p.beat_bytes

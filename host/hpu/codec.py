@@ -171,7 +171,7 @@ class HpuRequest:
         Tokens attended over, the new one included when ``append``.
     q
         Integer queries [gqa_group, head_dim].
-    q_scale
+    score_scale
         binary16 score scale per query (see :func:`score_scale`).
     new_k, new_v, new_k_scale, new_v_scale
         The new token (position ``length - 1``) when ``append``; else ``None``.
@@ -183,7 +183,7 @@ class HpuRequest:
     base: int
     length: int
     q: np.ndarray
-    q_scale: np.ndarray
+    score_scale: np.ndarray
     new_k: np.ndarray | None = None
     new_v: np.ndarray | None = None
     new_k_scale: float = 0.0
@@ -206,7 +206,7 @@ class HpuBatch:
         int64 [R], as in :class:`HpuRequest`.
     q
         int64 [R, gqa_group, head_dim].
-    q_scale
+    score_scale
         float16 [R, gqa_group] score scales.
     append
         bool [R]: the request carries a new token.
@@ -222,7 +222,7 @@ class HpuBatch:
     base: np.ndarray
     length: np.ndarray
     q: np.ndarray
-    q_scale: np.ndarray
+    score_scale: np.ndarray
     append: np.ndarray
     new_k: np.ndarray
     new_v: np.ndarray
@@ -241,7 +241,7 @@ class HpuBatch:
             int(self.base[i]),
             int(self.length[i]),
             self.q[i],
-            self.q_scale[i],
+            self.score_scale[i],
             partial=bool(self.partial[i]),
         )
         if self.append[i]:
@@ -268,13 +268,13 @@ class HpuBatch:
                 new_k[i] = np.reshape(r.new_k, p.head_dim)
                 new_v[i] = np.reshape(r.new_v, p.head_dim)
         q = [np.asarray(r.q, dtype=np.int64).reshape(p.gqa_group, p.head_dim) for r in requests]
-        q_scale = [np.reshape(r.q_scale, p.gqa_group) for r in requests]
+        score_scale = [np.reshape(r.score_scale, p.gqa_group) for r in requests]
         return cls(
             seq_id=np.array([r.seq_id for r in requests], dtype=np.int64),
             base=np.array([r.base for r in requests], dtype=np.int64),
             length=np.array([r.length for r in requests], dtype=np.int64),
             q=np.stack(q) if count else np.zeros((0, p.gqa_group, p.head_dim), np.int64),
-            q_scale=np.array(q_scale, dtype=np.float16).reshape(count, p.gqa_group),
+            score_scale=np.array(score_scale, dtype=np.float16).reshape(count, p.gqa_group),
             append=append,
             new_k=new_k,
             new_v=new_v,
@@ -327,7 +327,7 @@ def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
         raise ValueError(f"length must be in 1..{p.max_seq_len}, not {request.length}")
     p.layout.check_base(request.base)
     q = np.asarray(request.q, dtype=np.int64).reshape(p.gqa_group, p.head_dim)
-    q_scale = check_scales("q_scale", request.q_scale).reshape(p.gqa_group)
+    score_scale = check_scales("score_scale", request.score_scale).reshape(p.gqa_group)
     header = {
         "seq_id": request.seq_id,
         "length": request.length,
@@ -336,7 +336,7 @@ def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
         "partial": int(request.partial),
         "new_k_scale": request.new_k_scale,
         "new_v_scale": request.new_v_scale,
-        "score_scale": q_scale,
+        "score_scale": score_scale,
     }
     out = [pack_header(p, header)]
     if request.append:

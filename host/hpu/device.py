@@ -8,8 +8,10 @@ synchronous::
     seq = dev.allocate(tokens=1024, heads=3)       # one KV region per head, 1024 tokens each
     dev.write_kv(seq, head, k, k_scale, v, v_scale)  # int8 rows, binary16 scales (prefill)
     dev.append(seq, head, k1, k1_scale, v1, v1_scale)  # host write of one more token
-    y = dev.attend(seq, head, q, q_scale, new=(k, ks, v, vs))  # engine appends, then attends
-    results = dev.attend_many([Attend(seq, head, q, q_scale, new=...), ...])  # one transfer
+    y = dev.attend(seq, head, q, score_scale, new=(k, ks, v, vs))  # engine appends, then attends
+    dev.write_kv_real(seq, head, k_float, v_float, smoothing=s)   # float in, quantized inside
+    y = dev.attend_real(seq, head, q_float, new=(k1, v1), smoothing=s)  # float out
+    results = dev.attend_many([Attend(seq, head, q, score_scale, new=...), ...])  # one transfer
     dev.free(seq)
     dev.close()
 
@@ -36,7 +38,14 @@ import numpy as np
 from tandem.host.backend.backend import ArrayMemory, Backend, Call, MemoryPort, check_span
 from tandem.host.backend.cosim import CosimClient
 from tandem.host.backend.device import Device
-from tandem.host.common.checks import flag, instance, int_array, integer, positive_int
+from tandem.host.common.checks import (
+    flag,
+    instance,
+    int_array,
+    integer,
+    positive_int,
+    real_array,
+)
 from tandem.host.common.errors import CapacityError
 from tandem.host.common.threads import one_blas_thread
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
@@ -51,7 +60,7 @@ from .codec import (
 )
 from .cycles import batch_cycles
 from .golden import hpu_golden_batch
-from .params import HpuParams, check_scales
+from .params import HpuParams, check_scales, quantize_rows, score_scale
 
 __all__ = [
     "Attend",
@@ -108,15 +117,16 @@ class SeqAlloc:
 class Attend:
     """One attention call for :meth:`HpuDevice.attend_many`.
 
-    ``q`` are the ``gqa_group`` integer queries [G, head_dim], ``q_scale`` their binary16 score
-    scales; ``new`` is ``(k, k_scale, v, v_scale)`` of a token the engine appends first (int8
-    row, binary16 scale) or None; ``partial`` asks for ``(m, l, o)``.
+    ``q`` are the ``gqa_group`` integer queries [G, head_dim], ``score_scale`` their binary16
+    score scales (``score_scale(q_scale, head_dim)``, not the queries' own scale); ``new`` is
+    ``(k, k_scale, v, v_scale)`` of a token the engine appends first (int8 row, binary16 scale)
+    or None; ``partial`` asks for ``(m, l, o)``.
     """
 
     seq: SeqAlloc
     head: int
     q: np.ndarray
-    q_scale: np.ndarray
+    score_scale: np.ndarray
     new: tuple | None = None
     partial: bool = False
 
@@ -134,7 +144,7 @@ class AttendBatch:
         Head index of each call [R].
     q
         Integer queries [R, gqa_group, head_dim] (``q_bits`` wide).
-    q_scale
+    score_scale
         binary16 score scales [R, gqa_group].
     partial
         bool [R]: return ``(m, l, o)`` instead of ``y``.
@@ -149,7 +159,7 @@ class AttendBatch:
     seqs: list
     heads: np.ndarray
     q: np.ndarray
-    q_scale: np.ndarray
+    score_scale: np.ndarray
     partial: np.ndarray
     append: np.ndarray | None = None
     new_k: np.ndarray | None = None
@@ -188,9 +198,9 @@ def _check_batch(params: HpuParams, memory_bytes: int, batch: HpuBatch) -> None:
     # One check of every scale the batch carries (the q scales and the appended tokens').
     appended = batch.append
     scales = np.concatenate(
-        [batch.q_scale.reshape(-1), batch.new_k_scale[appended], batch.new_v_scale[appended]]
+        [batch.score_scale.reshape(-1), batch.new_k_scale[appended], batch.new_v_scale[appended]]
     )
-    check_scales("q_scale and new k/v scales", scales)
+    check_scales("score_scale and new k/v scales", scales)
 
 
 def _waves(params: HpuParams, batch: HpuBatch) -> list[slice]:
@@ -275,7 +285,7 @@ class GoldenHpuBackend(Backend):
             )
         k, k_scale, v, v_scale = layout.read_regions(memory, bases, lengths)
         out = hpu_golden_batch(
-            p, batch.q[wave], batch.q_scale[wave], k, k_scale, v, v_scale, lengths
+            p, batch.q[wave], batch.score_scale[wave], k, k_scale, v, v_scale, lengths
         )
         partial = batch.partial[wave]
         emits = {"score": None, "weight": None, "output": ~partial}
@@ -591,12 +601,68 @@ class HpuDevice(Device):
         v, vs = layout.read_rows(span, 0, 0, n, value=True)
         return k, ks, v, vs
 
+    # --- float inputs --------------------------------------------------------------------
+    def write_kv_real(self, seq: SeqAlloc, head: int, k, v, *, smoothing=None, start: int = 0):
+        """Write float keys and values [n, head_dim], quantized as the decode runtime does.
+
+        Keys are divided by the per-channel ``smoothing`` factors [head_dim] (from
+        :func:`~tandem.host.hpu.params.key_smoothing` of the prefill's keys; None: no
+        smoothing), then keys and values go to int8 with one binary16 scale per token
+        (:func:`~tandem.host.hpu.params.quantize_rows`) and to :meth:`write_kv`. Pass the same
+        ``smoothing`` to :meth:`attend_real`.
+        """
+        d = self.params.head_dim
+        factors = self._smoothing(smoothing)
+        k = real_array(k, "k", ndim=(2,))
+        v = real_array(v, "v", ndim=(2,))
+        if k.shape[1] != d or v.shape[1] != d:
+            raise ValueError(f"k and v must be [n, {d}] (head_dim), not {k.shape} and {v.shape}")
+        (ki, ks), (vi, vs) = quantize_rows(k / factors), quantize_rows(v)
+        self.write_kv(seq, head, ki, ks, vi, vs, start=start)
+
+    def attend_real(self, seq: SeqAlloc, head: int, q, new=None, *, smoothing=None):
+        """Attention of float queries over head ``head``'s tokens, in float: the engine's
+        result for ``q`` [gqa_group, head_dim], after appending the float token
+        ``new = (k, v)`` ([head_dim] each) when given; float64 [gqa_group, head_dim].
+
+        Quantized as the decode runtime does: ``q * smoothing`` to ``q_bits`` integers per
+        query, whose scale becomes the score scale (``score_scale(q_scale, head_dim)``); the
+        new key divided by ``smoothing`` and both new rows to int8 with one binary16 scale.
+        """
+        p = self.params
+        factors = self._smoothing(smoothing)
+        q = real_array(q, "q", ndim=(2,))
+        if q.shape != (p.gqa_group, p.head_dim):
+            raise ValueError(f"q must be [{p.gqa_group}, {p.head_dim}], not {q.shape}")
+        token = None
+        if new is not None:
+            if not isinstance(new, (tuple, list)) or len(new) != 2:
+                raise ValueError("new must be (k, v) of one token or None")
+            k, v = (real_array(x, name, ndim=(1,)) for x, name in zip(new, ("new k", "new v")))
+            if k.shape != (p.head_dim,) or v.shape != (p.head_dim,):
+                raise ValueError(f"new k and v must be [{p.head_dim}], not {k.shape} and {v.shape}")
+            (ki, ks), (vi, vs) = quantize_rows(k / factors), quantize_rows(v)
+            token = (ki, ks, vi, vs)
+        qi, qs = quantize_rows(q * factors, p.q_bits)
+        result = self.attend(seq, head, qi, score_scale(qs, p.head_dim), new=token)
+        return result.real(p)
+
+    def _smoothing(self, smoothing) -> np.ndarray:
+        """Key smoothing factors [head_dim] (ones for None), checked: finite and positive."""
+        d = self.params.head_dim
+        if smoothing is None:
+            return np.ones(d)
+        factors = real_array(smoothing, "smoothing", ndim=(1,))
+        if factors.shape != (d,) or np.any(factors <= 0):
+            raise ValueError(f"smoothing must be {d} positive factors (head_dim)")
+        return factors
+
     # --- attention -----------------------------------------------------------------------
     def attend(
-        self, seq: SeqAlloc, head: int, q, q_scale, new=None, partial: bool = False
+        self, seq: SeqAlloc, head: int, q, score_scale, new=None, partial: bool = False
     ) -> HpuResult:
         """Attention of the G queries of one head over its tokens (after appending ``new``)."""
-        return self.attend_many([Attend(seq, head, q, q_scale, new, partial)])[0]
+        return self.attend_many([Attend(seq, head, q, score_scale, new, partial)])[0]
 
     def attend_many(self, calls: list[Attend]) -> list[HpuResult]:
         """Run ``calls`` as one batch of descriptors (one transfer); results in order.
@@ -613,7 +679,7 @@ class HpuDevice(Device):
         for index, call in enumerate(calls):
             _check_call(index, call)
         q = _stacked([c.q for c in calls], p.head_dim, p.q_bits, "q", p.gqa_group)
-        q_scale = _stacked_scales([c.q_scale for c in calls], "q_scale", p.gqa_group)
+        score_scale = _stacked_scales([c.score_scale for c in calls], "score_scale", p.gqa_group)
         append = np.array([c.new is not None for c in calls], dtype=bool)
         new_k = np.zeros((count, p.head_dim), dtype=np.int64)
         new_v = np.zeros((count, p.head_dim), dtype=np.int64)
@@ -630,7 +696,7 @@ class HpuDevice(Device):
             self._own(seq)
         heads = [self._head(c.seq, c.head) for c in calls]
         partial = np.array([bool(c.partial) for c in calls], dtype=bool)
-        batch = AttendBatch(seqs, heads, q, q_scale, partial, append, new_k, new_k_scale)
+        batch = AttendBatch(seqs, heads, q, score_scale, partial, append, new_k, new_k_scale)
         batch.new_v, batch.new_v_scale = new_v, new_v_scale
         return list(self._attend(batch))
 
@@ -662,7 +728,7 @@ class HpuDevice(Device):
             )
         g, d = p.gqa_group, p.head_dim
         q = _shaped(int_array(batch.q, "batch.q", p.q_bits), "batch.q", (count, g, d))
-        q_scale = _scale_rows(batch.q_scale, "batch.q_scale", (count, g))
+        score_scale = _scale_rows(batch.score_scale, "batch.score_scale", (count, g))
         partial = _flags(batch.partial, "batch.partial", count)
         append = _flags(batch.append, "batch.append", count)
         if append.any():
@@ -673,7 +739,7 @@ class HpuDevice(Device):
         else:
             new_k = new_v = np.zeros((count, d), dtype=np.int64)
             new_k_scale = new_v_scale = np.zeros(count, dtype=np.float16)
-        checked = AttendBatch(list(seqs), heads.tolist(), q, q_scale, partial, append)
+        checked = AttendBatch(list(seqs), heads.tolist(), q, score_scale, partial, append)
         checked.new_k, checked.new_k_scale = new_k, new_k_scale
         checked.new_v, checked.new_v_scale = new_v, new_v_scale
         return self._attend(checked)
@@ -712,7 +778,7 @@ class HpuDevice(Device):
                 base=base,
                 length=length,
                 q=batch.q,
-                q_scale=batch.q_scale,
+                score_scale=batch.score_scale,
                 append=batch.append,
                 new_k=batch.new_k,
                 new_v=batch.new_v,

@@ -139,7 +139,7 @@ class HpuBatchResult:
 
 
 def hpu_golden_batch(
-    params: HpuParams, q, q_scale, k, k_scale, v, v_scale, lengths
+    params: HpuParams, q, score_scale, k, k_scale, v, v_scale, lengths
 ) -> HpuBatchResult:
     """Bit-exact model of the ``hpu`` engine for a batch of R requests, in one vectorized call.
 
@@ -149,7 +149,7 @@ def hpu_golden_batch(
         The engine's parameters.
     q
         Integer queries [R, gqa_group, head_dim] (``q_bits`` wide).
-    q_scale
+    score_scale
         binary16 score scales [R, gqa_group] (:func:`~tandem.host.hpu.params.score_scale`).
     k, v
         int8 rows [R, N, head_dim], position order, the appended token last; request r uses
@@ -188,7 +188,7 @@ def hpu_golden_batch(
             f"not {lengths.min()}..{lengths.max()}"
         )
     one = 1 << p.prob_frac_bits
-    c_value = _scale_value(q_scale, (r, g, 1))
+    c_value = _scale_value(score_scale, (r, g, 1))
     k_value = _scale_value(k_scale, (r, 1, n))
     v_value = _scale_value(v_scale, (r, 1, n))
     # Exact in float64: |dot| < 2**(q_bits + 7 + log2(head_dim)) <= 2**30, far below 2**53.
@@ -302,7 +302,7 @@ def _int8_rows(values, name: str) -> np.ndarray:
     return values
 
 
-def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: bool = False):
+def hpu_golden(params: HpuParams, q, score_scale, k, k_scale, v, v_scale, partial: bool = False):
     """Bit-exact model of the ``hpu`` engine for one request.
 
     Parameters
@@ -311,7 +311,7 @@ def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: b
         The engine's parameters.
     q
         Integer queries [gqa_group, head_dim] (``q_bits`` wide).
-    q_scale
+    score_scale
         binary16 score scales [gqa_group] (:func:`~tandem.host.hpu.params.score_scale`).
     k, v
         int8 rows [n, head_dim], position order, the appended token last.
@@ -334,7 +334,7 @@ def hpu_golden(params: HpuParams, q, q_scale, k, k_scale, v, v_scale, partial: b
     batch = hpu_golden_batch(
         p,
         np.reshape(q, (1, p.gqa_group, p.head_dim)),
-        np.reshape(q_scale, (1, p.gqa_group)),
+        np.reshape(score_scale, (1, p.gqa_group)),
         k[None],
         np.reshape(k_scale, (1, n)),
         np.reshape(v, (1, n, p.head_dim)),

@@ -372,7 +372,7 @@ class HpuAttention:
                 seqs=[e[1].alloc for e in entries for _ in range(hkv)],
                 heads=layer * hkv + kv,
                 q=qi[rows, kv],
-                q_scale=qc[rows, kv],
+                score_scale=qc[rows, kv],
                 partial=partial,
                 append=np.repeat([e[2] for e in entries], hkv),
                 new_k=ki[rows, kv],

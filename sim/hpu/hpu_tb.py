@@ -648,7 +648,7 @@ async def partial_slices_merge(dut):
     figures = {}
     if n > PAGE_TOKENS:
         split_page = max(1, (n // 2) // PAGE_TOKENS)
-        query = (full.request.q, full.request.q_scale)  # the same queries for all three
+        query = (full.request.q, full.request.score_scale)  # the same queries for all three
         left = tb.submit(seq, partial=True, length=split_page * PAGE_TOKENS, query=query)
         right = tb.submit(seq, partial=True, first_page=split_page, query=query)
         await tb.check_results()
@@ -664,7 +664,7 @@ async def partial_slices_merge(dut):
         )
         figures["merge_error_lsb"] = round(error, 3)
     else:
-        tb.submit(seq, partial=True, query=(full.request.q, full.request.q_scale))
+        tb.submit(seq, partial=True, query=(full.request.q, full.request.score_scale))
         await tb.check_results()
     await tb.finish("partial_slices_merge", **figures)
 

@@ -7,7 +7,9 @@ middle of a sequence and between sequences, and the overlapped and naive program
 cycle counts checked against the scheduler's prediction. The configurations cover H and X that
 are not multiples of the tile (40 on 8x8, 33 on 16x4, 12 on 8x4), h slices narrower and wider
 than a row block's units, batch 2 and 3, int8 and int16 weights, weights on chip and streamed
-(``weight_source``), and the GRU cell.
+(``weight_source``), the GRU cell, and cell states of the default width (27 bits) and a
+narrow one (18) that saturates: the engine's sticky saturation flag is checked on every output
+against the golden model's counts.
 """
 
 import pytest
@@ -31,12 +33,16 @@ CONFIGS = {
         "tile_rows": 8,
         "tile_cols": 4,
     },
+    # A cell state of the old range (+-8: 18 bits, 14 fraction bits), so that the saturation
+    # test's driven unit saturates within the sequence and the sticky flag is seen rising.
     "x8-h12-8x4-b2-stream": {
         "max_input": 8,
         "max_hidden": 12,
         "tile_rows": 8,
         "tile_cols": 4,
         "weight_source": "stream",
+        "cell_bits": 18,
+        "cell_frac": 14,
     },
 }
 #: Icarus runs the 100-step sequence only on the smallest configuration.
@@ -66,3 +72,5 @@ def test_rtl_regression(config, simulator, seed, sim_cache, tmp_path):
     assert util["overlapped_cycles"] == util["overlapped_predicted_cycles"], util
     assert util["naive_cycles"] >= util["overlapped_cycles"], util
     assert figures["lengths_1_and_long"][f"cycles_len{long}"] > 0
+    if config.endswith("stream") or config.startswith("gru"):  # these must saturate
+        assert figures["saturation_flag"]["raised"], figures["saturation_flag"]

@@ -95,6 +95,13 @@ class Device:
         self.last_engine_cycles = {k: int(v) for k, v in (engine_cycles or {}).items()}
         self.total_cycles += int(cycles)
         self.calls += 1
+        self._count_saturations(saturations)
+
+    def _count_saturations(self, saturations, stacklevel: int = 5) -> None:
+        """Record ``{place: values}`` saturated by the most recent call (None: not observable)
+        and warn the first time anything saturates; host-side calls that clip (a device's
+        ``quantize``) report through here too, with the ``stacklevel`` that names their
+        caller (3 from a device method)."""
         if saturations is None:
             self.last_saturations = None
             return
@@ -108,7 +115,7 @@ class Device:
                 f"{self.name}: the datapath saturated values ({places} in call {self.calls}); "
                 f"{type(self).__name__}.total_saturations counts every one",
                 SaturationWarning,
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
 
     def close(self) -> None:

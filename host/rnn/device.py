@@ -11,6 +11,17 @@ and its golden and RTL backends.
     gru.load(torch_gru.state_dict())               # or a `tandem map rnn --cell gru` program
     h, c = gru.run(gru.quantize(x))                # c is None: a GRU has no cell state
 
+``load`` takes the ``state_dict`` of an ``nn.LSTM`` / ``nn.GRU`` (keys ``weight_ih_l0``, ...) or
+of an ``nn.LSTMCell`` / ``nn.GRUCell`` (``weight_ih``, ...).
+
+Saturation is never silent: :meth:`RnnDevice.quantize` counts the inputs it clips (place
+``x``) and every run counts the values the engine saturated (``act``, ``c``, ``h``; see
+:mod:`tandem.host.rnn.golden`) in ``last_saturations`` and ``total_saturations``, with one
+:class:`~tandem.host.common.errors.SaturationWarning` per device the first time. On
+``backend="rtl"`` the counts are the golden model's for the same command, checked against the
+engine's sticky saturation flag on every output (a mismatch raises
+:class:`~tandem.host.common.errors.CosimError`): the engine flags, it does not count.
+
 A request (:class:`RnnRequest`) is one engine command: a model, its tile program and
 ``params.batch`` sequences. ``backend="golden"`` (:class:`GoldenRnnBackend`) runs
 :func:`~tandem.host.rnn.golden.rnn_golden` and counts the scheduler's cycles;
@@ -18,6 +29,7 @@ A request (:class:`RnnRequest`) is one engine command: a model, its tile program
 inputs and the command to the generated Verilog through :class:`RnnCodec`.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -27,6 +39,7 @@ from tandem.host.backend.backend import Backend, Call
 from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
 from tandem.host.common.checks import instance, int_array, integer, real_array
+from tandem.host.common.errors import CosimError
 from tandem.mappings.rnn.schedule import sequence_cycles
 from tandem.mappings.rnn.tiling import TileProgram, build_program, packed_rows
 from tandem.mappings.rnn.writer import load_program
@@ -36,10 +49,12 @@ from .golden import (
     RnnParams,
     cmd_payload,
     decode_outputs,
+    layer_suffix,
     pack_tiles,
     quantize_lstm,
     quantize_state,
     rnn_golden,
+    saturation_flags,
     tile_beats,
     weight_beats,
     x_beats,
@@ -57,11 +72,28 @@ __all__ = [
 
 @dataclass
 class RnnRequest:
-    """One engine command: ``model`` and ``program``, ``x`` (T, params.batch, X) int16."""
+    """One engine command: ``model`` and ``program``, ``x`` (T, params.batch, X) int16, of
+    which the first ``sequences`` batch elements are the caller's (the rest pad the engine's
+    batch and are not counted as saturations; None: all)."""
 
     model: QuantLstm
     program: TileProgram
     x: np.ndarray
+    sequences: int | None = None
+
+
+def _request_saturations(request: RnnRequest, sat) -> dict[str, int]:
+    """Saturated values of ``request``'s own sequences from the golden counts ``sat``."""
+    keep = slice(None) if request.sequences is None else slice(0, request.sequences)
+    return {place: int(counts[:, keep].sum()) for place, counts in sat.items()}
+
+
+def _sum_saturations(results) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for *_, counts in results:
+        for place, n in counts.items():
+            total[place] = total.get(place, 0) + n
+    return total
 
 
 def unpack_lstm_tiles(program: TileProgram, tiles, biases, w_frac: int) -> QuantLstm:
@@ -137,9 +169,11 @@ class GoldenRnnBackend(Backend):
     cycles from the scheduler's model.
 
     Every command starts from zero state (as the engine does) and runs ``params.batch``
-    sequences; the result is ``(h, c)`` as the engine's output stream carries them (a GRU's c
-    is zeros). Cycles are :func:`~tandem.mappings.rnn.schedule.sequence_cycles`, command
-    transfer to last output, which the RTL matches exactly for both cells (tests/test_rnn.py).
+    sequences; the result is ``(h, c, saturations)``: h and c as the engine's output stream
+    carries them (a GRU's c is zeros) and the saturated values of the request's sequences by
+    place (also summed into the call's ``saturations``). Cycles are
+    :func:`~tandem.mappings.rnn.schedule.sequence_cycles`, command transfer to last output,
+    which the RTL matches exactly for both cells (tests/test_rnn.py).
     """
 
     name = "golden"
@@ -150,10 +184,11 @@ class GoldenRnnBackend(Backend):
     def run(self, requests: list[RnnRequest]) -> Call:
         results, total = [], 0
         for request in requests:
-            results.append(rnn_golden(self.params, (request.model, request.x)))
+            h, c, sat = rnn_golden(self.params, (request.model, request.x), saturations=True)
+            results.append((h, c, _request_saturations(request, sat)))
             steps, batch = request.x.shape[:2]
             total += int(sequence_cycles(request.program, batch, steps)[0])
-        return Call(results, total, {"rnn": total})
+        return Call(results, total, {"rnn": total}, _sum_saturations(results))
 
 
 class RnnCodec(StreamCodec):
@@ -164,7 +199,9 @@ class RnnCodec(StreamCodec):
 
     Cycles run from the command's transfer to the last output, both included, as
     ``tandem.sim.rnn.rnn_tb`` and :func:`~tandem.mappings.rnn.schedule.sequence_cycles`
-    count them.
+    count them. The result is ``(h, c, saturations)`` like the golden backend's: the engine
+    raises a sticky flag, it does not count, so the counts are the golden model's for the same
+    command, after the flag of every output beat has been checked against them.
     """
 
     def __init__(self, params: RnnParams):
@@ -206,7 +243,16 @@ class RnnCodec(StreamCodec):
     def decode(self, request: RnnRequest, outputs, cycles):
         (out,) = outputs["rnn"]
         steps_count = request.x.shape[0]
-        return decode_outputs(self.params, request.program, out, steps_count), dict(cycles)
+        h, c, flags = decode_outputs(self.params, request.program, out, steps_count)
+        _, _, sat = rnn_golden(self.params, (request.model, request.x), saturations=True)
+        expected = saturation_flags(self.params, request.program, sat)
+        if not np.array_equal(flags, expected):
+            t, k, b = np.argwhere(flags != expected)[0]
+            raise CosimError(
+                f"rnn: the engine's saturation flag is {int(flags[t, k, b])} at step {t}, row "
+                f"block {k}, batch element {b}; the golden model says {int(expected[t, k, b])}"
+            )
+        return (h, c, _request_saturations(request, sat)), dict(cycles)
 
 
 class RtlRnnBackend(RtlStreamBackend):
@@ -214,6 +260,10 @@ class RtlRnnBackend(RtlStreamBackend):
 
     def __init__(self, params: RnnParams, **options):
         super().__init__(RnnCodec(params), **options)
+
+    def run(self, requests: list[RnnRequest]) -> Call:
+        call = super().run(requests)
+        return dataclasses.replace(call, saturations=_sum_saturations(call.results))
 
 
 class RnnDevice(Device):
@@ -277,8 +327,9 @@ class RnnDevice(Device):
     def load(self, source, layer: int = 0) -> QuantLstm:
         """Load one layer of the engine's cell (``params.cell``).
 
-        ``source`` is a ``torch.nn.LSTM`` or, for ``cell = "gru"``, ``torch.nn.GRU``
-        ``state_dict`` (quantized with :func:`~tandem.host.rnn.golden.quantize_lstm`), a
+        ``source`` is a ``torch.nn.LSTM`` or ``torch.nn.LSTMCell`` or, for ``cell = "gru"``,
+        ``torch.nn.GRU`` or ``torch.nn.GRUCell`` ``state_dict`` (quantized with
+        :func:`~tandem.host.rnn.golden.quantize_lstm`; a cell has one layer, 0), a
         ``.program.npz`` with weights as ``tandem map rnn --state-dict`` (``--cell gru``) writes
         it, or a :class:`~tandem.host.rnn.golden.QuantLstm`. Returns the quantized model.
         """
@@ -340,14 +391,15 @@ class RnnDevice(Device):
     def _check_state_dict(self, state_dict, layer: int) -> None:
         """One clear line when ``state_dict`` is the other cell's (4H vs 3H gate rows), or when
         one of the layer's tensors is not a finite real matrix (weights) or vector (biases)."""
+        suffix = layer_suffix(state_dict, layer)
         for name, dims in (("weight_ih", 2), ("weight_hh", 2), ("bias_ih", 1), ("bias_hh", 1)):
-            key = f"{name}_l{layer}"
+            key = name + suffix
             if key in state_dict:
                 value = state_dict[key]
                 if hasattr(value, "detach"):  # a torch tensor
                     value = value.detach().cpu().numpy()
                 real_array(value, f"state_dict[{key!r}]", ndim=(dims,))
-        key = f"weight_hh_l{layer}"
+        key = "weight_hh" + suffix
         if key not in state_dict:
             return  # quantize_lstm names the missing key
         shape = tuple(state_dict[key].shape)
@@ -355,19 +407,32 @@ class RnnDevice(Device):
             gates = shape[0] // shape[1]
             found = {3: "GRU", 4: "LSTM"}.get(gates)
             if found is not None and found != self._kind:
+                kind = found if suffix else f"{found}Cell"
                 raise ValueError(
-                    f"a torch.nn.{found} state_dict, the engine runs {self._kind} "
+                    f"a torch.nn.{kind} state_dict, the engine runs {self._kind} "
                     f"(RnnParams.cell={self.params.cell!r})"
                 )
 
     def quantize(self, x) -> np.ndarray:
         """Finite float inputs to the engine's int16 with ``state_frac`` fraction bits
-        (rounded, saturating)."""
-        return quantize_state(self.params, real_array(x, "x"))
+        (rounded, saturating). NaN or infinity raises ``ValueError``; inputs beyond the range
+        (+-2**(15 - state_frac)) are clipped and counted: ``last_saturations`` holds
+        ``{"x": n}`` after the call (``{}`` when none), ``total_saturations`` adds them up,
+        and the device warns once (:class:`~tandem.host.common.errors.SaturationWarning`)."""
+        self._check_open()
+        q, clipped = quantize_state(self.params, real_array(x, "x"), saturations=True)
+        self._count_saturations({"x": clipped}, stacklevel=3)
+        return q
 
-    def to_float(self, state) -> np.ndarray:
-        """int16 h or c to float."""
-        return int_array(state, "state", 16) * 2.0**-self.params.state_frac
+    def to_float(self, state, which: str = "h") -> np.ndarray:
+        """h (``which="h"``: int16, ``state_frac`` fraction bits) or c (``which="c"``:
+        ``cell_bits`` wide, ``cell_frac`` fraction bits) to float."""
+        p = self.params
+        if which == "h":
+            return int_array(state, "state", 16) * 2.0**-p.state_frac
+        if which == "c":
+            return int_array(state, "state", p.cell_bits) * 2.0**-p.cell_frac
+        raise ValueError(f"which must be 'h' or 'c', not {which!r}")
 
     def run(self, x) -> tuple[np.ndarray, np.ndarray | None]:
         """Run the sequences ``x`` (T, B, X) int16 from zero state.
@@ -375,8 +440,10 @@ class RnnDevice(Device):
         Returns
         -------
         h, c
-            ``(T, B, H)`` int64 trajectories of h and c for an LSTM; for a GRU ``c`` is
-            ``None``. Bit-exact with :func:`~tandem.host.rnn.golden.lstm_golden` (GRU:
+            ``(T, B, H)`` int64 trajectories of h (``state_frac`` fraction bits) and c
+            (``cell_frac``; :meth:`to_float` with ``which="c"``) for an LSTM; for a GRU ``c``
+            is ``None``. ``last_saturations`` counts what saturated, by place. Bit-exact with
+            :func:`~tandem.host.rnn.golden.lstm_golden` (GRU:
             :func:`~tandem.host.rnn.golden.gru_golden`) on the loaded model.
         """
         self._check_open()
@@ -398,11 +465,12 @@ class RnnDevice(Device):
             chunk = np.zeros((steps, p.batch, width), np.int64)
             part = x[:, start : start + p.batch]
             chunk[:, : part.shape[1]] = part
-            requests.append(RnnRequest(self.model, self.program, chunk))
+            requests.append(RnnRequest(self.model, self.program, chunk, part.shape[1]))
             widths.append(part.shape[1])
-        results = self._run(requests)  # one batch: last_cycles is the commands' sum
-        hs = [h[:, :n] for (h, _), n in zip(results, widths, strict=True)]
-        cs = [c[:, :n] for (_, c), n in zip(results, widths, strict=True)]
+        # One batch: last_cycles and last_saturations are the commands' sums.
+        results = self._run(requests)
+        hs = [h[:, :n] for (h, _, _), n in zip(results, widths, strict=True)]
+        cs = [c[:, :n] for (_, c, _), n in zip(results, widths, strict=True)]
         h = np.concatenate(hs, axis=1)
         return (h, None) if p.cell == "gru" else (h, np.concatenate(cs, axis=1))
 

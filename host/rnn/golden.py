@@ -5,9 +5,15 @@ step; this module owns every number format and the bit-exact golden model.
 
 Number formats
 --------------
-State (x, h, c)
+State (x, h)
     int16 with ``state_frac`` fraction bits (default 12: range +-8, LSB 2.4e-4). Inputs x are
-    quantized by the host (:func:`quantize_state`), saturating.
+    quantized by the host (:func:`quantize_state`), saturating (and counted).
+Cell state (c, LSTM)
+    ``cell_bits`` wide with ``cell_frac`` fraction bits (default 27 and 16: range +-1024, LSB
+    1.5e-5). With ``f <= 1`` and ``|i * g| <= 1``, ``|c_t| <= t``: no sequence of up to 1023
+    steps can saturate it, whatever the weights; trained models stay far below (silero VAD's
+    cell reaches 52 on speech). 27 bits is the DSP48E2's wide multiplier port, so ``c * f``
+    stays one DSP.
 Weights
     int8 or int16 (``weight_bits``) with one power-of-two scale for the whole ``[W | U]``:
     ``w_q = round(w * 2**w_frac)``. ``w_frac`` is chosen by :func:`quantize_lstm` (largest that
@@ -24,8 +30,20 @@ Activations
     symmetry for negative inputs: ``sigmoid(-a) = 1 - sigmoid(a)``, ``tanh(-a) = -tanh(a)``.
     Outputs have ``gate_frac`` fraction bits (1.0 is exact).
 Cell update
-    ``c' = sat16(round_half_up((f*c << (gate_frac - state_frac)) + i*g, 2*gate_frac -
-    state_frac))`` and ``h' = sat16(round_half_up(o * tanh(c'), 2*gate_frac - state_frac))``.
+    With ``S = gate_frac + max(gate_frac, cell_frac)`` (the fraction bits of the sum):
+    ``c' = sat(round_half_up((f*c << (S - gate_frac - cell_frac)) + (i*g << (S - 2*gate_frac)),
+    S - cell_frac), cell_bits)``; tanh reads ``round_half_up(c', cell_frac - state_frac)``
+    (an activation input, clamped like one) and ``h' = sat16(round_half_up(o * tanh(c'),
+    2*gate_frac - state_frac))``.
+Saturation
+    Every place that limits a value is counted (``saturations=True`` of the golden functions;
+    :class:`~tandem.host.rnn.device.RnnDevice` reports them): ``x`` (host quantization), ``c``,
+    ``h``, and ``act``, activation inputs clamped to +-2**act_range_bits where the clamp changes
+    a result: GRU's ``n_x`` and ``n_h`` (``n_h`` is scaled by r after the clamp), and sigmoid or
+    tanh lanes only when the table's end is not the function's limit (:func:`clamp_is_exact`; at
+    the default range both are, so a clamp there changes no output). The accumulator is exact
+    (``acc_bits``), so it never saturates. The engine raises a sticky flag with each output
+    (``out_fields``'s ``sat``) when any counted place of this sequence has saturated so far.
 
 Because every accumulation is exact integer arithmetic, the golden model does not depend on the
 tile order: it is a plain quantized LSTM, vectorized over the batch and the units, and the RTL
@@ -48,15 +66,18 @@ from tandem.config import ParamError, Params, param
 
 __all__ = [
     "ISSUE_TO_WRITE",
+    "SATURATION_PLACES",
     "STATE_BITS",
     "QuantLstm",
     "RnnParams",
     "activation_tables",
+    "clamp_is_exact",
     "cmd_fields",
     "cmd_payload",
     "decode_outputs",
     "dependency_latency",
     "gru_golden",
+    "layer_suffix",
     "lstm_accuracy",
     "lstm_golden",
     "out_fields",
@@ -65,6 +86,7 @@ __all__ = [
     "quantize_lstm",
     "quantize_state",
     "rnn_golden",
+    "saturation_flags",
     "sigmoid_fixed",
     "tanh_fixed",
     "tile_beats",
@@ -75,8 +97,10 @@ __all__ = [
     "x_beats",
 ]
 
-#: Width of x, h and c.
+#: Width of x and h (and of a GRU's c lanes, which hold h).
 STATE_BITS = 16
+#: Places where the engine and the host limit a value (see the module docstring).
+SATURATION_PLACES = ("x", "act", "c", "h")
 #: Cycles from issuing a row block's last tile (for one batch element) to the cycle its h is
 #: written, not counting the adder tree (one register per level): operand read, multiply,
 #: accumulate, rescale, table read, interpolate, cell update, tanh read, interpolate, h = o*tanh.
@@ -132,7 +156,14 @@ class RnnParams(Params):
         "tile per program entry every step, e.g. from HBM)",
         choices=("memory", "stream"),
     )
-    state_frac: int = param(12, "fraction bits of the int16 x, h and c", min=8, max=13)
+    state_frac: int = param(12, "fraction bits of the int16 x and h", min=8, max=13)
+    cell_bits: int = param(
+        27,
+        "width of the LSTM cell state c (27: c*f on one DSP48E2; |c| <= steps, see docs/rnn.md)",
+        min=16,
+        max=27,
+    )
+    cell_frac: int = param(16, "fraction bits of the LSTM cell state c", min=8, max=25)
     gate_frac: int = param(14, "fraction bits of sigmoid/tanh outputs", min=8, max=14)
     act_segment_bits: int = param(
         9,
@@ -151,6 +182,18 @@ class RnnParams(Params):
                 "gate_frac",
                 f"gate_frac must be at least state_frac ({self.state_frac}), "
                 f"not {self.gate_frac!r}",
+            )
+        if self.cell_frac < self.state_frac:
+            raise ParamError(
+                "cell_frac",
+                f"cell_frac must be at least state_frac ({self.state_frac}), "
+                f"not {self.cell_frac!r}",
+            )
+        if self.cell_bits - self.cell_frac < 2:
+            raise ParamError(
+                "cell_frac",
+                f"cell_frac must leave c an integer bit (at most cell_bits - 2 = "
+                f"{self.cell_bits - 2}), not {self.cell_frac!r}",
             )
         if self.act_segment_bits > self.act_range_bits + self.state_frac:
             raise ParamError(
@@ -210,6 +253,12 @@ class RnnParams(Params):
         """Accumulator width: exact for max_input + max_hidden products plus the bias."""
         terms = self.max_input + self.max_hidden
         return self.weight_bits + STATE_BITS + (terms - 1).bit_length() + 1
+
+    @property
+    def c_bits(self) -> int:
+        """Width of one c lane in the c memory and the ``o`` stream: ``cell_bits`` for an
+        LSTM; a GRU keeps its h there (``STATE_BITS``)."""
+        return STATE_BITS if self.cell == "gru" else self.cell_bits
 
     @property
     def act_bits(self) -> int:
@@ -295,6 +344,15 @@ def _pwl(params: RnnParams, name: str, a) -> tuple[np.ndarray, np.ndarray]:
     return a, y
 
 
+def clamp_is_exact(params: RnnParams, name: str) -> bool:
+    """Whether clamping an input of ``name`` (``"sigmoid"`` or ``"tanh"``) to +-act_max leaves
+    its output as it would be unclamped: true when the table already gives the function's
+    limit (1.0, exactly) at act_max, so every larger input would give it too. Clamps of such
+    lanes are not saturations."""
+    fixed = sigmoid_fixed if name == "sigmoid" else tanh_fixed
+    return int(fixed(params, params.act_max)) == 1 << params.gate_frac
+
+
 def sigmoid_fixed(params: RnnParams, a) -> np.ndarray:
     """Fixed-point sigmoid: ``a`` with ``state_frac`` fraction bits -> ``gate_frac`` bits."""
     a, y = _pwl(params, "sigmoid", a)
@@ -341,19 +399,32 @@ def _as_numpy(tensor) -> np.ndarray:
     return np.asarray(tensor, dtype=np.float64)
 
 
+def layer_suffix(state_dict, layer: int = 0) -> str:
+    """The suffix of layer ``layer``'s keys: ``_l{layer}`` in an ``nn.LSTM`` / ``nn.GRU``
+    ``state_dict``, none in an ``nn.LSTMCell`` / ``nn.GRUCell``'s (``weight_ih``, ...; one
+    layer, so ``layer`` must be 0)."""
+    if f"weight_ih_l{layer}" not in state_dict and "weight_ih" in state_dict:
+        if layer:
+            raise ValueError(f"an nn.LSTMCell/nn.GRUCell state_dict has layer 0 only, not {layer}")
+        return ""
+    return f"_l{layer}"
+
+
 def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
-    """Quantize layer ``layer`` of a ``torch.nn.LSTM`` ``state_dict`` (tensors or arrays).
+    """Quantize layer ``layer`` of a ``torch.nn.LSTM`` (or ``nn.LSTMCell``; GRU and GRUCell
+    with ``cell = "gru"``) ``state_dict`` (tensors or arrays).
 
     Reads ``weight_ih_l{layer}``, ``weight_hh_l{layer}`` and, when present, ``bias_ih_l{layer}``
-    and ``bias_hh_l{layer}`` (summed in float64 before rounding).
+    and ``bias_hh_l{layer}`` (summed in float64 before rounding); a cell's keys have no
+    ``_l{layer}`` (:func:`layer_suffix`).
     """
-    key = f"_l{layer}"
+    key = layer_suffix(state_dict, layer)
     try:
         w = _as_numpy(state_dict["weight_ih" + key])
         u = _as_numpy(state_dict["weight_hh" + key])
     except KeyError as exc:
         raise ValueError(f"state_dict has no {exc.args[0]!r} (an nn.LSTM layer {layer})") from None
-    if f"weight_hr{key}" in state_dict:
+    if f"weight_hr{key or '_l0'}" in state_dict:
         raise ValueError("LSTMs with projections (proj_size > 0) are not supported")
     hidden = u.shape[1]
     gates = 3 if params.cell == "gru" else GATES
@@ -395,18 +466,44 @@ def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
     return QuantLstm(w=wq, u=uq, bias=bq, w_frac=w_frac)
 
 
-def quantize_state(params: RnnParams, x) -> np.ndarray:
-    """Float x (any shape) to int16 with ``state_frac`` fraction bits, rounded, saturating."""
+def quantize_state(params: RnnParams, x, *, saturations: bool = False):
+    """Float x (any shape) to int16 with ``state_frac`` fraction bits, rounded, saturating.
+
+    With ``saturations=True`` returns ``(q, count)``, ``count`` the number of values that
+    saturated (beyond +-2**(15 - state_frac))."""
     bound = 2.0**40 / 2.0**params.state_frac  # far beyond int16: saturates the same way
     x = np.clip(np.asarray(x, dtype=np.float64), -bound, bound)
-    q = np.rint(x * 2.0**params.state_frac)
-    return saturate(q.astype(np.int64), STATE_BITS, True)
+    q = np.rint(x * 2.0**params.state_frac).astype(np.int64)
+    out = saturate(q, STATE_BITS, True)
+    if saturations:
+        return out, int(np.count_nonzero(out != q))
+    return out
 
 
 # --- golden model --------------------------------------------------------------------------
-def lstm_golden(
-    params: RnnParams, model: QuantLstm, x, h0=None, c0=None
-) -> tuple[np.ndarray, np.ndarray]:
+def _limit(value, bits: int, counts=None):
+    """``value`` saturated to a signed ``bits``-wide integer; adds each saturated value to
+    ``counts`` (same shape, when given)."""
+    out = saturate(value, bits, True)
+    if counts is not None:
+        counts += out != value
+    return out
+
+
+def _clamp(params: RnnParams, value, counts=None):
+    """An activation input clamped to +-act_max; counted in ``counts`` when given (the caller
+    passes it only for clamps that can change a result)."""
+    out = np.clip(value, -params.act_max, params.act_max)
+    if counts is not None:
+        counts += out != value
+    return out
+
+
+def _new_counts(places, shape) -> dict[str, np.ndarray]:
+    return {place: np.zeros(shape, np.uint8) for place in places}
+
+
+def lstm_golden(params: RnnParams, model: QuantLstm, x, h0=None, c0=None, *, saturations=False):
     """Bit-exact model of the engine, vectorized over the batch and the units.
 
     Parameters
@@ -414,12 +511,20 @@ def lstm_golden(
     x
         ``(T, B, X)`` int16 inputs (``state_frac`` fraction bits).
     h0, c0
-        ``(B, H)`` initial state (default zeros: what the engine starts every sequence with).
+        ``(B, H)`` initial state (default zeros: what the engine starts every sequence with);
+        ``c0`` has ``cell_frac`` fraction bits.
+    saturations
+        Also return the saturated values of every step, batch element and unit.
 
     Returns
     -------
     h, c
-        ``(T, B, H)`` int64 arrays: the hidden and cell state after every step.
+        ``(T, B, H)`` int64 arrays: the hidden (``state_frac`` fraction bits) and cell state
+        (``cell_frac``) after every step.
+    sat
+        With ``saturations=True``: ``{"act", "c", "h"}`` uint8 ``(T, B, H)`` counts of each
+        unit's saturated values per step (``act``: its gate inputs and tanh(c) input, counted
+        only where the clamp is not exact, see :func:`clamp_is_exact`).
     """
     p = params
     x = np.asarray(x, dtype=np.int64)
@@ -429,27 +534,48 @@ def lstm_golden(
     c = np.zeros((batch, hidden), np.int64) if c0 is None else np.asarray(c0, np.int64).copy()
     hs = np.empty((steps, batch, hidden), np.int64)
     cs = np.empty((steps, batch, hidden), np.int64)
+    sat = _new_counts(("act", "c", "h"), (steps, batch, hidden)) if saturations else None
+    lossy = {k: saturations and not clamp_is_exact(p, k) for k in ("sigmoid", "tanh")}
     wt, ut = model.w.T.copy(), model.u.T.copy()
-    align = p.gate_frac - p.state_frac
+    sum_frac = p.gate_frac + max(p.gate_frac, p.cell_frac)
+    fc_shift = sum_frac - p.gate_frac - p.cell_frac
+    ig_shift = sum_frac - 2 * p.gate_frac
     out_shift = 2 * p.gate_frac - p.state_frac
     for t in range(steps):
+        act = sat["act"][t] if saturations else None
         acc = x[t] @ wt + h @ ut + model.bias
-        a = np.clip(round_shift_right(acc, model.w_frac, "half_up"), -p.act_max, p.act_max)
-        i = sigmoid_fixed(p, a[:, 0:hidden])
-        f = sigmoid_fixed(p, a[:, hidden : 2 * hidden])
-        g = tanh_fixed(p, a[:, 2 * hidden : 3 * hidden])
-        o = sigmoid_fixed(p, a[:, 3 * hidden :])
-        c = saturate(
-            round_shift_right(((f * c) << align) + i * g, out_shift, "half_up"), STATE_BITS, True
+        a = round_shift_right(acc, model.w_frac, "half_up")
+        gates = [a[:, k * hidden : (k + 1) * hidden] for k in range(GATES)]
+        kinds = ("sigmoid", "sigmoid", "tanh", "sigmoid")  # i, f, g, o
+        i, f, g, o = (
+            _pwl_out(p, kind, _clamp(p, part, act if lossy[kind] else None))
+            for kind, part in zip(kinds, gates, strict=True)
         )
-        h = saturate(
-            round_shift_right(o * tanh_fixed(p, c), out_shift, "half_up"), STATE_BITS, True
+        total = ((f * c) << fc_shift) + ((i * g) << ig_shift)
+        c = _limit(
+            round_shift_right(total, sum_frac - p.cell_frac, "half_up"),
+            p.cell_bits,
+            sat["c"][t] if saturations else None,
+        )
+        c_in = _clamp(
+            p,
+            round_shift_right(c, p.cell_frac - p.state_frac, "half_up"),
+            act if lossy["tanh"] else None,
+        )
+        h = _limit(
+            round_shift_right(o * tanh_fixed(p, c_in), out_shift, "half_up"),
+            STATE_BITS,
+            sat["h"][t] if saturations else None,
         )
         hs[t], cs[t] = h, c
-    return hs, cs
+    return (hs, cs, sat) if saturations else (hs, cs)
 
 
-def gru_golden(params: RnnParams, model: QuantLstm, x, h0=None) -> tuple[np.ndarray, np.ndarray]:
+def _pwl_out(params: RnnParams, kind: str, a) -> np.ndarray:
+    return sigmoid_fixed(params, a) if kind == "sigmoid" else tanh_fixed(params, a)
+
+
+def gru_golden(params: RnnParams, model: QuantLstm, x, h0=None, *, saturations=False):
     """Bit-exact model of the engine with ``cell = "gru"`` (PyTorch's GRU,
     ``linear_before_reset``), vectorized over batch and units.
 
@@ -458,7 +584,8 @@ def gru_golden(params: RnnParams, model: QuantLstm, x, h0=None) -> tuple[np.ndar
     ``n = tanh(clamp(n_x + round_half_up(r * n_h, gate_frac)))``;
     ``h' = sat16(round_half_up((1 - z) * n + z * (h << (gate_frac - state_frac)),
     2 * gate_frac - state_frac))``. Returns ``(h, zeros)`` of shape ``(T, B, H)``: a GRU has
-    no c (the engine's c output carries zeros).
+    no c (the engine's c output carries zeros); with ``saturations=True`` also the counts of
+    :func:`lstm_golden` (``act`` counts every ``n_x`` and ``n_h`` clamp, ``c`` stays zero).
     """
     p = params
     x = np.asarray(x, dtype=np.int64)
@@ -466,37 +593,61 @@ def gru_golden(params: RnnParams, model: QuantLstm, x, h0=None) -> tuple[np.ndar
     hid = model.hidden_size
     h = np.zeros((batch, hid), np.int64) if h0 is None else np.asarray(h0, np.int64).copy()
     hs = np.empty((steps, batch, hid), np.int64)
+    sat = _new_counts(("act", "c", "h"), (steps, batch, hid)) if saturations else None
+    lossy = {k: saturations and not clamp_is_exact(p, k) for k in ("sigmoid", "tanh")}
     wt, ut = model.w.T.copy(), model.u.T.copy()
     one = 1 << p.gate_frac
     align = p.gate_frac - p.state_frac
     out_shift = 2 * p.gate_frac - p.state_frac
 
-    def act_in(acc):
-        return np.clip(round_shift_right(acc, model.w_frac, "half_up"), -p.act_max, p.act_max)
+    def act_in(acc, counts):
+        return _clamp(p, round_shift_right(acc, model.w_frac, "half_up"), counts)
 
     for t in range(steps):
+        act = sat["act"][t] if saturations else None
+        sig = act if lossy["sigmoid"] else None
         ax = x[t] @ wt + model.bias
         ah = h @ ut + model.bias_h
-        r = sigmoid_fixed(p, act_in(ax[:, :hid] + ah[:, :hid]))
-        z = sigmoid_fixed(p, act_in(ax[:, hid : 2 * hid] + ah[:, hid : 2 * hid]))
-        nx, nh = act_in(ax[:, 2 * hid :]), act_in(ah[:, 2 * hid :])
-        pre = np.clip(nx + round_shift_right(r * nh, p.gate_frac, "half_up"), -p.act_max, p.act_max)
+        r = sigmoid_fixed(p, act_in(ax[:, :hid] + ah[:, :hid], sig))
+        z = sigmoid_fixed(p, act_in(ax[:, hid : 2 * hid] + ah[:, hid : 2 * hid], sig))
+        nx, nh = act_in(ax[:, 2 * hid :], act), act_in(ah[:, 2 * hid :], act)
+        pre = _clamp(
+            p,
+            nx + round_shift_right(r * nh, p.gate_frac, "half_up"),
+            act if lossy["tanh"] else None,
+        )
         n = tanh_fixed(p, pre)
-        h = saturate(
+        h = _limit(
             round_shift_right((one - z) * n + z * (h << align), out_shift, "half_up"),
             STATE_BITS,
-            True,
+            sat["h"][t] if saturations else None,
         )
         hs[t] = h
-    return hs, np.zeros_like(hs)
+    zeros = np.zeros_like(hs)
+    return (hs, zeros, sat) if saturations else (hs, zeros)
 
 
-def rnn_golden(params: RnnParams, inputs) -> tuple[np.ndarray, np.ndarray]:
-    """Registry entry point: ``inputs = (model, x)``; ``(h, c)`` of every step."""
+def rnn_golden(params: RnnParams, inputs, *, saturations: bool = False):
+    """Registry entry point: ``inputs = (model, x)``; ``(h, c)`` of every step (and the
+    saturation counts of :func:`lstm_golden` with ``saturations=True``)."""
     model, x = inputs
     if params.cell == "gru":
-        return gru_golden(params, model, x)
-    return lstm_golden(params, model, x)
+        return gru_golden(params, model, x, saturations=saturations)
+    return lstm_golden(params, model, x, saturations=saturations)
+
+
+def saturation_flags(params: RnnParams, program: TileProgram, sat) -> np.ndarray:
+    """The engine's sticky ``sat`` output bit of every ``o`` beat, ``(T, row_blocks, B)`` in
+    stream order: whether any counted place (``act``, ``c``, ``h`` of ``sat``, the golden's
+    counts) saturated in this sequence up to and including the beat's row block."""
+    ub = params.units_per_block
+    any_unit = sat["act"].astype(bool) | sat["c"].astype(bool) | sat["h"].astype(bool)
+    steps, batch, hidden = any_unit.shape
+    padded = np.zeros((steps, batch, program.row_blocks * ub), bool)
+    padded[:, :, :hidden] = any_unit
+    per_beat = padded.reshape(steps, batch, program.row_blocks, ub).any(axis=3)
+    order = per_beat.transpose(0, 2, 1).reshape(-1)  # step, row block, batch
+    return np.logical_or.accumulate(order).reshape(steps, program.row_blocks, batch)
 
 
 # --- packing: tiles, beats, outputs ---------------------------------------------------------
@@ -580,8 +731,10 @@ def cmd_fields(params: RnnParams) -> list[tuple[str, int]]:
 
 
 def out_fields(params: RnnParams) -> list[tuple[str, int]]:
-    """Payload layout of the ``o`` stream: h then c of one row block's units."""
-    return [("h", params.units_per_block * STATE_BITS), ("c", params.units_per_block * STATE_BITS)]
+    """Payload layout of the ``o`` stream: h then c of one row block's units (``c_bits``
+    each), then the sequence's sticky saturation flag (:func:`saturation_flags`)."""
+    ub = params.units_per_block
+    return [("h", ub * STATE_BITS), ("c", ub * params.c_bits), ("sat", 1)]
 
 
 #: One payload from named field values, LSB-first as Amaranth lays out structs
@@ -646,14 +799,16 @@ def cmd_payload(params: RnnParams, program: TileProgram, steps: int, w_frac: int
 
 
 def decode_outputs(params: RnnParams, program: TileProgram, beats, steps: int):
-    """``(h, c)`` of shape ``(T, B, H)`` from the ``o`` payloads (step, row block, batch
-    order)."""
+    """``(h, c, sat)`` from the ``o`` payloads (step, row block, batch order): h and c of shape
+    ``(T, B, H)`` and the sticky saturation flags ``(T, row_blocks, B)`` (bool, in the order of
+    :func:`saturation_flags`)."""
     ub, batch, hidden = params.units_per_block, params.batch, program.hidden_size
     expected = steps * program.row_blocks * batch
     if len(beats) != expected:
         raise ValueError(f"expected {expected} output beats, got {len(beats)}")
     h = np.zeros((steps, batch, program.row_blocks * ub), np.int64)
     c = np.zeros_like(h)
+    sat = np.zeros((steps, program.row_blocks, batch), bool)
     layout = out_fields(params)
     index = 0
     for t in range(steps):
@@ -661,17 +816,20 @@ def decode_outputs(params: RnnParams, program: TileProgram, beats, steps: int):
             for b in range(batch):
                 f = unpack_fields(layout, int(beats[index]))
                 h[t, b, k * ub : (k + 1) * ub] = bits.unpack_array(f["h"], STATE_BITS, ub)
-                c[t, b, k * ub : (k + 1) * ub] = bits.unpack_array(f["c"], STATE_BITS, ub)
+                c[t, b, k * ub : (k + 1) * ub] = bits.unpack_array(f["c"], params.c_bits, ub)
+                sat[t, k, b] = bool(f["sat"])
                 index += 1
-    return h[:, :, :hidden], c[:, :, :hidden]
+    return h[:, :, :hidden], c[:, :, :hidden], sat
 
 
 # --- accuracy against torch ------------------------------------------------------------------
 def torch_lstm_reference(module, x) -> tuple[np.ndarray, np.ndarray]:
-    """float32 ``h`` and ``c`` of every step from a single-layer ``torch.nn.LSTM`` run one step
-    at a time; ``x`` is ``(T, B, X)``."""
+    """float32 ``h`` and ``c`` of every step from a single-layer ``torch.nn.LSTM`` (or
+    ``nn.GRU``, ``nn.LSTMCell``, ``nn.GRUCell``; c is zeros for a GRU) run one step at a time;
+    ``x`` is ``(T, B, X)``."""
     import torch
 
+    cell = isinstance(module, (torch.nn.LSTMCell, torch.nn.GRUCell))
     with torch.no_grad():
         xt = torch.as_tensor(np.asarray(x), dtype=torch.float32)
         if getattr(module, "batch_first", False):
@@ -679,28 +837,31 @@ def torch_lstm_reference(module, x) -> tuple[np.ndarray, np.ndarray]:
         state = None
         hs, cs = [], []
         for t in range(xt.shape[0]):
-            _, state = module(xt[t : t + 1], state)
-            if isinstance(state, tuple):
-                hs.append(state[0][-1].numpy().copy())
-                cs.append(state[1][-1].numpy().copy())
-            else:  # GRU: h only
-                hs.append(state[-1].numpy().copy())
-                cs.append(np.zeros_like(hs[-1]))
+            if cell:
+                state = module(xt[t], state)
+                h, c = state if isinstance(state, tuple) else (state, None)
+            else:
+                _, state = module(xt[t : t + 1], state)
+                lstm = isinstance(state, tuple)
+                h, c = (state[0][-1], state[1][-1]) if lstm else (state[-1], None)
+            hs.append(h.numpy().copy())
+            cs.append(np.zeros_like(hs[-1]) if c is None else c.numpy().copy())
     return np.stack(hs), np.stack(cs)
 
 
 def lstm_accuracy(params: RnnParams, module, x) -> dict[str, float]:
     """Max and mean abs error of h and c of the fixed-point engine against float32 torch.
 
-    ``module`` is a one-layer ``torch.nn.LSTM`` (or ``torch.nn.GRU`` with ``cell = "gru"``;
-    c errors are then 0); its ``state_dict`` is quantized with
+    ``module`` is a one-layer ``torch.nn.LSTM`` or ``nn.LSTMCell`` (or ``torch.nn.GRU`` /
+    ``nn.GRUCell`` with ``cell = "gru"``; c errors are then 0); its ``state_dict`` is quantized
+    with
     :func:`quantize_lstm`, ``x`` (float, ``(T, B, X)``) with :func:`quantize_state`.
     """
     model = quantize_lstm(params, module.state_dict())
     hq, cq = rnn_golden(params, (model, quantize_state(params, x)))
     href, cref = torch_lstm_reference(module, x)
-    scale = 2.0**-params.state_frac
-    dh, dc = np.abs(hq * scale - href), np.abs(cq * scale - cref)
+    dh = np.abs(hq * 2.0**-params.state_frac - href)
+    dc = np.abs(cq * 2.0**-params.cell_frac - cref)
     return {
         "h_max": float(dh.max()),
         "h_mean": float(dh.mean()),

@@ -22,7 +22,10 @@ Ports
     sequence runs, at most one step ahead of the step being dispatched.
 ``o``
     h and c (GRU: zeros) of one row block's ``tile_rows / 4`` units for one batch element, in
-    step, row block, batch order.
+    step, row block, batch order, and ``sat``: a sticky flag, cleared by each command, raised
+    from the beat whose results saturated a counted place (c, h, an activation input whose clamp
+    changes a result; :func:`tandem.host.rnn.saturation_flags`) onwards. One register and an OR
+    per stage: the limits compare the values anyway.
 
 Cycle behaviour (what the scheduler models)
 -------------------------------------------
@@ -57,6 +60,7 @@ from tandem.host.rnn import (
     STATE_BITS,
     RnnParams,
     activation_tables,
+    clamp_is_exact,
     cmd_fields,
     out_fields,
     tile_fields,
@@ -71,6 +75,17 @@ _ENTRY_FIELDS = ("src", "col", "row", "first", "last", "wait", "need", "end")
 
 def _clamp(value, limit: int):
     return Mux(value > limit, limit, Mux(value < -limit, -limit, value))
+
+
+def _clamped(value, limit: int):
+    """Whether :func:`_clamp` changes ``value``."""
+    return (value > limit) | (value < -limit)
+
+
+def _saturated(value, bits: int):
+    """``value`` saturated to a signed ``bits``-wide integer, and whether that changed it."""
+    top = (1 << (bits - 1)) - 1
+    return saturate(value, signed(bits)), (value > top) | (value < -top - 1)
 
 
 class Rnn(wiring.Component):
@@ -127,8 +142,9 @@ class Rnn(wiring.Component):
         m.submodules.x_mem = x_mem = Memory(shape=unsigned(tc * STATE_BITS), depth=x_depth, init=[])
         h_depth = 2 * nb * p.h_words
         m.submodules.h_mem = h_mem = Memory(shape=unsigned(hw * STATE_BITS), depth=h_depth, init=[])
+        cb = p.c_bits  # an LSTM's c lanes: cell_bits; a GRU keeps h there
         m.submodules.c_mem = c_mem = Memory(
-            shape=unsigned(ub * STATE_BITS), depth=nb * p.max_row_blocks, init=[]
+            shape=unsigned(ub * cb), depth=nb * p.max_row_blocks, init=[]
         )
         tables = activation_tables(p)
         gw = p.gate_frac + 1  # width of a table base or slope (both in [0, 1])
@@ -181,6 +197,7 @@ class Rnn(wiring.Component):
         load_addr = Signal(range(depth))
         running = Signal()
         draining = Signal()
+        sat_seen = Signal()  # a counted place saturated in this sequence
         idle = Signal()
         m.d.comb += idle.eq(~running & ~draining)
 
@@ -210,6 +227,7 @@ class Rnn(wiring.Component):
                 x_blocks.eq(cmd.x_blocks),
                 row_blocks.eq(cmd.row_blocks),
                 w_frac.eq(cmd.w_frac),
+                sat_seen.eq(0),
                 t.eq(0),
                 pc.eq(0),
                 b.eq(0),
@@ -390,11 +408,29 @@ class Rnn(wiring.Component):
             ]
 
         # --- stage 3+lv: rescale by w_frac and clamp -------------------------------------
+        gru = p.cell == "gru"
+        exact = {k: clamp_is_exact(p, k) for k in ("sigmoid", "tanh")}
+
+        def counted(slot: int) -> bool:
+            """Whether a clamp of this lane's activation input counts as a saturation."""
+            if gru:
+                return slot >= 2 or not exact["sigmoid"]  # n_x, n_h pass through
+            return not exact["tanh" if slot == 2 else "sigmoid"]
+
         a_reg = [Signal(signed(p.act_bits), name=f"a_{r}") for r in range(tr)]
+        # The sticky flag's pipeline: sat_k holds the saturations of the beat in stage k.
+        sat_k = {k: Signal(name=f"sat{k}") for k in range(4, 10)}
+        act_flags = []
         with m.If(en):
             for r in range(tr):
                 scaled = round_shift_right(pre[r], w_frac, "half_up")
                 m.d.sync += a_reg[r].eq(_clamp(scaled, p.act_max))
+                if counted(r % 4):
+                    act_flags.append(_clamped(scaled, p.act_max))
+            m.d.sync += [
+                sat_k[4].eq(Cat(*act_flags).any() if act_flags else 0),
+                sat_k[5].eq(sat_k[4]),
+            ]
 
         # --- stage 4+lv: table read; stage 5+lv: interpolate --------------------------
         def lookup(value, mem, prefix):
@@ -424,7 +460,6 @@ class Rnn(wiring.Component):
                 m.d.sync += out.eq(value)
             return out
 
-        gru = p.cell == "gru"
         gates = []
         for r in range(tr):
             slot = r % 4
@@ -446,13 +481,15 @@ class Rnn(wiring.Component):
         # --- stage 6+lv: cell update (GRU: n's pre-activation) -----------------------------
         align = p.gate_frac - p.state_frac
         out_shift = 2 * p.gate_frac - p.state_frac
+        sum_frac = p.gate_frac + max(p.gate_frac, p.cell_frac)
         cg = ctrl[6 + lv]
-        c_new = [Signal(signed(STATE_BITS), name=f"c_new_{u}") for u in range(ub)]
+        c_new = [Signal(signed(cb), name=f"c_new_{u}") for u in range(ub)]
+        cell_flags = []
         n_pre = [Signal(signed(p.act_bits), name=f"n_pre_{u}") for u in range(ub)]
         o_gate = [Signal(signed(gw + 1), name=f"o_gate_{u}") for u in range(ub)]
         for u in range(ub):
             g0, g1, g2, g3 = gates[4 * u : 4 * u + 4]
-            c_old = Mux(cg.step0, 0, c_rd.data[u * STATE_BITS : (u + 1) * STATE_BITS].as_signed())
+            c_old = Mux(cg.step0, 0, c_rd.data[u * cb : (u + 1) * cb].as_signed())
             with m.If(en):
                 if gru:  # g0 = r, g1 = z, g2 = n_x, g3 = n_h; c_new holds the old h
                     gated = round_shift_right(g0 * g3, p.gate_frac, "half_up")
@@ -461,16 +498,16 @@ class Rnn(wiring.Component):
                         c_new[u].eq(c_old),
                         o_gate[u].eq(g1),
                     ]
-                else:  # g0 = i, g1 = f, g2 = g, g3 = o
-                    total = ((g1 * c_old) << align) + g0 * g2
-                    m.d.sync += [
-                        c_new[u].eq(
-                            saturate(
-                                round_shift_right(total, out_shift, "half_up"), signed(STATE_BITS)
-                            )
-                        ),
-                        o_gate[u].eq(g3),
-                    ]
+                    if not exact["tanh"]:
+                        cell_flags.append(_clamped(g2 + gated, p.act_max))
+                else:  # g0 = i, g1 = f, g2 = g, g3 = o; c has cell_frac fraction bits
+                    fc = (g1 * c_old) << (sum_frac - p.gate_frac - p.cell_frac)
+                    ig = (g0 * g2) << (sum_frac - 2 * p.gate_frac)
+                    value, flag = _saturated(
+                        round_shift_right(fc + ig, sum_frac - p.cell_frac, "half_up"), cb
+                    )
+                    m.d.sync += [c_new[u].eq(value), o_gate[u].eq(g3)]
+                    cell_flags.append(flag)
 
         # --- stage 7+lv: c write (LSTM), tanh read; 8+lv interpolate -------------------
         cc = ctrl[7 + lv]
@@ -480,14 +517,24 @@ class Rnn(wiring.Component):
                 c_wr.data.eq(Cat(*c_new)),
                 c_wr.en.eq(en & act_valid[7 + lv]),
             ]
-        tanh_c = []
+        with m.If(en):
+            m.d.sync += sat_k[6].eq(sat_k[5])
+            m.d.sync += sat_k[7].eq(sat_k[6] | (Cat(*cell_flags).any() if cell_flags else 0))
+        tanh_c, tanh_flags = [], []
         for u in range(ub):
-            operand = n_pre[u] if gru else _clamp(c_new[u], p.act_max)
+            if gru:
+                operand = n_pre[u]
+            else:  # tanh reads c rounded to state_frac, clamped like an activation input
+                c_in = round_shift_right(c_new[u], p.cell_frac - p.state_frac, "half_up")
+                operand = _clamp(c_in, p.act_max)
+                if not exact["tanh"]:
+                    tanh_flags.append(_clamped(c_in, p.act_max))
             neg, rem, port = lookup(operand, tanh_rom, f"tc{u}")
             tanh_c.append(interpolate(neg, rem, port, "tanh", f"tc{u}"))
-        c_hold = [
-            Signal(signed(STATE_BITS), name=f"c_hold{k}_{u}") for k in (0, 1) for u in range(ub)
-        ]
+        with m.If(en):
+            m.d.sync += sat_k[8].eq(sat_k[7] | (Cat(*tanh_flags).any() if tanh_flags else 0))
+            m.d.sync += sat_k[9].eq(sat_k[8])
+        c_hold = [Signal(signed(cb), name=f"c_hold{k}_{u}") for k in (0, 1) for u in range(ub)]
         o_hold = [Signal(signed(gw + 1), name=f"o_hold{k}_{u}") for k in (0, 1) for u in range(ub)]
         with m.If(en):
             for u in range(ub):
@@ -503,26 +550,18 @@ class Rnn(wiring.Component):
         # --- stage 9+lv: h = o * tanh(c); write, count and emit at its end ------------
         ce = ctrl[9 + lv]
         if gru:  # h' = (1 - z) n + z h, with o_later = z and c_final = the old h
-            h_new = [
-                saturate(
-                    round_shift_right(
-                        ((1 << p.gate_frac) - o_later[u]) * tanh_c[u]
-                        + o_later[u] * (c_final[u] << align),
-                        out_shift,
-                        "half_up",
-                    ),
-                    signed(STATE_BITS),
-                )
+            h_raw = [
+                ((1 << p.gate_frac) - o_later[u]) * tanh_c[u] + o_later[u] * (c_final[u] << align)
                 for u in range(ub)
             ]
         else:
-            h_new = [
-                saturate(
-                    round_shift_right(o_later[u] * tanh_c[u], out_shift, "half_up"),
-                    signed(STATE_BITS),
-                )
-                for u in range(ub)
-            ]
+            h_raw = [o_later[u] * tanh_c[u] for u in range(ub)]
+        h_sat = [
+            _saturated(round_shift_right(raw, out_shift, "half_up"), STATE_BITS) for raw in h_raw
+        ]
+        h_new = [value for value, _ in h_sat]
+        beat_sat = Signal()
+        m.d.comb += beat_sat.eq(sat_k[9] | Cat(*(flag for _, flag in h_sat)).any())
         write = Signal()
         m.d.comb += write.eq(en & act_valid[9 + lv])
         unit0 = ce.row * ub
@@ -545,12 +584,13 @@ class Rnn(wiring.Component):
                 c_wr.en.eq(write),
             ]
         with m.If(write):
-            m.d.sync += done.eq(done + 1)
+            m.d.sync += [done.eq(done + 1), sat_seen.eq(sat_seen | beat_sat)]
         with m.If(en):
             m.d.sync += [
                 self.o.valid.eq(act_valid[9 + lv]),
                 self.o.payload.h.eq(Cat(*h_new)),
                 self.o.payload.c.eq(0 if gru else Cat(*c_final)),
+                self.o.payload.sat.eq(sat_seen | beat_sat),
             ]
 
         # --- end of sequence: every result written and the output register empty ----------

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dict",
         metavar="FILE",
-        help="torch.nn.LSTM state_dict (torch.save) to pack into the npz",
+        help="torch.nn.LSTM or nn.LSTMCell state_dict (nn.GRU / nn.GRUCell with --cell gru; "
+        "torch.save) to pack into the npz",
     )
     parser.add_argument(
         "--weight-bits",
@@ -77,8 +78,15 @@ def _load_state_dict(path: str):
         raise UserError(f"{path}: cannot read a torch state_dict: {why}") from None
     if hasattr(obj, "state_dict"):
         obj = obj.state_dict()
+    if isinstance(obj, dict) and "weight_ih_l0" not in obj and "weight_ih" in obj:
+        # nn.LSTMCell / nn.GRUCell: one layer, its keys without the _l0 of nn.LSTM / nn.GRU
+        cell_keys = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        obj = {f"{k}_l0" if k in cell_keys else k: v for k, v in obj.items()}
     if not isinstance(obj, dict) or "weight_ih_l0" not in obj:
-        raise UserError(f"{path}: not an nn.LSTM or nn.GRU state_dict (no 'weight_ih_l0')")
+        raise UserError(
+            f"{path}: not an nn.LSTM, nn.GRU, nn.LSTMCell or nn.GRUCell state_dict "
+            "(no 'weight_ih_l0' or 'weight_ih')"
+        )
     _check_weights(path, obj)
     return obj
 

@@ -28,10 +28,12 @@ __all__ = ["SequenceRun", "run_sequences"]
 
 @dataclass
 class SequenceRun:
-    """Per sequence: h and c ``(T, B, H)`` and the cycles from command to last output."""
+    """Per sequence: h and c ``(T, B, H)``, the sticky saturation flags ``(T, row_blocks, B)``
+    and the cycles from command to last output."""
 
     h: list[np.ndarray] = field(default_factory=list)
     c: list[np.ndarray] = field(default_factory=list)
+    sat: list[np.ndarray] = field(default_factory=list)
     cycles: list[int] = field(default_factory=list)
 
 
@@ -123,9 +125,10 @@ def run_sequences(
             if stream_w:
                 ctx.set(dut.w_i.valid, 0)
                 assert w_index == len(ww), f"engine took {w_index} of {len(ww)} weight tiles"
-            h, c = decode_outputs(params, program, outputs, steps)
+            h, c, sat = decode_outputs(params, program, outputs, steps)
             result.h.append(h)
             result.c.append(c)
+            result.sat.append(sat)
             result.cycles.append(cycle - start)
             # Wait until the engine takes commands again.
             while not ctx.get(dut.cmd_i.ready):

@@ -22,6 +22,7 @@ from tandem.host.rnn import (
     pack_tiles,
     quantize_lstm,
     rnn_golden,
+    saturation_flags,
     tile_beats,
     weight_beats,
     x_beats,
@@ -56,13 +57,27 @@ class RnnBench:
             "bias_ih_l0": rng.uniform(-bound, bound, rows),
             "bias_hh_l0": rng.uniform(-bound, bound, rows),
         }
+        self.state = state
         self.model = quantize_lstm(p, state)
         self.program = None
+        self.flags = None  # sticky saturation flags of the last run
         self.streamed = p.weight_source == "stream"
         self.weight_words: list[int] = []
         dut.cmd_i__valid.value = 0
         if self.streamed:
             dut.w_i__valid.value = 0
+
+    def saturate_last_unit(self) -> None:
+        """Biases that make the last unit saturate: an LSTM's i, f and g near +1, so its c
+        grows by about one a step until it leaves the cell state's range; a GRU's n_h just
+        below the activation range, so random x pushes it over now and then."""
+        p, h, u = self.params, self.h_size, self.h_size - 1
+        state = {k: v.copy() for k, v in self.state.items()}
+        if p.cell == "gru":
+            state["bias_hh_l0"][2 * h + u] = 15.5
+        else:
+            state["bias_ih_l0"][[u, h + u, 2 * h + u]] = 6.0
+        self.model = quantize_lstm(p, state)
 
     def random_x(self, steps: int) -> np.ndarray:
         scale = 1 << self.params.state_frac
@@ -113,7 +128,8 @@ class RnnBench:
         limit = int(bound / (1.0 - backpressure) / (1.0 - x_gaps)) * 3 + 2000
         beats = await with_timeout(sink.recv_n(expected), limit * CLOCK_PERIOD_NS, "ns")
         cycles = tb.now_cycles() - start + 1  # both transfer cycles counted
-        h, c = decode_outputs(p, self.program, beats, steps)
+        h, c, sat = decode_outputs(p, self.program, beats, steps)
+        self.flags = sat
         return h, c, cycles
 
     async def run_fast(self, x):
@@ -170,13 +186,21 @@ class RnnBench:
         if weights is not None:
             weights.cancel()
         dut.o__ready.value = 0
-        h, c = decode_outputs(p, self.program, outputs, steps)
+        h, c, sat = decode_outputs(p, self.program, outputs, steps)
+        self.flags = sat
         return h, c, last[0] - start + 1
 
-    def check(self, name: str, x, h, c) -> None:
-        hg, cg = timed_golden(rnn_golden)(self.params, (self.model, x))
+    def check(self, name: str, x, h, c) -> int:
+        """h, c and the sticky flags of the last run against the golden model; returns the
+        golden's count of saturated values."""
+        hg, cg, sat = timed_golden(rnn_golden)(self.params, (self.model, x), saturations=True)
         Scoreboard(f"rnn.{name}.h", hg.reshape(-1), x.reshape(-1)).check(h.reshape(-1).tolist())
         Scoreboard(f"rnn.{name}.c", cg.reshape(-1), x.reshape(-1)).check(c.reshape(-1).tolist())
+        flags = saturation_flags(self.params, self.program, sat)
+        Scoreboard(f"rnn.{name}.sat", flags.reshape(-1).astype(int), None).check(
+            self.flags.reshape(-1).astype(int).tolist()
+        )
+        return int(sum(int(v.sum()) for v in sat.values()))
 
     def expect_cycles(self, steps: int, cycles: int) -> int:
         predicted = sequence_cycles(self.program, self.params.batch, steps)[0]
@@ -237,6 +261,30 @@ async def reset_between_and_mid_sequence(dut):
         bench.check(f"after_reset_len{steps}", x, h, c)
         bench.expect_cycles(steps, cycles)
         await tb.reset()
+
+
+@cocotb.test()
+async def saturation_flag(dut):
+    """A unit driven to saturate (``saturate_last_unit``): the sticky flag of every output
+    equals the golden model's (raised from the first beat whose results saturated, cleared by
+    the next command); when the cell state's range is narrower than the sequence (or a GRU),
+    something must saturate, so the check cannot pass on zeros alone."""
+    bench = RnnBench(dut)
+    p = bench.params
+    await bench.tb.reset()
+    bench.saturate_last_unit()
+    await bench.load()
+    steps = _plusarg("rnn_long", 100)
+    counts, raised = [], []
+    for length in (steps, 3):  # the second command starts with the flag low again
+        x = bench.random_x(length)
+        h, c, _ = await bench.run(x)
+        counts.append(bench.check(f"saturation_len{length}", x, h, c))
+        raised.append(bool(bench.flags.any()))
+    cell_range = 2 ** (p.cell_bits - 1 - p.cell_frac)
+    if p.cell == "gru" or cell_range < steps // 2:
+        assert counts[0] > 0, f"nothing saturated in {steps} steps; the test checks only zeros"
+    bench.tb.record("saturation_flag", saturated=counts[0], raised=raised[0])
 
 
 @cocotb.test()

@@ -229,12 +229,11 @@ def hpu_golden_batch(
     start_rows, start_cols = np.nonzero(starts_mask)
     seg_alpha[start_rows, segment[start_rows, start_cols]] = alpha[start_rows, start_cols]
     flat = (np.arange(r * g)[:, None] * segments + segment).reshape(-1)
-    # Integer sums through float64 (bincount, BLAS, reduceat), exact: |w * v| < 2**(26 + 7)
-    # and at most 2**17 tokens (the parameters' ranges) keep every partial sum an integer
-    # below 2**53, so sums and differences of them are exact too.
+    # Integer sums through float64 (bincount, BLAS), exact: |w * v| < 2**(26 + 7) and at most
+    # 2**17 tokens (the parameters' ranges) keep every partial sum an integer below 2**53.
     seg_l = np.bincount(flat, prob.reshape(-1), r * g * segments)
     seg_l = seg_l.astype(np.int64).reshape(r * g, segments)
-    seg_o = _segment_sums(w.reshape(r * g, n), v, flat, segment, segments, g)
+    seg_o = _segment_sums(w.reshape(r * g, n), v, flat, segments, g)
     l_acc = np.zeros(r * g, dtype=np.int64)
     o_acc = np.zeros((r * g, d), dtype=np.int64)
     half = one >> 1
@@ -268,30 +267,21 @@ def hpu_golden_batch(
     )
 
 
-def _segment_sums(w, v, flat, segment, segments: int, g: int) -> np.ndarray:
+def _segment_sums(w, v, flat, segments: int, g: int) -> np.ndarray:
     """``sum(w[row, t] * v[row // g, t])`` over the tokens ``t`` of each segment of each row:
     int64 [rows, segments, head_dim] (zero for segments a row does not have).
 
-    A row's longest segment holds most of its tokens (attention's running maximum grows on a
-    few tokens only), so its sum is the row's total over all tokens (one matrix product) less
-    the sums of its other segments, which are made of few tokens and summed directly.
+    One matrix product per request: its rows' weights spread over [segments, tokens] (each
+    token's weight in its segment's row) times its values. The zeros cost multiplications,
+    but BLAS does them faster than a gather of the few tokens outside a row's longest segment
+    would (measured in the decode runtime: 0.17 against 0.24 ms a batch).
     """
     rows, n = w.shape
-    d = v.shape[-1]
-    weights = w.astype(np.float64)
-    total = np.matmul(weights.reshape(rows // g, g, n), v.astype(np.float64)).reshape(rows, d)
-    sizes = np.bincount(flat, minlength=rows * segments).reshape(rows, segments)
-    longest = sizes.argmax(axis=1)
-    other_rows, other_tokens = np.nonzero(segment != longest[:, None])  # row-major order
-    sums = np.zeros((rows * segments, d))
-    if other_rows.size:
-        products = weights[other_rows, other_tokens, None] * v[other_rows // g, other_tokens]
-        ids = flat.reshape(rows, n)[other_rows, other_tokens]  # non-decreasing
-        first = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-        sums[ids[first]] = np.add.reduceat(products, first, axis=0)
-    sums = sums.reshape(rows, segments, d)
-    sums[np.arange(rows), longest] = total - sums.sum(axis=1)
-    return sums.astype(np.int64)
+    spread = np.zeros((rows * segments, n))
+    spread[flat, np.tile(np.arange(n), rows)] = w.reshape(-1)
+    spread = spread.reshape(rows // g, g * segments, n)
+    sums = np.matmul(spread, v.astype(np.float64)).astype(np.int64)
+    return sums.reshape(rows, segments, v.shape[-1])
 
 
 def _int8_rows(values, name: str) -> np.ndarray:

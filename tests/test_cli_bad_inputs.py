@@ -937,3 +937,50 @@ if __name__ == "__main__":  # print the table's size by subcommand
     for name, count in sorted(Counter(_subcommand(a) for a, _ in CASES).items()):
         print(f"{name:<14}{count:>5}")
     print(f"{'total':<14}{len(CASES):>5}", file=sys.stdout)
+
+
+# --- the all-or-nothing writer ----------------------------------------------------------------
+def test_a_failed_rename_puts_the_old_outputs_back(tmp_path, monkeypatch):
+    """The second file's rename fails: the first is back to its old contents, nothing is left
+    of the staging folder."""
+    from tandem.errors import UserError
+    from tandem.generate import write_files
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("old a\n")
+    (out / "b.txt").write_text("old b\n")
+    before = snapshot(out)
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if Path(dst).name == "b.txt" and ".tmp-" in str(src):
+            raise OSError(28, "No space left on device")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(UserError, match="cannot write the output: No space left on device"):
+        write_files(out, {"a.txt": b"new a\n", "b.txt": b"new b\n"})
+    assert snapshot(out) == before
+
+
+def test_an_error_inside_removes_the_folders_made_for_the_output(tmp_path):
+    from tandem.generate import staged_output
+
+    with pytest.raises(RuntimeError), staged_output(tmp_path / "a" / "b" / "out") as staging:
+        (staging / "x").write_text("half\n")
+        raise RuntimeError("the work failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_appear_together_with_the_umask_permissions(tmp_path):
+    from tandem.generate import write_files
+
+    paths = write_files(tmp_path / "new" / "out", {"a": b"1", "b": b"2"})
+    assert [p.read_bytes() for p in paths] == [b"1", b"2"]
+    assert sorted(p.name for p in (tmp_path / "new" / "out").iterdir()) == ["a", "b"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "new" / "out").stat().st_mode & 0o777 == 0o777 & ~mask
+    write_files(tmp_path / "new" / "out", {"a": b"3"})  # replaces one, keeps the other
+    assert [p.read_bytes() for p in paths] == [b"3", b"2"]

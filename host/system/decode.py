@@ -735,8 +735,11 @@ def run(args) -> int:
     real(args.clock_mhz, "--clock-mhz", 0.0, MAX_CLOCK_MHZ, above=True, why=" (an FPGA clock)")
     mib = real(args.hpu_memory_mib, "--hpu-memory-mib", 0.0, above=True)
     integer(args.seed, "--seed", 0, MAX_SEED)
-    if args.max_slice_tokens is not None:
-        integer(args.max_slice_tokens, "--max-slice-tokens", 1, why=" (leave it out: no limit)")
+    if args.max_slice_tokens is not None and args.max_slice_tokens < 1:
+        raise UserError(
+            f"--max-slice-tokens must be at least 1 (leave it out for no limit), not "
+            f"{args.max_slice_tokens}"
+        )
     if args.trace is not None:
         output_file(args.trace, "--trace")
     if args.threads is not None:

@@ -90,7 +90,7 @@ def engine_params(config: str | None, overrides: list[str]):
         if not isinstance(data, dict):
             raise UserError(
                 f"{config}: expected a mapping with sections 'systolic' and/or 'sparse-engine', "
-                f"not a {type(data).__name__}"
+                f"not {show(data)}"
             )
         unknown = sorted(map(str, set(data) - set(designs)))
         if unknown:

@@ -250,6 +250,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         quick_args=("--steps", "20", "--batch", "2"),
     ),
     Benchmark(
+        "rnn-long-sequence",
+        "rnn_long_sequence.py",
+        ("rnn",),
+        "trained LSTMs (silero VAD, a character model) over 1250 steps against torch float: "
+        "error and saturated values, int16 cell state against the default",
+        quick_args=("--steps", "600", "--train-steps", "200"),
+    ),
+    Benchmark(
         "rnn-utilization",
         "rnn_utilization.py",
         ("rnn",),

@@ -28,7 +28,11 @@ def main(argv=None) -> int:
     add_figures_option(parser)
     args = parser.parse_args(argv)
     figures = Figures("rnn-accuracy", config={"steps": args.steps, "batch": args.batch})
-    print(f"{args.steps} steps, batch {args.batch}, int16 state (12 fraction bits)")
+    d = RnnParams()
+    print(
+        f"{args.steps} steps, batch {args.batch}, int16 x and h ({d.state_frac} fraction bits), "
+        f"c {d.cell_bits} bits ({d.cell_frac} fraction bits)"
+    )
     print(
         f"{'cell':>5} {'X':>5} {'H':>5} {'weights':>8} {'w scale':>8} {'w_frac':>6}"
         f" {'h max':>9} {'h mean':>9} {'c max':>9} {'c mean':>9}"

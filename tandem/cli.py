@@ -177,6 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tandem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    from . import main_job
+
+    p = sub.add_parser(
+        "run",
+        help="the main job: generate the HPU's Verilog, verify it, decode on SmolLM2 with it",
+        description="tandem's main job, end to end: generate the HPU's Verilog for SmolLM2-135M's "
+        "attention, verify it against the golden model in a simulator, and decode a prompt with "
+        "every attention on an HPU card.",
+    )
+    main_job.add_arguments(p)
+    p.set_defaults(func=main_job.run)
+
     p = sub.add_parser("designs", help="list every design with its parameters and defaults")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_designs)

@@ -21,6 +21,7 @@ import random
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,41 @@ def _cache_key(design: Design, params: Params, simulator: str, verilog_sha: str,
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
+@cache
+def _source_digest() -> str:
+    """sha256 of every source file the generated Verilog can depend on: the tandem package's
+    folders but the simulation's own (generators, parameter sets, the wire layouts and tables
+    the gateware reads from the host side), read once per process (milliseconds)."""
+    import tandem.constraints
+    import tandem.host
+    import tandem.hw
+    import tandem.mappings
+
+    import tandem
+
+    digest = hashlib.sha256()
+    for package in (tandem, tandem.hw, tandem.host, tandem.mappings, tandem.constraints):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".yaml") and path.is_file():
+                digest.update(f"{package.__name__}/{path.relative_to(root)}\0".encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _verilog_index(cache_root: Path, design: Design, params: Params) -> Path:
+    """Where the Verilog digest of (``design``, ``params``, these sources and tools) is kept, so
+    that a cached build is found without generating the Verilog again (seconds per design)."""
+    key = {
+        "design": design.name,
+        "params": params.to_dict(),
+        "sources": _source_digest(),
+        "tools": tool_versions(),
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_root / f".verilog-{design.name}-{digest}"
+
+
 def _build_args(simulator: str) -> list[str]:
     if simulator == "verilator":
         # Amaranth's Verilog trips width lints that are intentional; keep them as warnings.
@@ -225,10 +261,16 @@ def run_regression(
     )
     prepare(simulator)
     seed = random.randrange(1, 2**31) if seed is None else seed
-    generated = generate(design, params)
-    files = generated.files()
-    sha = generated.manifest["verilog"]["sha256"]
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    index = _verilog_index(cache_root, design, params)
+    files = sha = None
+    if index.is_file():
+        sha = index.read_text().strip()
+    else:
+        files = generate(design, params).files()
+        sha = json.loads(files[f"{design.name}.manifest.json"])["verilog"]["sha256"]
+        cache_root.mkdir(parents=True, exist_ok=True)
+        index.write_text(sha + "\n")
     build_dir = (
         cache_root
         / f"{design.name}-{simulator}-{_cache_key(design, params, simulator, sha, waves)}"
@@ -250,6 +292,8 @@ def run_regression(
     with _locked(cache_root / f".{build_dir.name}.lock"):
         if not built_marker.exists():
             cached = False
+            if files is None:
+                files = generate(design, params).files()
             build_dir.mkdir(parents=True, exist_ok=True)
             for name, content in files.items():
                 (build_dir / name).write_bytes(content)
@@ -266,7 +310,11 @@ def run_regression(
             built_marker.write_text("ok\n")
 
     manifest_path = run_dir / f"{design.name}.manifest.json"
-    manifest_path.write_bytes(files[f"{design.name}.manifest.json"])
+    if files is None:  # a cached build: its manifest was written beside the Verilog
+        manifest = (build_dir / manifest_path.name).read_bytes()
+    else:
+        manifest = files[manifest_path.name]
+    manifest_path.write_bytes(manifest)
     results_json = run_dir / "results.json"
     results_xml = run_dir / "results.xml"
     golden_times = run_dir / "golden_times.txt"

@@ -51,3 +51,40 @@ def test_cached_build_is_reused_and_figures_come_back(sim_cache, tmp_path):
     assert first.cycles == second.cycles > 0
     figures = json.loads((tmp_path / "b" / "results.json").read_text())
     assert figures["line_rate"]["throughput"] > 0.9
+
+
+@pytest.mark.rtl
+def test_a_cached_build_runs_without_generating_again(tmp_path, monkeypatch):
+    """The Verilog is generated once per (design, parameters, sources, tools): a later run of a
+    cached build reads the manifest written beside it; other parameters generate again, and a
+    build removed from the cache is generated and built again."""
+    import shutil
+
+    from tandem.sim import runner
+
+    from tandem.registry import get_design
+
+    design = get_design("adder-tree")
+    params = design.params(n_inputs=4, in_bits=5)
+    cache = tmp_path / "cache"
+    first = run_regression(
+        design, params, simulator="icarus", seed=3, cache_dir=cache, run_dir=tmp_path / "a"
+    )
+    generated = []
+    real_generate = runner.generate
+    monkeypatch.setattr(runner, "generate", lambda *a: generated.append(a) or real_generate(*a))
+    second = run_regression(
+        design, params, simulator="icarus", seed=3, cache_dir=cache, run_dir=tmp_path / "b"
+    )
+    assert first.passed and second.passed and second.build_cached and not generated
+    assert (tmp_path / "b" / "adder-tree.manifest.json").read_bytes() == (
+        tmp_path / "a" / "adder-tree.manifest.json"
+    ).read_bytes()
+    other = design.params(n_inputs=4, in_bits=6)
+    run_regression(design, other, simulator="icarus", seed=3, cache_dir=cache, run_dir=tmp_path)
+    assert len(generated) == 1
+    shutil.rmtree(first.build_dir)
+    again = run_regression(
+        design, params, simulator="icarus", seed=3, cache_dir=cache, run_dir=tmp_path / "c"
+    )
+    assert again.passed and not again.build_cached and len(generated) == 2

@@ -28,9 +28,11 @@ free values in every cycle. A proof of the cut design holds for the real one (th
 adds behaviours); a failure is checked again on the uncut design, and only a failure there is
 reported. Multiplications by a constant (addresses, indices) are kept.
 
-Each run proves all properties together; a failing property is reported with the step it fails
-at and a VCD trace, and the others are run again without it. The work folder is a temporary
-folder; traces are kept under ``$XDG_CACHE_HOME/tandem/prove/<design>-<key>/``.
+Each run proves all properties together; a failing property is reported with the cycle it
+fails in and a VCD trace, and the others are run again without it. Where a result rests on BMC
+alone, the report gives the first cycle each output can raise ``valid``: a depth short of it
+checks only the cycles before the first beat. The work folder is a temporary folder; traces are
+kept under ``$XDG_CACHE_HOME/tandem/prove/<design>-<key>/``. docs/formal.md has the results.
 """
 
 import hashlib
@@ -91,8 +93,8 @@ class PropertyResult:
     status
         ``"proved"`` (k-induction closed: it holds in every reachable state), ``"passed"``
         (no violation in the first ``depth`` cycles), ``"failed"`` (violated in cycle
-        ``depth``; see ``trace``) or ``"unknown"`` (the time limit came first; no violation in
-        the first ``depth`` cycles).
+        ``depth``; see ``trace``) or ``"unknown"`` (the solver stopped first, at the time limit
+        or out of memory; no violation in the first ``depth`` cycles).
     method
         ``"k-induction"`` or ``"bmc"``.
     depth
@@ -123,7 +125,7 @@ class PropertyResult:
         if self.status == "passed":
             return f"passed BMC to depth {self.depth}"
         if self.status == "unknown":
-            return f"time limit: passed BMC to depth {self.depth}"
+            return f"undecided (solver stopped): passed BMC to depth {self.depth}"
         return f"FAILED at cycle {self.depth} (trace {self.trace})"
 
 
@@ -459,6 +461,7 @@ class _Run:
     seconds: float
     failing: list[str] = field(default_factory=list)  # check idents low in the last cycle
     trace: Path | None = None
+    reason: str = ""  # why an "unknown" run stopped
 
 
 def _sat(work: Path, netlist: str, checks, active, depth, mode, timeout) -> _Run:
@@ -479,7 +482,7 @@ def _sat(work: Path, netlist: str, checks, active, depth, mode, timeout) -> _Run
     proven = [int(n) for n in re.findall(r"Base case for induction length (\d+) proven", log)]
     reached = max(proven, default=0)
     if timed_out:
-        return _Run("unknown", reached, seconds)
+        return _Run("unknown", reached, seconds, reason="time limit")
     if "Induction step proven: SUCCESS!" in log:
         lengths = re.findall(r"Trying induction with length (\d+)", log)
         return _Run("proved", int(lengths[-1]) if lengths else 1, seconds)
@@ -494,6 +497,10 @@ def _sat(work: Path, netlist: str, checks, active, depth, mode, timeout) -> _Run
         return _Run("failed", reached + 1, seconds, [i[3:] for i in failing], kept)
     if "Reached maximum number of time steps" in log:
         return _Run("passed", reached, seconds)
+    if "Solving problem with" in log:
+        # The solver started and stopped without an answer: yosys's WebAssembly build has 4 GiB,
+        # and a deep check of a large design needs more. What it had checked stands.
+        return _Run("unknown", reached, seconds, reason=_yosys_error(log, code))
     raise ToolError(f"yosys sat failed: {_yosys_error(log, code)}")
 
 
@@ -556,7 +563,7 @@ def default_mode(design: Design) -> Mode:
 # default parameters make a step cost a million variables and whose FSMs keep k-induction from
 # closing (docs/formal.md), kept within a minute on two cores. These are per-design facts and
 # belong in the registry (Design.prove_depth, Design.prove_mode) once the record has the fields.
-_DEFAULTS: dict[str, tuple[int, Mode]] = {"hpu": (4, "bmc"), "sparse-mpe": (8, "bmc")}
+_DEFAULTS: dict[str, tuple[int, Mode]] = {"hpu": (3, "bmc"), "sparse-mpe": (12, "bmc")}
 
 
 def _check_options(depth, mode, timeout) -> None:
@@ -681,6 +688,10 @@ def prove_component(
             return groups
 
         def record(idents: list[str], outcome: _Run) -> None:
+            if outcome.outcome == "unknown":
+                report.notes.append(
+                    f"solver stopped after BMC depth {outcome.depth}: {outcome.reason}"
+                )
             trace = None
             if outcome.outcome == "failed" and outcome.trace is not None:
                 first = by_ident[idents[0]]
@@ -698,26 +709,35 @@ def prove_component(
                     trace,
                 )
 
+        # Where a result rests on BMC alone, the report says how deep each output's first beat
+        # is (a "cover": valid is never high, its counterexample the first beat), since a BMC
+        # depth that never reaches a beat checks only the cycles before it. In BMC mode the
+        # covers run with the properties (one run where no beat is reachable); in prove mode
+        # afterwards, and only if some property was not proved.
+        cover_idents = {c.ident for c in covers}
+        found: dict[str, int | None] = {}
+
+        def collect(groups, suspects: list[str] | None):
+            for idents, outcome in groups:
+                for ident in idents:
+                    if ident in cover_idents:
+                        found[ident] = outcome.depth if outcome.outcome == "failed" else None
+                props = [i for i in idents if i not in cover_idents]
+                if suspects is not None and outcome.outcome == "failed":
+                    suspects += props
+                elif props:
+                    record(props, outcome)
+
         # The cut netlist first (where there is one); what fails there is run again on the full
         # netlist, which decides (the cut only adds behaviours).
         first_variant = "cut" if cut else "full"
-        suspects = []
-        for idents, outcome in solve(first_variant, [c.ident for c in checks], mode):
-            if outcome.outcome == "failed" and first_variant == "cut":
-                suspects += idents
-            else:
-                record(idents, outcome)
-        for idents, outcome in solve("full", suspects, mode):
-            record(idents, outcome)
-
-        # Where a result rests on BMC alone, say how deep the outputs' first beat is: a BMC
-        # depth that never reaches a beat checks only the cycles before it.
-        if any(results[c.ident].status != "proved" for c in checks):
-            # All outputs in one run; each one found reachable is peeled off.
-            found = {}
-            for idents, outcome in solve(first_variant, [c.ident for c in covers], "bmc"):
-                for ident in idents:
-                    found[ident] = outcome.depth if outcome.outcome == "failed" else None
+        suspects: list[str] = []
+        first = [c.ident for c in checks] + (sorted(cover_idents) if mode == "bmc" else [])
+        collect(solve(first_variant, first, mode), suspects if first_variant == "cut" else None)
+        collect(solve("full", suspects, mode), None)
+        if mode == "prove" and any(results[c.ident].status != "proved" for c in checks):
+            collect(solve(first_variant, sorted(cover_idents), "bmc"), None)
+        if found:
             report.first_valid = {c.target: found[c.ident] for c in covers}
 
     report.results = [results[c.ident] for c in checks]
@@ -740,7 +760,8 @@ def add_arguments(parser) -> None:
         "--depth",
         type=int,
         metavar="N",
-        help=f"cycles of bounded model checking and longest induction (default {DEFAULT_DEPTH})",
+        help="cycles of bounded model checking and longest induction "
+        f"(default {DEFAULT_DEPTH}, less for designs whose steps are expensive)",
     )
     parser.add_argument(
         "--mode",
@@ -759,17 +780,13 @@ def add_arguments(parser) -> None:
 
 def run(args, design: Design, params: Params) -> int:
     """``tandem prove``: print the report; a failed property raises VerificationError."""
-    if args.depth is not None and not 1 <= args.depth <= 1000:
-        raise UserError(f"--depth must be from 1 to 1000, not {args.depth}")
-    if args.timeout is not None and not (args.timeout > 0 and args.timeout < float("inf")):
-        raise UserError(f"--timeout must be a positive number of seconds, not {args.timeout}")
-    report = prove(
-        design,
-        params,
-        depth=args.depth,
-        mode=args.mode,
-        timeout=args.timeout,
-    )
+    from .args import integer, real
+
+    depth = args.depth
+    if depth is not None:  # far beyond what the solver's 4 GiB holds for any design here
+        depth = integer(depth, "--depth", 1, 1000, " (the solver's memory)")
+    timeout = None if args.timeout is None else real(args.timeout, "--timeout", 0, above=True)
+    report = prove(design, params, depth=depth, mode=args.mode, timeout=timeout)
     if args.json:
         sys.stdout.write(report.to_json())
     else:
@@ -784,6 +801,7 @@ def run(args, design: Design, params: Params) -> int:
     unknown = [r for r in report.results if r.status == "unknown"]
     if unknown:
         raise VerificationError(
-            f"{design.name}: {len(unknown)} properties undecided within the time limit"
+            f"{design.name}: {len(unknown)} properties undecided: the solver stopped after "
+            f"BMC depth {min(r.depth for r in unknown)} (see the notes above)"
         )
     return 0

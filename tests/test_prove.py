@@ -201,6 +201,28 @@ def test_fifo_overflow_fails(tmp_path):
     assert _result(report, "o", "hold").holds
 
 
+def test_a_real_pipeline_that_ignores_ready_fails(monkeypatch, tmp_path):
+    """exp2 with its stall logic broken (the stages move on every cycle, ``o.ready`` or not):
+    the first result is valid in cycle 5 and gone in cycle 6. The failure is found on the
+    netlist with the multiplier cut and confirmed on the full one."""
+
+    def never_stall(m, i, o, latency, *, name="stage"):
+        valid = i.valid
+        for index in range(latency):
+            stage = Signal(name=f"{name}{index + 1}_valid")
+            m.d.sync += stage.eq(valid)
+            valid = stage
+        m.d.comb += [i.ready.eq(1), o.valid.eq(valid)]
+        return 1
+
+    monkeypatch.setattr("tandem.hw.common.exp2.stall_all_pipeline", never_stall)
+    report = prove(get_design("exp2"), trace_dir=tmp_path)
+    assert report.cut_multipliers == 1
+    hold = _result(report, "o", "hold")
+    assert (hold.status, hold.depth) == ("failed", 6)
+    assert report.first_valid == {"o": 5}
+
+
 def test_only_data_multipliers_are_cut():
     text = """
   cell $mul $1

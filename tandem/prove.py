@@ -296,8 +296,6 @@ def _harness(component):
         Signal,
         Value,
     )
-    from amaranth.hdl._ir import PortDirection
-    from amaranth.lib import wiring
 
     fragment = Fragment.get(component, None)
     channels = _channels(component)
@@ -356,15 +354,17 @@ def _harness(component):
         else:
             check(f"buffer {name}", "no-overflow", ~(obj.capture & obj.busy))
 
-    ports = {}
-    for path, member, value in component.signature.flatten(component):
-        direction = PortDirection.Input if member.flow == wiring.In else PortDirection.Output
-        ports["__".join(map(str, path))] = (Value.cast(value), direction)
+    # The design's ports keep their Verilog names; direction None: Amaranth infers it (inputs
+    # are the signals nothing drives), which keeps the private PortDirection out of here.
+    ports = {
+        "__".join(map(str, path)): (Value.cast(value), None)
+        for path, _, value in component.signature.flatten(component)
+    }
     for c in checks + covers:
         ok = Signal(name=f"ok_{c.ident}")
         skip = Signal(name=f"skip_{c.ident}")
         m.d.comb += [ok.eq(c.ok), Assert(ok | skip, f"{c.target} {c.prop}")]
-        ports[f"skip_{c.ident}"] = (skip, PortDirection.Input)
+        ports[f"skip_{c.ident}"] = (skip, None)
     return m, ports, checks, covers
 
 

@@ -29,6 +29,7 @@ from tandem.args import MAX_SEED, integer, output_dir
 from tandem.config import Params
 from tandem.errors import UserError
 from tandem.generate import generate, tool_versions
+from tandem.progress import Progress
 from tandem.registry import Design
 
 from .measure import CLOCK_PERIOD_NS, GOLDEN_TIMES_PLUSARG
@@ -225,6 +226,7 @@ def run_regression(
     testcase: str | None = None,
     quiet: bool = True,
     plusargs: tuple[str, ...] = (),
+    progress: Progress | None = None,
 ) -> SimResult:
     """Build (or reuse) the simulator model of ``design`` and run its cocotb module.
 
@@ -248,6 +250,8 @@ def run_regression(
         Send the simulator's output only to the log file.
     plusargs
         Extra ``+name=value`` arguments for the testbench (read with ``cocotb.plusargs``).
+    progress
+        Called with one line per step (:mod:`tandem.progress`); None: silent.
     """
     from cocotb_tools.runner import get_runner
 
@@ -261,12 +265,14 @@ def run_regression(
     )
     prepare(simulator)
     seed = random.randrange(1, 2**31) if seed is None else seed
+    say = progress or (lambda line: None)
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     index = _verilog_index(cache_root, design, params)
     files = sha = None
     if index.is_file():
         sha = index.read_text().strip()
     else:
+        say(f"generating the Verilog of {design.name}")
         files = generate(design, params).files()
         sha = json.loads(files[f"{design.name}.manifest.json"])["verilog"]["sha256"]
         cache_root.mkdir(parents=True, exist_ok=True)
@@ -293,7 +299,12 @@ def run_regression(
         if not built_marker.exists():
             cached = False
             if files is None:
+                say(f"generating the Verilog of {design.name}")
                 files = generate(design, params).files()
+            say(
+                f"building the {simulator} model of {design.name} (once per parameter set; "
+                f"{'minutes' if simulator == 'verilator' else 'seconds'}), into {build_dir}"
+            )
             build_dir.mkdir(parents=True, exist_ok=True)
             for name, content in files.items():
                 (build_dir / name).write_bytes(content)
@@ -329,6 +340,8 @@ def run_regression(
     ]
     if waves and simulator == "icarus":
         plusargs.append(f"+dumpfile_path={run_dir / (design.top + '.fst')}")
+    which = f"test {testcase}" if testcase else f"regression {design.testbench}"
+    say(f"running the cocotb {which} on {simulator} (seed {seed}; log {log_file})")
     # cocotb's runner exits when a test fails under pytest; the XML tells us which.
     with suppress(SystemExit):
         runner.test(

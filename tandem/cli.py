@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import extras
 from .errors import ToolError, UserError, VerificationError
+from .progress import stderr_progress
 
 __all__ = ["main"]
 
@@ -109,6 +110,7 @@ def _cmd_sim(args) -> int:
         waves=args.waves,
         run_dir=args.run_dir,
         testcase=args.testcase,
+        progress=stderr_progress("sim"),
     )
     print(result.summary())
     if not result.tests:
@@ -131,7 +133,7 @@ def _cmd_synth(args) -> int:
     name = f"{design.name}.{args.board}.synth.json"
     if args.output is not None:
         output_dir(args.output, "--output", (name,))  # before synthesis
-    report = synthesize(design, params, args.board)
+    report = synthesize(design, params, args.board, progress=stderr_progress("synth"))
     if args.output is not None:
         write_files(args.output, {name: report.to_json().encode()})
     if args.json:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from .errors import UserError, VerificationError
+from .progress import stderr_progress
 
 __all__ = ["add_arguments", "run"]
 
@@ -134,6 +135,7 @@ def run(args) -> int:
             seed=0,
             run_dir=args.output / f"sim-{args.simulator}",
             testcase=design.quick_test if args.quick else None,
+            progress=stderr_progress("run"),
         )
         progress.done(f"{len(result.tests)} test(s) ran")
         print(f"verified: {result.summary()}")

@@ -35,6 +35,7 @@ from .boards import Board, load_board
 from .config import Params
 from .errors import ToolError, UserError
 from .generate import generate
+from .progress import Progress
 from .registry import Design
 
 __all__ = ["SynthReport", "count_resources", "synthesize", "yosys_script"]
@@ -229,7 +230,13 @@ def _run_yosys(work: Path, top: str, family: str, lut_mapper: str) -> tuple[bool
     return proc.returncode == 0, log
 
 
-def synthesize(design: Design, params: Params, board: str | Board, log_file: Path | None = None):
+def synthesize(
+    design: Design,
+    params: Params,
+    board: str | Board,
+    log_file: Path | None = None,
+    progress: Progress | None = None,
+):
     """Synthesize ``design`` for ``board`` and count its resources.
 
     Parameters
@@ -240,6 +247,8 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
         Board name or :class:`~tandem.boards.Board`; its yosys family picks the mapping.
     log_file
         Where to keep yosys's log (default: discarded unless synthesis fails).
+    progress
+        Called with one line per step (:mod:`tandem.progress`); None: silent.
 
     Returns
     -------
@@ -254,15 +263,22 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
             f"yosys has no {board.architecture} family; counts use the UltraScale+ (xcup) "
             f"mapping, so DSP48E2 cells stand in for the board's {board.resources.get('dsp_kind')}"
         )
+    say = progress or (lambda line: None)
+    say(f"generating the Verilog of {design.name}")
     generated = generate(design, params)
     lut_mapper = "abc9"
     with tempfile.TemporaryDirectory(prefix="tandem-synth-") as tmp:
         work = Path(tmp)
         (work / f"{design.top}.v").write_text(generated.verilog)
+        say(
+            f"yosys synth_xilinx -family {family} with ABC9 (a large design takes many minutes; "
+            "the first yowasp run also compiles yosys, about a minute)"
+        )
         ok, log = _run_yosys(work, design.top, family, lut_mapper)
         if not ok and _failed_in_abc9(log):
             abc9_error = _yosys_error(log)
             lut_mapper = "abc"
+            say(f"ABC9 failed ({abc9_error}); synthesizing again with ABC")
             ok, log = _run_yosys(work, design.top, family, lut_mapper)
             if ok:
                 note = "; ".join(
@@ -281,6 +297,7 @@ def synthesize(design: Design, params: Params, board: str | Board, log_file: Pat
                 f"yosys failed on {design.name} for {board.name}: {_yosys_error(log)} "
                 f"(log: {log_file})"
             )
+        say("yosys done; counting cells")
         stat = json.loads((work / "stat.json").read_text())
         dsp_stat = json.loads((work / "dsp_stat.json").read_text())
     cells = {str(cell): int(n) for cell, n in stat["design"].get("num_cells_by_type", {}).items()}

@@ -698,6 +698,19 @@ CASES += [
         )
     ),
     *(
+        (["run", *extra], None)
+        for extra in (
+            ["--tokens", "0"],
+            ["--tokens", "1000000000"],
+            ["-o", IN + "/afile"],
+            ["-o", IN + "/afile/sub"],
+            ["-o", LONG_NAME],
+            ["--backend", "fpga"],
+            ["--simulator", "vcs"],
+            ["--quick", "--no-verify"],
+        )
+    ),
+    *(
         (["prove", *extra], None)
         for extra in (
             ["nosuch"],

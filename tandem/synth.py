@@ -20,6 +20,10 @@ asserts in ``abc9``'s reintegration on the default ``systolic``), the run is rep
 ``synth_xilinx``'s own steps except that one, which classic ABC does with the same LUT costs
 (:func:`yosys_script` with ``lut_mapper="abc"``); the report says so (``lut_mapper``,
 ``mapping_note``). DSP, flip-flop and memory counts do not depend on the LUT mapper.
+
+Timing. The same yosys run ends with ``write_json``; :func:`tandem.timing.estimate_timing` walks
+that netlist for the longest register-to-register path and an estimated Fmax (``timing`` in
+the report; the method, delay table and uncertainty are in :mod:`tandem.timing`).
 """
 
 import json
@@ -37,6 +41,7 @@ from .errors import ToolError, UserError
 from .generate import generate
 from .progress import Progress
 from .registry import Design
+from .timing import ULTRASCALE_PLUS_2, estimate_timing, speed_grade
 
 __all__ = ["SynthReport", "count_resources", "synthesize", "yosys_script"]
 
@@ -77,6 +82,7 @@ class SynthReport:
     cells: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     lut_mapper: str = "abc9"
+    timing: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """The report as pretty-printed JSON."""
@@ -97,7 +103,27 @@ class SynthReport:
             pct_text = f"{pct:>8.3f}%" if pct is not None else f"{'':>9}"
             used_text = f"{used:g}"
             lines.append(f"{key:<14}{used_text:>10}{avail_text}{pct_text}")
+        if self.timing is not None:
+            lines += _timing_lines(self.timing)
         return "\n".join(lines)
+
+
+def _timing_lines(t: dict[str, Any]) -> list[str]:
+    """The timing estimate under the resource table."""
+    if t["fmax_mhz"] is None:
+        return [f"timing: {t['limit']}"]
+    low, high = t["fmax_range_mhz"]
+    lines = [
+        f"timing: longest register-to-register path {t['path_ns']:.2f} ns: "
+        f"{t['logic_levels']} LUT levels, {t['carry_length']} carry cells, "
+        f"{t['dsp_on_path']} DSP48E2 ({t['start'].split()[0]} -> {t['end'].split()[0]})",
+        f"estimated Fmax {t['fmax_mhz']:.0f} MHz (range {low:.0f}-{high:.0f} MHz"
+        + (f"; limited by the {t['limit']}" if t["limit"] != "path" else "")
+        + ")",
+        f"timing model: {t['model']}",
+    ]
+    lines += [f"timing note: {note}" for note in t["notes"]]
+    return lines
 
 
 def count_resources(cells: dict[str, int]) -> dict[str, float]:
@@ -146,6 +172,7 @@ def yosys_script(
     dsp_stat_file: str | None = None,
     *,
     lut_mapper: str = "abc9",
+    netlist_file: str | None = None,
 ) -> str:
     """The yosys commands tandem runs.
 
@@ -167,6 +194,8 @@ def yosys_script(
         steps += [f"{synth} -run {start}:map_luts", *_MAP_LUTS_WITH_ABC]
         steps.append(f"{synth} -run finalize:")
     steps.append(f"tee -q -o {stat_file} stat -json")
+    if netlist_file is not None:
+        steps.append(f"write_json {netlist_file}")
     return "; ".join(steps)
 
 
@@ -212,7 +241,13 @@ def _yosys_command() -> list[str]:
 def _run_yosys(work: Path, top: str, family: str, lut_mapper: str) -> tuple[bool, str]:
     """Run yosys on ``work/<top>.v`` (stat files land in ``work``): ``(succeeded, log)``."""
     script = yosys_script(
-        f"{top}.v", top, family, "stat.json", dsp_stat_file="dsp_stat.json", lut_mapper=lut_mapper
+        f"{top}.v",
+        top,
+        family,
+        "stat.json",
+        dsp_stat_file="dsp_stat.json",
+        lut_mapper=lut_mapper,
+        netlist_file="netlist.json",
     )
     # -q keeps the terminal quiet, -l keeps everything (errors included) in the log; the log
     # path is relative because YoWASP's yosys sees only its working directory.
@@ -300,6 +335,8 @@ def synthesize(
         say("yosys done; counting cells")
         stat = json.loads((work / "stat.json").read_text())
         dsp_stat = json.loads((work / "dsp_stat.json").read_text())
+        say("estimating timing on the mapped netlist")
+        timing = _estimate(work / "netlist.json", board)
     cells = {str(cell): int(n) for cell, n in stat["design"].get("num_cells_by_type", {}).items()}
     after_dsp = {
         str(cell): int(n) for cell, n in dsp_stat["design"].get("num_cells_by_type", {}).items()
@@ -324,7 +361,24 @@ def synthesize(
         cells=dict(sorted(cells.items())),
         params=params.to_dict(),
         lut_mapper=lut_mapper,
+        timing=timing,
     )
+
+
+def _estimate(netlist_file: Path, board: Board) -> dict[str, Any] | None:
+    """:func:`tandem.timing.estimate_timing` on the netlist yosys wrote, as a dict."""
+    if not netlist_file.exists():
+        return None
+    notes = []
+    if board.yosys_family is None:
+        notes.append(f"{board.architecture}: the UltraScale+ figures stand in")
+    grade = speed_grade(board.part)
+    if grade != "-2":
+        notes.append(f"part {board.part} is speed grade {grade}; the -2 figures are used")
+    estimate = estimate_timing(
+        json.loads(netlist_file.read_text()), ULTRASCALE_PLUS_2, "; ".join(notes)
+    )
+    return asdict(estimate)
 
 
 def report_dict(report: SynthReport) -> dict[str, Any]:

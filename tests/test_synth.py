@@ -112,3 +112,69 @@ def test_a_yosys_failure_is_one_line_naming_the_log(monkeypatch, tmp_path, capsy
     log = err.rsplit("log: ", 1)[1].rstrip(")")
     with open(log) as kept:
         assert kept.read().endswith("ERROR: out of luck\n")
+
+
+def _cell(kind, conns, outputs=("O",), **params):
+    return {
+        "type": kind,
+        "parameters": {k: format(v, "032b") for k, v in params.items()},
+        "port_directions": {p: "output" if p in outputs else "input" for p in conns},
+        "connections": conns,
+    }
+
+
+def test_timing_walk_finds_the_longest_register_to_register_path():
+    """FF 2 -> LUT 3 -> LUT 4 -> CARRY8 (S0 -> CO7) -> FF beats FF 2 -> LUT 3 -> FF; a
+    DSP48E2 with AREG/BREG and PREG but no MREG times its internal register-to-register path."""
+    from tandem.timing import ULTRASCALE_PLUS_2 as m  # noqa: N811
+    from tandem.timing import estimate_timing
+
+    carry = {"CI": ["0"], "CI_TOP": ["0"], "DI": ["0"] * 8, "S": [4] + ["0"] * 7}
+    carry |= {"O": list(range(10, 18)), "CO": list(range(20, 28))}
+    cells = {
+        "ff_a": _cell("FDRE", {"C": [1], "CE": ["1"], "R": ["0"], "D": [40], "Q": [2]}, ("Q",)),
+        "lut_1": _cell("LUT2", {"I0": [2], "I1": [2], "O": [3]}),
+        "lut_2": _cell("LUT6", {"I0": [3], "I1": [2], "I2": ["0"], "O": [4]}),
+        "carry": _cell("CARRY8", carry, ("O", "CO")),
+        "ff_b": _cell("FDRE", {"C": [1], "CE": ["1"], "R": ["0"], "D": [27], "Q": [40]}, ("Q",)),
+        "ff_c": _cell("FDRE", {"C": [1], "CE": ["1"], "R": ["0"], "D": [3], "Q": [41]}, ("Q",)),
+    }
+    netlist = {"modules": {"t": {"attributes": {"top": "1"}, "cells": cells}}}
+    t = estimate_timing(netlist)
+    assert (t.logic_levels, t.carry_length, t.dsp_on_path) == (2, 1, 0)
+    assert t.path == ["FDRE", "LUT2", "LUT6", "CARRY8", "FDRE"]
+    # LUT6 -> CARRY8 S is the slice's own wire (no net); the rest are routed nets.
+    expected = m.ff_clk_to_q + 2 * (m.net + m.lut) + m.carry_entry + m.net + m.ff_setup
+    assert t.path_ns == pytest.approx(expected + m.clock_uncertainty)
+    assert t.fmax_mhz == pytest.approx(1000 / t.path_ns, abs=0.1) and t.limit == "path"
+    low, high = t.fmax_range_mhz
+    assert low < t.fmax_mhz < high
+
+    dsp = {"A": [50] * 30, "B": [51] * 18, "C": ["0"] * 48, "P": list(range(60, 108))}
+    cells["dsp"] = _cell("DSP48E2", dsp, ("P",), AREG=1, BREG=1, MREG=0, PREG=1)
+    cells["ff_d"] = _cell("FDRE", {"C": [1], "D": [4], "Q": [50]}, ("Q",))
+    t = estimate_timing(netlist)
+    internal = m.dsp_reg_to_out + m.dsp_mult + m.dsp_alu + m.dsp_stage_setup
+    assert t.path == ["DSP48E2"] and t.dsp_on_path == 1 and t.logic_levels == 0
+    assert t.path_ns == pytest.approx(internal + m.clock_uncertainty)
+    cells["dsp"]["parameters"]["MREG"] = format(1, "032b")  # the multiplier's own register
+    assert estimate_timing(netlist).path_ns == pytest.approx(expected + m.clock_uncertainty)
+
+
+def test_speed_grade_from_the_part_name():
+    from tandem.timing import speed_grade
+
+    assert speed_grade("xcu55c-fsvh2892-2L-e") == "-2"
+    assert speed_grade("xcvc1902-vsva2197-2MP-e-S") == "-2"
+
+
+@needs_yosys
+@pytest.mark.synth
+def test_pipelined_exp2_reports_a_timing_estimate():
+    design = get_design("exp2")
+    report = synthesize(design, design.params(), "u55c")
+    t = report.timing
+    assert t["logic_levels"] > 0 and 50 < t["fmax_mhz"] < 1000
+    assert t["fmax_range_mhz"][0] < t["fmax_mhz"] <= t["fmax_range_mhz"][1]
+    assert "UltraScale+ -2" in t["model"] and "+-25%" in t["model"]
+    assert "estimated Fmax" in report.table()

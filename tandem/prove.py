@@ -257,6 +257,30 @@ def _channels(component) -> list[_Channel]:
     return channels
 
 
+def _axi_pairs(component) -> list[tuple[str, tuple, tuple, Any]]:
+    """``(name, (xvalid, xready), (yvalid, yready), ylast)`` of every AXI request channel
+    ``x`` (``ar``, ``aw``) and its response channel ``y`` (``r``, ``b``; ``blast`` is 1)."""
+    from amaranth.hdl import Const, Value
+
+    groups: dict[tuple, dict[str, Any]] = {}
+    for path, _, value in component.signature.flatten(component):
+        groups.setdefault(tuple(path[:-1]), {})[path[-1]] = Value.cast(value)
+    pairs = []
+    for parent, leaves in groups.items():
+        for request, response in (("ar", "r"), ("aw", "b")):
+            names = [f"{request}valid", f"{request}ready", f"{response}valid", f"{response}ready"]
+            if all(n in leaves for n in names):
+                pairs.append(
+                    (
+                        ".".join(map(str, (*parent, response))),
+                        (leaves[names[0]], leaves[names[1]]),
+                        (leaves[names[2]], leaves[names[3]]),
+                        leaves.get(f"{response}last", Const(1, 1)),
+                    )
+                )
+    return pairs
+
+
 def _buffers(fragment, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, Any]]:
     """``(name, kind, object)`` of every FIFO and result serializer below ``fragment``."""
     from amaranth.lib.fifo import FIFOInterface
@@ -347,6 +371,16 @@ def _harness(component):
             check(channel.name, "first-valid", ~channel.valid, into=covers)
         else:
             m.d.comb += Assume(~pending | kept)
+    for name, request, response, last in _axi_pairs(component):
+        # An AXI subordinate answers requests: a read data beat (write response) only while a
+        # burst is outstanding, counted from the last reset (the subordinate resets with the
+        # design). Without this, a free rlast with nothing outstanding would wrap the design's
+        # own count of bursts in flight.
+        outstanding = Signal(16, name=f"{sanitize(name)}_outstanding")
+        taken = request[0] & request[1]
+        done = response[0] & response[1] & last
+        m.d.sync += outstanding.eq(outstanding + taken - done)
+        m.d.comb += Assume(~response[0] | (outstanding != 0))
     for name, kind, obj in buffers:
         if kind == "fifo":
             pending, kept = held(obj.w_en, obj.w_rdy, obj.w_data, sanitize(f"fifo_{name}"))

@@ -177,6 +177,10 @@ def table(found: list[CacheEntry], now: float | None = None) -> str:
     return "\n".join(lines)
 
 
+#: The most days --older-than takes (about 270 years: nothing in a cache is older).
+MAX_DAYS = 100_000
+
+
 def _select(found, *, older_than, design, models, now) -> list[CacheEntry]:
     chosen = []
     for e in found:
@@ -227,8 +231,10 @@ def clean(
     """
     if older_than is None and design is None and not everything:
         raise UserError("say what to remove: --older-than DAYS, --design NAME or --all")
-    if older_than is not None and not older_than >= 0:
-        raise UserError(f"--older-than must be a number of days >= 0, not {older_than}")
+    if older_than is not None and not 0 <= older_than <= MAX_DAYS:
+        raise UserError(
+            f"--older-than must be a number of days in 0..{MAX_DAYS}, not {older_than}"
+        )
     found = entries()
     if design is not None:
         from tandem.host.system.model import MODELS

@@ -19,7 +19,6 @@ stderr, results to stdout.
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from .errors import UserError, VerificationError
 from .progress import stderr_progress
@@ -48,9 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="verilator",
         help="HDL simulator of the verification (and of --backend rtl); default verilator",
     )
-    parser.add_argument(
-        "-o", "--output", type=Path, default=Path("build/run"), help="folder (default build/run)"
-    )
+    parser.add_argument("-o", "--output", default="build/run", help="folder (default build/run)")
     checks = parser.add_mutually_exclusive_group()
     checks.add_argument("--quick", action="store_true", help="verify with the quick test only")
     checks.add_argument("--no-verify", action="store_true", help="skip the verification")
@@ -97,7 +94,9 @@ def run(args) -> int:
     from tandem.extras import require
 
     integer(args.tokens, "--tokens", 1, 4096)
-    output_dir(args.output, "--output")
+    if not args.prompt.strip():
+        raise UserError("--prompt must hold some text, not an empty string")
+    args.output = output_dir(args.output, "--output")
     require("tandem run", "model")  # torch and gguf, before any work
 
     from tandem.generate import generate, write_files

@@ -331,8 +331,9 @@ def load_gguf(path: str | Path):
             weights[tensor.name] = torch.from_numpy(np.ascontiguousarray(array))
     except ModelError:
         raise
-    except (KeyError, TypeError, ValueError, OSError) as exc:
-        raise ModelError(f"{path}: cannot read the model: {exc}") from None
+    except (KeyError, TypeError, ValueError, OSError, IndexError, OverflowError, EOFError) as exc:
+        # What gguf's reader raises on a truncated or corrupt file (it does not check sizes).
+        raise ModelError(f"{path}: cannot read the model: {type(exc).__name__}: {exc}") from None
     missing = [n for n in _weight_names(config) if n not in weights]
     if missing:
         raise ModelError(f"{path}: missing tensor {missing[0]}")

@@ -92,6 +92,35 @@ class SimResult:
         """Wall-clock seconds the simulator spent in the tests (build and start-up excluded)."""
         return float(sum(t.wall_s for t in self.tests))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The outcome as plain data (what ``tandem sim --json`` prints)."""
+        return {
+            "design": self.design,
+            "simulator": self.simulator,
+            "seed": self.seed,
+            "passed": self.passed,
+            "build_cached": self.build_cached,
+            "cycles": self.cycles,
+            "sim_cycles": self.sim_cycles,
+            "sim_wall_s": self.sim_wall_s,
+            "golden_s": self.golden_s,
+            "tests": [
+                {
+                    "name": t.name,
+                    "passed": t.passed,
+                    "message": t.message,
+                    "sim_time_ns": t.sim_time_ns,
+                    "wall_s": t.wall_s,
+                    "figures": t.figures,
+                }
+                for t in self.tests
+            ],
+            "log": str(self.log_file),
+            "run_dir": str(self.run_dir),
+            "build_dir": str(self.build_dir),
+            "waves": None if self.waves is None else str(self.waves),
+        }
+
     def summary(self) -> str:
         """A few lines for the terminal."""
         lines = [

@@ -112,7 +112,10 @@ def _cmd_sim(args) -> int:
         testcase=args.testcase,
         progress=stderr_progress("sim"),
     )
-    print(result.summary())
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.summary())
     if not result.tests:
         raise VerificationError(
             f"{design.name}: no test ran on {args.simulator}; see {result.log_file}"
@@ -212,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="random seed of the stimulus (default: random)")
     p.add_argument("--waves", action="store_true", help="dump a waveform")
     p.add_argument("--testcase", help="run only this cocotb test")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.add_argument(
         "--run-dir", type=Path, help="folder for log, results and waves (default build/sim/...)"
     )

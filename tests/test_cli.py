@@ -161,3 +161,19 @@ def test_version_bare_command_and_a_reader_that_leaves(tmp_path):
     os.close(write_end)
     assert designs.returncode == 0
     assert b"Traceback" not in designs.stderr and b"BrokenPipe" not in designs.stderr
+
+
+@pytest.mark.rtl
+def test_sim_json_is_the_outcome_as_data(tmp_path, capsys):
+    from tandem.cli import main
+
+    args = ["sim", "exp2", "--simulator", "icarus", "--seed", "4", "--run-dir", str(tmp_path)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] and data["seed"] == 4 and data["build_cached"]
+    assert [t["name"] for t in data["tests"]] == [
+        line.split()[1] for line in text.splitlines() if line.startswith("  PASS")
+    ]
+    assert all(t["figures"]["throughput"] > 0 for t in data["tests"])

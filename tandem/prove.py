@@ -19,7 +19,8 @@ model checker (``sat -tempinduct``: bounded model checking and k-induction, Mini
 Channels are the design's ``amaranth.lib.stream`` ports and the valid/ready channels of its
 other interfaces (the AXI ``ar``, ``r``, ``aw``, ``w`` and ``b`` channels of the HPU: members
 ``<x>valid``, ``<x>ready`` and the ``<x>*`` payload). The checks assume that every input channel
-obeys ``hold`` too (from the cycle after a reset on), that ``ready`` of the outputs and every
+obeys ``hold`` too (from the cycle after a reset on), that an AXI subordinate sends read data
+and write responses only for outstanding requests, that ``ready`` of the outputs and every
 other input are arbitrary in every cycle, and that ``rst`` may rise in any cycle. Registers and
 memories start at their initial values.
 

@@ -278,33 +278,53 @@ def _csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def _plot(path: Path, design_name: str, rows: list[dict], front: set[str], resource: str) -> None:
-    import matplotlib
+#: Axis titles of the resources the Pareto front is drawn against.
+RESOURCE_NAMES = {"dsp": "DSP blocks", "lut": "LUTs", "ff": "flip-flops"}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def pareto_figure(design_name: str, rows: list[dict], front: set[str], resource: str):
+    """Throughput against ``resource`` as a matplotlib Figure: every point, the front drawn and
+    labelled (only its points: labelling every one overprints), each label naming the
+    parameters the grid varies."""
+    from .plots import label_points, subplots
 
     done = [r for r in rows if "throughput" in r and resource in r.get("resources", {})]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6.4, 4.4), dpi=120)
     xs = [r["resources"][resource] for r in done]
     ys = [r["throughput"] for r in done]
-    ax.scatter(xs, ys, color="tab:gray", label="points")
-    best = sorted((r["resources"][resource], r["throughput"]) for r in done if r["key"] in front)
-    if best:
-        ax.step(*zip(*best, strict=True), where="post", color="tab:red", label="Pareto front")
-        ax.scatter(*zip(*best, strict=True), color="tab:red")
-    for r in done:
-        label = ",".join(f"{k}={v}" for k, v in sorted(r["params"].items()))
-        ax.annotate(label, (r["resources"][resource], r["throughput"]), fontsize=6)
+    ax.scatter(xs, ys, color="tab:gray", s=18, label="grid point", zorder=2)
+    best = sorted(
+        (r for r in done if r["key"] in front),
+        key=lambda r: (r["resources"][resource], r["throughput"]),
+    )
+    points = [(r["resources"][resource], r["throughput"]) for r in best]
+    if points:
+        ax.step(
+            *zip(*points, strict=True),
+            where="post",
+            color="tab:red",
+            marker="o",
+            zorder=3,
+            label="Pareto front",
+        )
+    ax.margins(0.08)
+    names = sorted({k for r in done for k in r["params"]})
+    varied = [k for k in names if len({repr(r["params"].get(k)) for r in done}) > 1] or names
+    labels = [", ".join(f"{k}={r['params'][k]}" for k in varied if k in r["params"]) for r in best]
     unit = done[0]["throughput_unit"] if done else ""
-    ax.set_xlabel(f"{resource.upper()} (yosys)")
-    ax.set_ylabel(f"throughput ({unit}, RTL)")
-    ax.set_title(f"{design_name}: resources against throughput")
+    ax.set_xlabel(f"{RESOURCE_NAMES.get(resource, resource.upper())} used (yosys)")
+    ax.set_ylabel(f"throughput ({unit}, RTL simulation)")
+    ax.set_title(f"{design_name}: resources against throughput", fontsize=11)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
+    ax.legend(loc="best", fontsize=8)
+    label_points(ax, points, labels, obstacles=list(zip(xs, ys, strict=True)))
+    return fig
+
+
+def _plot(path: Path, design_name: str, rows: list[dict], front: set[str], resource: str) -> None:
+    from .plots import save_png
+
+    save_png(pareto_figure(design_name, rows, front, resource), path)
 
 
 def run_sweep(

@@ -1038,56 +1038,73 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def decode_figure(rows: list[dict]):
+    """Tokens/s against batch for each system, as a matplotlib Figure.
+
+    A batch that runs out of memory has no tokens/s: it is marked ``x`` in a strip of its own
+    above the plot, at its batch, never drawn as 0 (or any) tokens/s.
+    """
+    from tandem.plots import log2_axis, subplots
+
+    systems = [
+        (system, marker, f"C{level}", [r for r in rows if r["system"] == system])
+        for level, (system, marker) in enumerate((("gpu", "o"), ("gpu+hpu", "s")))
+    ]
+    systems = [(s, m, c, mine) for s, m, c, mine in systems if mine]
+    names = {s: s if s == "gpu" else f"gpu + {mine[0]['hpus']} hpu" for s, _, _, mine in systems}
+    short = [(s, c, mine) for s, _, c, mine in systems if any(r["oom"] for r in mine)]
+    if short:
+        fig, (strip, ax) = subplots(
+            2, figsize=(6.4, 4.4), sharex=True, height_ratios=(0.5 + 0.4 * len(short), 7)
+        )
+        for level, (_, color, mine) in enumerate(short):
+            oom = [r["batch"] for r in mine if r["oom"]]
+            strip.plot(oom, [level] * len(oom), "x", color=color, markersize=8, mew=2)
+        strip.set_ylim(-0.7, len(short) - 0.3)
+        strip.set_yticks(range(len(short)), [names[s] for s, _, _ in short], fontsize=8)
+        strip.tick_params(axis="x", labelbottom=False)
+        strip.set_title("out of memory (no tokens/s)", fontsize=8, loc="left")
+        strip.grid(True, axis="x", alpha=0.3)
+    else:
+        fig, ax = subplots(figsize=(6.4, 4.4))
+    for system, marker, color, mine in systems:
+        fits = [(r["batch"], r["tokens_per_s"]) for r in mine if not r["oom"]]
+        if fits:
+            ax.plot(*zip(*fits, strict=True), marker=marker, color=color, label=names[system])
+    first = rows[0]
+    batches = [r["batch"] for r in rows]
+    log2_axis(ax, batches)
+    ax.set_xlim(min(batches) / 1.4, max(batches) * 1.4)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("batch (sequences decoded together)")
+    ax.set_ylabel("decode throughput (tokens/s)")
+    fig.suptitle(
+        f"{first['model']} on {first['gpu']}, {first['input']} in / {first['output']} out "
+        "(performance model)",
+        fontsize=11,
+    )
+    ax.grid(True, alpha=0.3)
+    if ax.get_lines():
+        ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
 def plot(rows: list[dict], path) -> None:
-    """Tokens/s against batch for each system (PNG, byte-reproducible: no metadata)."""
+    """Draw :func:`decode_figure` to ``path`` (PNG, byte-reproducible: no metadata)."""
     import os
     from pathlib import Path
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tandem.plots import save_png
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for level, (system, marker) in enumerate((("gpu", "o"), ("gpu+hpu", "s"))):
-        mine = [r for r in rows if r["system"] == system]
-        if not mine:
-            continue
-        label = system if system == "gpu" else f"gpu + {mine[0]['hpus']} hpu"
-        fits = [(r["batch"], r["tokens_per_s"]) for r in mine if not r["oom"]]
-        color = f"C{level}"
-        if fits:
-            ax.plot(*zip(*fits), marker=marker, color=color, label=label)
-        oom = [r["batch"] for r in mine if r["oom"]]
-        if oom:
-            ax.plot(
-                oom, [0] * len(oom), "x", color=color, markersize=9, mew=2, clip_on=False,
-                label=f"{label}: out of memory",
-            )  # fmt: skip
-    first = rows[0]
-    ax.set_xscale("log", base=2)
-    batches = [r["batch"] for r in rows]
-    ax.set_xlim(min(batches) / 1.4, max(batches) * 1.4)
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("batch (sequences)")
-    ax.set_ylabel("decode tokens/s")
-    ax.set_title(
-        f"{first['model']} on {first['gpu']}, {first['input']} in / {first['output']} out (model)"
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left")
-    fig.tight_layout()
+    fig = decode_figure(rows)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        # No "Software" text chunk: the PNG depends only on the figure.
-        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+        save_png(fig, tmp)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write plot {path}: {exc.strerror}") from None
-    finally:
-        plt.close(fig)
 
 
 def _engines_text(hpu: dict) -> str:

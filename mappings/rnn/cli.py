@@ -125,13 +125,14 @@ def _check_weights(path: str, state_dict: dict) -> None:
             raise UserError(f"{path}: {name} has shape {tuple(arrays[name].shape)}, not ({rows},)")
 
 
-def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="lstm") -> None:
+def utilization_figure(input_size, array, batch, steps, marker=None, cell="lstm"):
     """Utilization against hidden size (overlapped with the chosen shape, the array's own shape
-    without reconfiguration, and naive), reproducible PNG."""
-    import matplotlib
+    without reconfiguration, and naive), as a matplotlib Figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The utilization axis is a logit scale: the chosen shape's 0.9996 and the naive schedule's
+    0.975 (the figures ``tandem map rnn`` prints) would both sit at the top of a 0..1 axis.
+    """
+    from tandem.plots import fraction_axis, log2_axis, subplots
 
     from .schedule import choose_shape, predict
     from .tiling import build_program
@@ -148,24 +149,63 @@ def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="l
                     build_program(x, h, array[0], array[1], cell=cell), batch, steps
                 ).utilization
             )
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    ax.plot(SWEEP, chosen, "o-", label="overlapped, tile shape chosen per H")
+    fig, ax = subplots(figsize=(6.4, 4.4))
+    # The chosen shape is the figure's subject: drawn last, on top, thick and solid, and first
+    # in the legend. The fixed tile's hollow squares are wider than the chosen shape's dots, so
+    # they show where the two are the same.
+    others = []
     if fixed:
-        ax.plot(SWEEP, fixed, "s--", label=f"overlapped, fixed {array[0]}x{array[1]} tile")
-    ax.plot(SWEEP, naive, "^:", label="naive (waits for all of h), chosen shape")
+        others += ax.plot(
+            SWEEP,
+            fixed,
+            "s--",
+            color="tab:orange",
+            markersize=9,
+            markerfacecolor="none",
+            markeredgewidth=1.4,
+            label=f"overlapped, fixed {array[0]}x{array[1]} tile",
+        )
+    others += ax.plot(
+        SWEEP,
+        naive,
+        "^:",
+        color="tab:green",
+        markersize=5,
+        label="naive (waits for all of h), chosen shape",
+    )
+    main = ax.plot(
+        SWEEP,
+        chosen,
+        "o-",
+        color="tab:blue",
+        linewidth=2.4,
+        markersize=6,
+        zorder=4,
+        label="overlapped, tile shape chosen per H",
+    )
     if marker is not None:
-        ax.plot([marker[0]], [marker[1]], "k*", markersize=12, label="this model")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("hidden size H")
-    ax.set_ylabel(f"MAC utilization over {steps} steps")
+        others += ax.plot(
+            [marker[0]], [marker[1]], "k*", markersize=13, zorder=5, label="this model"
+        )
+    log2_axis(ax, SWEEP)
+    fraction_axis(ax, [*chosen, *fixed, *naive] + ([marker[1]] if marker else []))
+    ax.set_xlabel("hidden size H (units)")
+    ax.set_ylabel(f"MAC utilization over {steps} steps\n(fraction of MAC-cycles, logit scale)")
     xdesc = f"X = {input_size}" if input_size else "X = H"
-    ax.set_title(f"{cell.upper()} on a {array[0]}x{array[1]} MAC array, {xdesc}, batch {batch}")
+    ax.set_title(
+        f"{cell.upper()} on a {array[0]}x{array[1]} MAC array, {xdesc}, batch {batch}",
+        fontsize=11,
+    )
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png", metadata={"Software": None})
-    plt.close(fig)
+    ax.legend(handles=main + others, loc="lower right", fontsize=8)
+    return fig
+
+
+def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="lstm") -> None:
+    """:func:`utilization_figure` as a reproducible PNG at ``path``."""
+    from tandem.plots import save_png
+
+    save_png(utilization_figure(input_size, array, batch, steps, marker, cell), path)
 
 
 def run(args) -> int:

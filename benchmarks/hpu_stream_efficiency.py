@@ -74,36 +74,54 @@ def _table(rows, lengths, latencies, batch) -> str:
     return "\n".join(lines)
 
 
-def _plot(rows, latencies, batch, path: Path) -> bool:
-    try:
-        import matplotlib
+def stream_figure(rows, latencies, batch):
+    """Efficiency against sequence length per read latency, alone and queued (a Figure).
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for lat in latencies:
+    A logit efficiency axis: 0.985 against 0.998 (the table's figures) and the paper's 0.73
+    all show, where a 0..1 axis draws the first two on top of each other.
+    """
+    from tandem.plots import fraction_axis, log2_axis, subplots
+
+    fig, ax = subplots(figsize=(6.4, 4.4), dpi=120)
+    values = [PAPER_EFFICIENCY_2K]
+    for level, lat in enumerate(latencies):
         for b in sorted({1, batch}):
             points = sorted(
                 (r["tokens"], r["efficiency"])
                 for r in rows
                 if r["latency"] == lat and r["batch"] == b
             )
+            if not points:
+                continue
+            values += [e for _, e in points]
             what = "one request" if b == 1 else f"{b} queued"
-            label = f"latency {max(lat, MODEL_LATENCY)}, {what}"
-            ax.plot(*zip(*points), marker="o" if b == 1 else "s", label=label)
-    ax.axhline(PAPER_EFFICIENCY_2K, color="grey", linestyle="--", label="HPU paper, 2K tokens")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(0, 1.05)
+            label = f"read latency {max(lat, MODEL_LATENCY)} cycles, {what}"
+            ax.plot(
+                *zip(*points, strict=True),
+                marker="o" if b == 1 else "s",
+                color=f"C{level}",
+                linestyle="-" if b == 1 else "--",
+                label=label,
+            )
+    ax.axhline(PAPER_EFFICIENCY_2K, color="grey", linestyle=":", label="HPU paper, 2K tokens")
+    log2_axis(ax, [r["tokens"] for r in rows])
+    fraction_axis(ax, values)
     ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("stream efficiency (R bytes / read-window capacity)")
-    ax.set_title("hpu: K/V read stream efficiency")
+    ax.set_ylabel("stream efficiency, logit scale\n(R bytes / read-window capacity)")
+    ax.set_title("hpu: K/V read stream efficiency", fontsize=11)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def _plot(rows, latencies, batch, path: Path) -> bool:
+    try:
+        from tandem.plots import save_png
+
+        fig = stream_figure(rows, latencies, batch)
+    except ImportError:
+        return False
+    save_png(fig, path)
     return True
 
 

@@ -221,28 +221,40 @@ def main(argv=None) -> int:
     return 0
 
 
-def _plot(figures, path: Path) -> None:
-    import matplotlib
+def performance_figure(figures):
+    """Speed-up over dense and DSP utilization per N:M pattern (a Figure).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Utilization is drawn as points on an axis that covers them and the 0.95 target: bars from 0
+    would draw 0.955 and 0.97 alike.
+    """
+    from tandem.plots import log2_axis, subplots
 
     labels = [f["pattern"] for f in figures]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-    a.bar(labels, [f["speedup"] for f in figures], label="measured")
-    a.plot(labels, [f["target"] for f in figures], "k_", markersize=14, label="M/N")
-    a.set_yscale("log", base=2)
-    a.set_ylabel("speed-up over dense")
-    a.legend()
-    b.bar(labels, [f["dsp_utilization"] for f in figures])
-    b.axhline(0.95, color="k", linestyle=":")
-    b.set_ylim(0, 1)
-    b.set_ylabel("DSP utilization")
+    fig, (a, b) = subplots(1, 2, figsize=(10, 3.8), dpi=120)
+    a.bar(labels, [f["speedup"] for f in figures], color="C0", label="measured (RTL)")
+    a.plot(labels, [f["target"] for f in figures], "k_", markersize=14, mew=2, label="M/N (ideal)")
+    log2_axis(a, [f["target"] for f in figures], which="y", suffix="x")
+    a.set_ylim(bottom=0.75)
+    a.set_ylabel("speed-up over dense (16:16)")
+    a.legend(loc="upper left", fontsize=8)
+    util = [f["dsp_utilization"] for f in figures]
+    b.plot(labels, util, "o", color="C0", label="measured (RTL)")
+    b.axhline(0.95, color="k", linestyle=":", label="target 0.95")
+    b.set_ylim(min(0.9, min(util) - 0.01), 1.0)
+    b.set_ylabel("DSP utilization\n(useful MACs / DSP MAC slots)")
+    b.legend(loc="lower right", fontsize=8)
     for ax in (a, b):
         ax.tick_params(axis="x", rotation=60)
-    fig.suptitle("sparse-mpe, random GEMV, RTL simulation")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        ax.set_xlabel("N:M pattern (N kept of every M weights)")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("sparse-mpe, random GEMV, RTL simulation", fontsize=11)
+    return fig
+
+
+def _plot(figures, path: Path) -> None:
+    from tandem.plots import save_png
+
+    save_png(performance_figure(figures), path)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,10 @@ class Design:
         ``expected_dsps(params) -> int``: the DSP48E2 count the parameters imply, where the
         design maps one multiplier per DSP (``benchmarks/resources.py`` checks yosys's
         mapping against it); ``None`` where that is not known.
+    prove_depth, prove_mode
+        What ``tandem prove D`` checks when not told: ``None`` for the defaults (depth 20,
+        k-induction then BMC), a smaller depth and ``"bmc"`` where a cycle of the default
+        parameters is a million SAT variables and induction does not close (docs/formal.md).
     """
 
     name: str
@@ -141,6 +145,8 @@ class Design:
     quick_test: str | None = None
     quick_overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
     expected_dsps: Callable[[Any], int] | None = None
+    prove_depth: int | None = None
+    prove_mode: str | None = None
 
     def __post_init__(self):
         # A read-only copy: the record is frozen, and so is what it holds.

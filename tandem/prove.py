@@ -583,22 +583,13 @@ def default_trace_dir() -> Path:
 def default_depth(design: Design) -> int:
     """The depth ``tandem prove D`` checks when none is given: :data:`DEFAULT_DEPTH`, or the
     design's own where a BMC step of its default parameters is expensive."""
-    depth = getattr(design, "prove_depth", None)  # the registry's, once the record has one
-    return depth if depth is not None else _DEFAULTS.get(design.name, (DEFAULT_DEPTH, ""))[0]
+    return design.prove_depth if design.prove_depth is not None else DEFAULT_DEPTH
 
 
 def default_mode(design: Design) -> Mode:
     """``"prove"`` (k-induction, else BMC), or ``"bmc"`` where induction is known not to close
     and its steps (from any state) cost far more than BMC's (from reset)."""
-    mode = getattr(design, "prove_mode", None)
-    return mode if mode is not None else _DEFAULTS.get(design.name, (0, "prove"))[1]
-
-
-# Depth and mode of `tandem prove D` where they are not DEFAULT_DEPTH and "prove": designs whose
-# default parameters make a step cost a million variables and whose FSMs keep k-induction from
-# closing (docs/formal.md), kept within a minute on two cores. These are per-design facts and
-# belong in the registry (Design.prove_depth, Design.prove_mode) once the record has the fields.
-_DEFAULTS: dict[str, tuple[int, Mode]] = {"hpu": (3, "bmc"), "sparse-mpe": (12, "bmc")}
+    return design.prove_mode if design.prove_mode is not None else "prove"
 
 
 def _check_options(depth, mode, timeout) -> None:

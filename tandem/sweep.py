@@ -490,16 +490,26 @@ def run(args) -> int:
     out_dir = args.output or Path("build") / "sweep" / args.design
     output_dir(out_dir, "--output", ("sweep.md", "sweep.csv", "sweep.json", "pareto.png"))
 
+    finished = [0]
+    print(
+        f"tandem sweep: {len(points)} points of {design.name} on {board}; each line below is "
+        "one finished point, [done/total]",
+        file=sys.stderr,
+        flush=True,
+    )
+
     def progress(row):
+        finished[0] += 1
+        count = f"[{finished[0]}/{len(points)}]"
         label = ", ".join(f"{k}={v}" for k, v in row["params"].items())
         if "error" in row:
-            print(f"FAILED  {label}: {row['error']}", flush=True)
+            print(f"{count} FAILED  {label}: {row['error']}", flush=True)
             return
         res = row.get("resources", {})
         used = " ".join(f"{k}={res[k]:g}" for k in ("lut", "ff", "dsp") if k in res)
         speed = f"{row['throughput']:.4g} {row['throughput_unit']}" if "throughput" in row else ""
         origin = "cached" if row.get("cached") else f"{row.get('seconds', 0):.0f} s"
-        print(f"done    {label}: {used} {speed} ({origin})", flush=True)
+        print(f"{count} done    {label}: {used} {speed} ({origin})", flush=True)
 
     rows = run_sweep(
         args.design,

@@ -124,3 +124,17 @@ def test_small_sweep_on_two_dask_workers(tmp_path):
         )
     assert [r["cached"] for r in remote] == [True, True, False]
     assert remote[2]["error"] == bad["error"]
+
+
+def test_the_cli_counts_finished_points(tmp_path, capsys):
+    """Each finished point is one line with [done/total]; the grid's size goes to stderr first."""
+    from tandem.cli import main
+
+    grid = _grid(tmp_path, "grid:\n  n_inputs: [2, 4]\n  in_bits: [6]\n")
+    args = ["sweep", "adder-tree", "--grid", str(grid), "-o", str(tmp_path / "out")]
+    assert main([*args, "--no-synth", "--simulator", "icarus", "--workers", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "tandem sweep: 2 points of adder-tree" in captured.err
+    lines = [line for line in captured.out.splitlines() if line.startswith("[")]
+    assert sorted(line.split()[0] for line in lines) == ["[1/2]", "[2/2]"]
+    assert all(" done " in line for line in lines)

@@ -180,6 +180,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "HPU golden (bit-exact with the RTL) against torch float attention on SmolLM2 K/V",
     ),
     Benchmark(
+        "hpu-accuracy-dense",
+        "hpu_accuracy_dense.py",
+        ("hpu",),
+        "HPU error at every decode step, layer and head of SmolLM2 as the runtime runs it",
+        quick_args=("--tokens", "64"),
+    ),
+    Benchmark(
         "decode-accuracy",
         "decode_accuracy.py",
         ("hpu",),

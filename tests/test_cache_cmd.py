@@ -130,7 +130,7 @@ def test_clean_keeps_a_build_under_way(cache_root, capsys):
     [
         ([], "say what to remove: --older-than DAYS, --design NAME or --all"),
         (["--design", "exp3"], "unknown design 'exp3' (did you mean 'exp2'?)"),
-        (["--older-than", "-1"], "--older-than must be a number of days >= 0, not -1.0"),
+        (["--older-than", "-1"], "--older-than must be a number of days in 0..100000, not -1.0"),
         (["--older-than", "soon"], "argument --older-than: invalid float value: 'soon'"),
     ],
 )

@@ -236,6 +236,17 @@ def test_cli_decode_tiny(tmp_path, capsys):
     assert {e["tid"] for e in events if e["ph"] == "X"} == {0, 1, 2}  # GPU and two cards
 
 
+def test_cli_decode_json_is_the_outcome_as_data(capsys):
+    argv = ["cosim", "decode", "--model", "tiny", "--prompt", "hi", "--prompt", "cards"]
+    assert main([*argv, "--tokens", "4", "--hpus", "2", "--json", "--compare"]) == 0
+    data = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert [s["prompt"] for s in data["sequences"]] == ["hi", "cards"]
+    assert all(len(s["tokens"]) == 4 for s in data["sequences"])
+    assert data["decode_steps"] == len(data["step_cycles"]) == 3
+    assert set(data["step_cycles"][0]) == {"hpu0", "hpu1"} and data["tokens_per_s"] > 0
+    assert data["saturations"] == {} and 0 <= data["compare"]["agreement"] <= 1
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

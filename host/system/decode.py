@@ -690,6 +690,7 @@ def add_arguments(parser) -> None:
         "--compare", action="store_true", help="also decode with torch attention and compare"
     )
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -820,17 +821,24 @@ def run(args) -> int:
         raise UserError(f"HPU memory: {exc} (raise --hpu-memory-mib or --hpus)") from None
     finally:
         attention.close()
-    print(
+    say = (lambda *a, **k: None) if args.json else print
+    totals: dict[str, int] = {}
+    for dev in devices:
+        for where, count in dev.total_saturations.items():
+            totals[where] = totals.get(where, 0) + count
+    say(
         f"model {label}: {c.n_layers} layers, {c.n_heads} query / {c.n_kv_heads} KV heads, "
         f"head_dim {c.head_dim}; GPU side on {model.device}; {args.hpus} HPU card(s), backend "
         f"{args.backend}; sub-batches {result.subbatches}"
     )
     for b, ids in enumerate(result.tokens):
         text = tokenizer.decode(ids, skip_special=True)
-        print(f"[{b}] {texts[b]!r} -> {text!r}")
+        say(f"[{b}] {texts[b]!r} -> {text!r}")
     steps = len(result.step_cycles)
     rate = result.decode_tokens / result.wall_s if result.wall_s > 0 else float("nan")
-    print(
+    saturated = ", ".join(f"{n} {where}" for where, n in sorted(totals.items())) or "none"
+    say(f"values the HPU saturated (clipped to their format): {saturated}")
+    say(
         f"prefill {result.prefill_s:.2f} s (it gives each sequence's first token); {steps} decode "
         f"steps, {result.decode_tokens} more tokens in {result.wall_s:.2f} s: {rate:.2f} "
         "tokens/s of the simulation"
@@ -839,16 +847,16 @@ def run(args) -> int:
     for s, cycles in enumerate(result.step_cycles, start=1):
         if s <= 4 or s == steps:
             per_card = ", ".join(f"{k} {v}" for k, v in sorted(cycles.items()))
-            print(f"  step {s:>3}: {cycle_kind} cycles {per_card}")
+            say(f"  step {s:>3}: {cycle_kind} cycles {per_card}")
         elif s == 5:
-            print("  ...")
+            say("  ...")
     events = schedule(result.tasks, args.clock_mhz)
     serial = schedule(result.tasks, args.clock_mhz, overlap=False)
     span = max((e["end_s"] for e in events), default=0.0)
     span_serial = max((e["end_s"] for e in serial), default=0.0)
     hpu_busy = sum(e["end_s"] - e["start_s"] for e in events if e["kind"] == "hpu")
     if steps:
-        print(
+        say(
             f"timeline (GPU measured here, HPU at {args.clock_mhz:g} MHz): {span / steps * 1e3:.3f}"
             f" ms/step with sub-batch ping-pong, {span_serial / steps * 1e3:.3f} ms/step serial; "
             f"HPU busy {hpu_busy / steps * 1e6:.1f} us/step over all cards"
@@ -863,13 +871,47 @@ def run(args) -> int:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise UserError(f"cannot write trace {args.trace}: {exc.strerror}") from None
-        print(f"trace: {args.trace}")
+        say(f"trace: {args.trace}")
     if args.compare:
         report = compare_with_torch(model, prompts, result)
-        print(
+        say(
             f"vs torch attention (teacher forcing on these tokens): top-1 agreement "
             f"{report['agreement']:.1%}, mean KL {report['mean_kl']:.3g}, max |logit error| "
             f"{report['max_logit_error']:.3g}"
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "model": label,
+                    "backend": args.backend,
+                    "hpus": args.hpus,
+                    "subbatches": result.subbatches,
+                    "sequences": [
+                        {
+                            "prompt": texts[b],
+                            "tokens": ids,
+                            "text": tokenizer.decode(ids, skip_special=True),
+                        }
+                        for b, ids in enumerate(result.tokens)
+                    ],
+                    "prefill_s": result.prefill_s,
+                    "decode_steps": steps,
+                    "decode_tokens": result.decode_tokens,
+                    "decode_s": result.wall_s,
+                    "tokens_per_s": rate,
+                    "cycle_kind": cycle_kind,
+                    "step_cycles": result.step_cycles,
+                    "saturations": totals,
+                    "clock_mhz": args.clock_mhz,
+                    "timeline_ms_per_step": span / steps * 1e3 if steps else None,
+                    "timeline_serial_ms_per_step": span_serial / steps * 1e3 if steps else None,
+                    "hpu_busy_us_per_step": hpu_busy / steps * 1e6 if steps else None,
+                    "trace": None if args.trace is None else str(args.trace),
+                    "compare": report if args.compare else None,
+                },
+                indent=2,
+            )
         )
     return 0
 

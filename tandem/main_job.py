@@ -18,7 +18,6 @@ stderr, results to stdout.
 
 import argparse
 import sys
-import time
 
 from .errors import UserError, VerificationError
 from .progress import stderr_progress
@@ -53,24 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     checks.add_argument("--no-verify", action="store_true", help="skip the verification")
 
 
-class _Progress:
-    """Numbered steps on stderr, each with the seconds it took."""
+class _Steps:
+    """Numbered steps on stderr through :func:`~tandem.progress.stderr_progress`."""
 
     def __init__(self, steps: int):
-        self.steps, self.step, self.start = steps, 0, time.perf_counter()
+        self.steps, self.step, self.say = steps, 0, stderr_progress("run")
 
     def begin(self, what: str) -> None:
         self.step += 1
-        self.start = time.perf_counter()
-        print(f"tandem run: [{self.step}/{self.steps}] {what} ...", file=sys.stderr, flush=True)
+        self.say(f"[{self.step}/{self.steps}] {what} ...")
 
     def done(self, what: str) -> None:
-        seconds = time.perf_counter() - self.start
-        print(
-            f"tandem run: [{self.step}/{self.steps}] {what} ({seconds:.0f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
+        self.say(f"[{self.step}/{self.steps}] {what}")
 
 
 def _model_name() -> str:
@@ -106,7 +99,7 @@ def run(args) -> int:
 
     design = get_design("hpu")
     model = _model_name()
-    progress = _Progress(2 if args.no_verify else 3)
+    progress = _Steps(2 if args.no_verify else 3)
 
     progress.begin(f"generating the HPU Verilog for {model}'s attention")
     config = decode.load_model(model)[0].config
@@ -134,7 +127,7 @@ def run(args) -> int:
             seed=0,
             run_dir=args.output / f"sim-{args.simulator}",
             testcase=design.quick_test if args.quick else None,
-            progress=stderr_progress("run"),
+            progress=progress.say,
         )
         progress.done(f"{len(result.tests)} test(s) ran")
         print(f"verified: {result.summary()}")

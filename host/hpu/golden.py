@@ -167,8 +167,9 @@ def hpu_golden_batch(
     -----
     Every request and query is one row of [R * G, N] arrays. Between two rows that grow the
     running maximum ``alpha`` is exactly 1.0, so ``l`` and ``o`` are plain integer sums over
-    such segments (``np.add.reduceat`` over the flattened rows); only the segment boundaries
-    are walked in order, all R * G rows at once, with the exact wide products of
+    such segments (``l`` by ``np.bincount``, ``o`` by one product per request of its weights
+    spread over [segments, tokens] with its values); only the segment boundaries are walked in
+    order, all R * G rows at once, with the exact wide products of
     :func:`~tandem.host.common.fixed.mul_round_half_up`.
     """
     p = params

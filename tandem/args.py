@@ -14,7 +14,10 @@ The rules:
 * an output folder (:func:`output_dir`) is a folder or can be created as one: not empty, not
   a file, no file among its parents, a writable nearest existing parent, names within the
   file system's limits, and no output file name that is a folder inside it; an output file
-  (:func:`output_file`) is such a folder plus a name that is not a folder.
+  (:func:`output_file`) is such a folder plus a name that is not a folder;
+* a command that writes files takes ``-o/--output`` and, without it, writes under
+  ``build/<command>/<design or tool>`` in the working folder (:func:`default_output`,
+  :func:`add_output`), and prints where the files went.
 """
 
 import math
@@ -29,9 +32,12 @@ from .config import show
 from .errors import UserError
 
 __all__ = [
+    "BUILD",
     "MAX_CLOCK_MHZ",
     "MAX_SEED",
     "NAME_MAX",
+    "add_output",
+    "default_output",
     "host_memory_bytes",
     "integer",
     "output_dir",
@@ -48,6 +54,8 @@ MAX_CLOCK_MHZ = 2000.0
 #: Seeds are 32-bit: cocotb, numpy and torch all take them, and ``--seed`` is printed to be
 #: typed again.
 MAX_SEED = 2**32 - 1
+#: Where commands write when ``-o`` is not given, relative to the working folder.
+BUILD = Path("build")
 
 
 def integer(value, flag: str, lo: int | None = None, hi: int | None = None, why: str = "") -> int:
@@ -171,3 +179,28 @@ def output_file(path, flag: str = "--output", *, make_folder: bool = False) -> P
     if not os.access(file.parent, os.W_OK | os.X_OK):
         raise UserError(f"cannot write {what} {text}: folder {file.parent} is not writable")
     return file
+
+
+def default_output(command: str, *names: str) -> Path:
+    """The folder ``command`` writes into without ``-o``: ``build/<command>/<names...>``.
+
+    One convention for every command that writes files: ``tandem generate exp2`` into
+    ``build/generate/exp2``, ``tandem map spmm`` into ``build/map/spmm``, ``tandem pack nm``
+    into ``build/pack/nm``, ``tandem sweep exp2`` into ``build/sweep/exp2``, ``tandem bench``
+    into ``build/bench`` (``tandem sim`` into ``build/sim/<design>-<simulator>``, ``tandem run``
+    into ``build/run``).
+    """
+    return BUILD.joinpath(command, *names)
+
+
+def add_output(parser, default: str, *, file: bool = False, help: str = "") -> None:
+    """``-o/--output`` of a command that writes files, optional: ``default`` says where the
+    files go without it (``"build/generate/DESIGN"``); ``file``: it names a file, not a
+    folder."""
+    what = help or ("output file" if file else "output folder")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE" if file else "DIR",
+        help=f"{what} (default {default})",
+    )

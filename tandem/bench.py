@@ -52,6 +52,8 @@ __all__ = [
 
 #: Exit status a benchmark script uses to say "skipped" (its first stderr line says why).
 SKIP_EXIT = 3
+#: What ``tandem bench`` writes into its output folder (beside ``logs/``).
+BENCH_FILES = ("bench.json", "bench.md")
 
 
 @dataclass
@@ -404,6 +406,7 @@ def run_suite(
     benchmarks_dir: str | Path | None = None,
     timeout_s: float = 1800.0,
     progress=None,
+    starting=None,
 ) -> dict[str, Any]:
     """Run the suite and write ``bench.json`` and ``bench.md`` into ``out_dir``.
 
@@ -421,6 +424,8 @@ def run_suite(
         Time limit of each script.
     progress
         Called with each script's entry as it finishes (for the command line).
+    starting
+        Called with each :class:`Benchmark` as it starts.
 
     Returns
     -------
@@ -444,6 +449,8 @@ def run_suite(
     start = time.perf_counter()
     entries = []
     for bench in selected:
+        if starting is not None:
+            starting(bench)
         entry = _run_one(bench, folder, out_dir, quick, timeout_s)
         entries.append(entry)
         if progress is not None:
@@ -531,26 +538,44 @@ def markdown_summary(summary: dict[str, Any]) -> str:
 
 def add_arguments(parser) -> None:
     """Arguments of ``tandem bench``."""
+    from .args import add_output
+
     parser.add_argument("--quick", action="store_true", help="small version of every benchmark")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=Path("build") / "bench",
-        metavar="DIR",
-        help="where bench.json, bench.md and the logs go (default build/bench)",
-    )
+    add_output(parser, "build/bench", help="where bench.json, bench.md and the logs go")
     parser.add_argument("--benchmarks", type=Path, metavar="DIR", help="the scripts' folder")
     parser.add_argument(
         "--timeout", type=float, default=1800.0, metavar="S", help="limit per script (s)"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print what bench.json holds (with --list: the benchmarks) as JSON",
+    )
+
+
+def _status_line(entry: dict[str, Any]) -> str:
+    reason = f" ({entry['reason']})" if entry.get("reason") else ""
+    return (
+        f"{entry['name']:<18} {entry['status']:<8} {entry.get('seconds', 0):7.1f} s  "
+        f"{len(entry['figures'])} figures{reason}"
+    )
 
 
 def run(args) -> int:
-    """``tandem bench``: exit status 0 when every benchmark ran or was skipped, else 1."""
+    """``tandem bench``: exit status 0 when every benchmark ran or was skipped, else 1.
+
+    Progress goes to stderr (each script as it starts, ``[done/total]`` as it finishes); the
+    outcome to stdout: a table of the scripts, or with ``--json`` what ``bench.json`` holds.
+    """
+    from .args import default_output
+    from .progress import counted, stderr_progress
+
     if args.list:
+        if args.json:
+            print(json.dumps([asdict(bench) for bench in BENCHMARKS], indent=2))
+            return 0
         for bench in BENCHMARKS:
             quick = " ".join(bench.quick_args) or "-"
             print(f"{bench.name:<18} {bench.script:<28} quick: {quick}")
@@ -558,28 +583,34 @@ def run(args) -> int:
         return 0
     # A timeout beyond what Python's waits take (threading.TIMEOUT_MAX) is an overflow.
     real(args.timeout, "--timeout", 0.0, threading.TIMEOUT_MAX, above=True)
-    output_dir(args.output, "--output", ("bench.json", "bench.md"))
+    out = default_output("bench") if args.output is None else args.output
+    out = output_dir(out, "--output", BENCH_FILES)
 
-    def progress(entry):
-        reason = f" ({entry['reason']})" if entry.get("reason") else ""
-        print(
-            f"{entry['name']:<18} {entry['status']:<8} {entry.get('seconds', 0):7.1f} s  "
-            f"{len(entry['figures'])} figures{reason}",
-            flush=True,
-        )
+    say = stderr_progress("bench")
+    total = len(args.only) if args.only else len(BENCHMARKS)
+    finished = counted(say, total)
+    started = []
+
+    def starting(bench: Benchmark) -> None:
+        started.append(bench.name)
+        mode = "quick" if args.quick else "full"
+        say(f"{bench.name}: running, {len(started)} of {total} ({mode}) ...")
 
     summary = run_suite(
         quick=args.quick,
         only=args.only,
-        out_dir=args.output,
+        out_dir=out,
         benchmarks_dir=args.benchmarks,
         timeout_s=args.timeout,
-        progress=progress,
+        progress=lambda entry: finished(_status_line(entry)),
+        starting=starting,
     )
-    print(
-        f"{summary['seconds']:.0f} s; wrote {args.output / 'bench.json'} and "
-        f"{args.output / 'bench.md'}"
-    )
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for entry in summary["benchmarks"]:
+            print(_status_line(entry))
+        print(f"{summary['seconds']:.0f} s; wrote {out / 'bench.json'} and {out / 'bench.md'}")
     bad = [e["name"] for e in summary["benchmarks"] if e["status"] in ("failed", "timeout")]
     if bad:
         print(f"not measured: {', '.join(bad)} (see their logs)", file=sys.stderr)

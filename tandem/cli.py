@@ -85,14 +85,21 @@ def _cmd_designs(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    from .args import output_dir
+    from .args import default_output, output_dir
     from .generate import generate, output_names, write_files
 
     design, params = _resolve(args)
-    output_dir(args.output, "--output", output_names(design, args.board is not None))
+    out = default_output("generate", design.name) if args.output is None else args.output
+    output_dir(out, "--output", output_names(design, args.board is not None))
     generated = generate(design, params, board=args.board)
-    for path in write_files(args.output, generated.files()):
-        print(path)
+    paths = write_files(out, generated.files())
+    if args.json:
+        files = [str(path) for path in paths]
+        data = {"output": str(out), "files": files, "manifest": generated.manifest}
+        print(json.dumps(data, indent=2))
+    else:
+        for path in paths:
+            print(path)
     return 0
 
 
@@ -198,10 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_designs)
 
+    from .args import add_output
+
     p = sub.add_parser("generate", help="write Verilog and a manifest for a design")
     _add_params(p)
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    add_output(p, "build/generate/DESIGN")
     p.add_argument("--board", help="also write an .xdc clock constraint for this board")
+    p.add_argument(
+        "--json", action="store_true", help="print the files written and the manifest as JSON"
+    )
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("sim", help="cocotb regression of a design against its golden model")

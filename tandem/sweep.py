@@ -56,6 +56,7 @@ __all__ = [
     "load_grid",
     "pareto_front",
     "run_sweep",
+    "summarize",
 ]
 
 
@@ -408,43 +409,44 @@ def run_sweep(
                 cluster.close()
 
     finished = [r for r in rows if r is not None]
-    resource = _pareto_resource(finished) if synth else None
-    front = pareto_front(finished, resource) if resource else set()
+    summary = summarize(design_name, board, finished, synth)
+    resource, front = summary["pareto_resource"], _front(summary)
     (out_dir / "sweep.md").write_text(_table(design_name, finished, front, resource))
     (out_dir / "sweep.csv").write_text(_csv(finished))
-    (out_dir / "sweep.json").write_text(
-        json.dumps(
-            {
-                "design": design_name,
-                "board": board,
-                "pareto_resource": resource,
-                "points": [
-                    {k: v for k, v in r.items() if k != "traceback"}
-                    | {"pareto": r.get("key") in front}
-                    for r in finished
-                ],
-            },
-            indent=2,
-            sort_keys=True,
-        )
-        + "\n"
-    )
+    (out_dir / "sweep.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if resource and any("throughput" in r for r in finished):
         _plot(out_dir / "pareto.png", design_name, finished, front, resource)
     return finished
 
 
+def summarize(design_name: str, board: str, rows: list[dict], synth: bool = True) -> dict:
+    """What ``sweep.json`` holds (and ``tandem sweep --json`` prints): the design, the board,
+    the resource of the Pareto front (None without synthesis) and every point in grid order,
+    each marked ``pareto`` (a failed point keeps its error, not its traceback)."""
+    resource = _pareto_resource(rows) if synth else None
+    front = pareto_front(rows, resource) if resource else set()
+    return {
+        "design": design_name,
+        "board": board,
+        "pareto_resource": resource,
+        "points": [
+            {k: v for k, v in r.items() if k != "traceback"} | {"pareto": r.get("key") in front}
+            for r in rows
+        ],
+    }
+
+
+def _front(summary: dict) -> set[str]:
+    return {p["key"] for p in summary["points"] if p["pareto"]}
+
+
 def add_arguments(parser) -> None:
     """Arguments of ``tandem sweep``."""
+    from .args import add_output
+
     parser.add_argument("design", help="design name (see `tandem designs`)")
     parser.add_argument("--grid", required=True, metavar="FILE", help="grid YAML (see docs)")
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="DIR",
-        help="table, plot and cache (default build/sweep/DESIGN)",
-    )
+    add_output(parser, "build/sweep/DESIGN", help="table, plot and cache")
     parser.add_argument(
         "--scheduler", metavar="ADDRESS", help="an existing Dask scheduler (default: local)"
     )
@@ -457,6 +459,9 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--no-synth", action="store_true", help="skip synthesis (throughput only, no Pareto plot)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the points and the Pareto front as JSON"
     )
 
 
@@ -474,10 +479,28 @@ def check_points(design, points: list[dict[str, Any]], path) -> None:
             raise UserError(f"{path}: point {label}: {str(exc).split(': ', 1)[-1]}") from None
 
 
+def _point_line(row: dict) -> str:
+    """One finished point, for the progress on stderr."""
+    label = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+    if "error" in row:
+        return f"FAILED  {label}: {row['error']}"
+    res = row.get("resources", {})
+    used = " ".join(f"{k}={res[k]:g}" for k in ("lut", "ff", "dsp") if k in res)
+    speed = f"{row['throughput']:.4g} {row['throughput_unit']}" if "throughput" in row else ""
+    origin = "cached" if row.get("cached") else f"{row.get('seconds', 0):.0f} s"
+    return f"done    {label}: {used} {speed} ({origin})"
+
+
 def run(args) -> int:
-    """``tandem sweep``: 0 when every point finished, 1 when some failed."""
-    from .args import integer, output_dir
+    """``tandem sweep``: 0 when every point finished, 1 when some failed.
+
+    Progress goes to stderr (the grid's size, then ``[done/total]`` and the figures of each
+    point as it finishes); the outcome to stdout: the table of ``sweep.md``, or with ``--json``
+    what ``sweep.json`` holds.
+    """
+    from .args import default_output, integer, output_dir
     from .boards import load_board
+    from .progress import counted, stderr_progress
     from .registry import get_design
 
     # The whole grid, the board and the output folder before anything starts.
@@ -487,42 +510,32 @@ def run(args) -> int:
     board, points = load_grid(args.grid, design)
     check_points(design, points, args.grid)
     load_board(board)
-    out_dir = args.output or Path("build") / "sweep" / args.design
-    output_dir(out_dir, "--output", ("sweep.md", "sweep.csv", "sweep.json", "pareto.png"))
+    if design.sweep is None and args.no_synth:
+        raise UserError(f"{design.name} has no sweep benchmark; run with synthesis")
+    out_dir = default_output("sweep", design.name) if args.output is None else args.output
+    out_dir = output_dir(out_dir, "--output", ("sweep.md", "sweep.csv", "sweep.json", "pareto.png"))
 
-    finished = [0]
-    print(
-        f"tandem sweep: {len(points)} points of {design.name} on {board}; each line below is "
-        "one finished point, [done/total]",
-        file=sys.stderr,
-        flush=True,
-    )
-
-    def progress(row):
-        finished[0] += 1
-        count = f"[{finished[0]}/{len(points)}]"
-        label = ", ".join(f"{k}={v}" for k, v in row["params"].items())
-        if "error" in row:
-            print(f"{count} FAILED  {label}: {row['error']}", flush=True)
-            return
-        res = row.get("resources", {})
-        used = " ".join(f"{k}={res[k]:g}" for k in ("lut", "ff", "dsp") if k in res)
-        speed = f"{row['throughput']:.4g} {row['throughput_unit']}" if "throughput" in row else ""
-        origin = "cached" if row.get("cached") else f"{row.get('seconds', 0):.0f} s"
-        print(f"{count} done    {label}: {used} {speed} ({origin})", flush=True)
-
+    say = stderr_progress("sweep")
+    say(f"{len(points)} points of {design.name} on {board} into {out_dir}")
+    finished = counted(say, len(points))
     rows = run_sweep(
-        args.design,
+        design.name,
         args.grid,
         out_dir=out_dir,
         scheduler=args.scheduler,
         workers=args.workers,
         simulator=args.simulator,
         synth=not args.no_synth,
-        progress=progress,
+        progress=lambda row: finished(_point_line(row)),
     )
+    summary = summarize(design.name, board, rows, not args.no_synth)
     failed = [r for r in rows if "error" in r]
-    print(f"{len(rows) - len(failed)} of {len(rows)} points done; wrote {out_dir / 'sweep.md'}")
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(_table(design.name, rows, _front(summary), summary["pareto_resource"]), end="")
+        done = len(rows) - len(failed)
+        print(f"{done} of {len(rows)} points done; wrote {out_dir / 'sweep.md'}")
     if failed:
         print(f"{len(failed)} points failed; they run again next time", file=sys.stderr)
         return 1

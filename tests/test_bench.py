@@ -91,6 +91,35 @@ def test_cli_bench_exit_status_and_selection(tmp_path, monkeypatch, capsys):
     assert "unknown benchmark 'nope'" in err
 
 
+def test_cli_bench_progress_on_stderr_json_on_stdout(tmp_path, monkeypatch, capsys):
+    """[done/total] per benchmark on stderr; --json prints what bench.json holds, into
+    build/bench of the working folder without -o."""
+    folder = _fake_suite(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["bench", "--benchmarks", str(folder), "--only", "good", "absent"]) == 0
+    captured = capsys.readouterr()
+    done = [line for line in captured.err.splitlines() if "] " in line]
+    assert [line.split()[2] for line in done] == ["[1/2]", "[2/2]"]
+    assert "good" in done[0] and "absent" in done[1] and "skipped" in done[1]
+    assert "wrote build/bench/bench.json" in captured.out
+    assert "[1/2]" not in captured.out
+
+    args = ["bench", "--benchmarks", str(folder), "--only", "good", "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data == json.loads((work / "build" / "bench" / "bench.json").read_text())
+    assert data["benchmarks"][0]["figures"][0]["value"] == 0.5
+    assert "[1/1]" in captured.err
+
+    assert main(["bench", "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [b["name"] for b in listed] == ["good", "bad", "absent", "slow"]
+    assert listed[0]["quick_args"] == ["--small"]
+
+
 def test_every_listed_script_exists_and_takes_figures():
     assert SKIP_EXIT not in (0, 1, 2)
     names = [b.name for b in BENCHMARKS]

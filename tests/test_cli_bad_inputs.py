@@ -303,7 +303,7 @@ CASES: list[tuple[list[str], object]] = [
     *((args, None) for args in _set_cases(G)),
     *((args, None) for args in _design_bound_cases()),
     (["generate", "nosuch", "-o", OUT], None),
-    (["generate", "exp2"], None),
+    (["generate", "exp2", "-o"], None),
     (["generate", "-o", OUT], None),
     ([*G, "--board", "nosuch"], None),
     ([*G, "--board", ""], None),

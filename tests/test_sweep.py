@@ -126,15 +126,33 @@ def test_small_sweep_on_two_dask_workers(tmp_path):
     assert remote[2]["error"] == bad["error"]
 
 
-def test_the_cli_counts_finished_points(tmp_path, capsys):
-    """Each finished point is one line with [done/total]; the grid's size goes to stderr first."""
+def test_the_cli_counts_finished_points(tmp_path, monkeypatch, capsys):
+    """Progress on stderr (the grid's size first, then each finished point with [done/total]),
+    the table on stdout, and with --json the points and the Pareto figures; without -o into
+    build/sweep/DESIGN of the working folder."""
     from tandem.cli import main
 
+    monkeypatch.chdir(tmp_path)
     grid = _grid(tmp_path, "grid:\n  n_inputs: [2, 4]\n  in_bits: [6]\n")
-    args = ["sweep", "adder-tree", "--grid", str(grid), "-o", str(tmp_path / "out")]
-    assert main([*args, "--no-synth", "--simulator", "icarus", "--workers", "1"]) == 0
+    args = ["sweep", "adder-tree", "--grid", str(grid), "--no-synth", "--simulator", "icarus"]
+    assert main([*args, "--workers", "1"]) == 0
     captured = capsys.readouterr()
-    assert "tandem sweep: 2 points of adder-tree" in captured.err
-    lines = [line for line in captured.out.splitlines() if line.startswith("[")]
+    err = captured.err.splitlines()
+    assert err[0].startswith("tandem sweep: 2 points of adder-tree")
+    assert "build/sweep/adder-tree" in err[0]
+    lines = [line.split(": ", 1)[1] for line in err[1:]]
     assert sorted(line.split()[0] for line in lines) == ["[1/2]", "[2/2]"]
-    assert all(" done " in line for line in lines)
+    assert all(line.split()[1] == "done" for line in lines)
+    assert "[1/2]" not in captured.out and "| 2 |" in captured.out
+    assert "2 of 2 points done; wrote build/sweep/adder-tree/sweep.md" in captured.out
+
+    assert main([*args, "--json"]) == 0  # every point from the cache
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    saved = json.loads((tmp_path / "build" / "sweep" / "adder-tree" / "sweep.json").read_text())
+    assert data == saved and data["design"] == "adder-tree"
+    assert [p["params"]["n_inputs"] for p in data["points"]] == [2, 4]
+    for point in data["points"]:  # n inputs per cycle, less the pipeline's fill
+        n = point["params"]["n_inputs"]
+        assert point["cached"] and 0.9 * n <= point["throughput"] <= n
+    assert "[2/2]" in captured.err

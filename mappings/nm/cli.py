@@ -1,8 +1,10 @@
 """``tandem pack nm``: pack a weight matrix into N:M value and index streams.
 
-    tandem pack nm --weights W.npy --pattern 2:4 -o packed.npz
+    tandem pack nm --weights W.npy --pattern 2:4                # build/pack/nm/W.npz
     tandem pack nm --weights W_float.npy --pattern 2:4 --prune --quantize -o packed.npz
 
+Without ``-o`` the file goes to ``build/pack/nm/<weights' name>.npz``. ``--json`` prints the
+packing's figures (shape, slots, non-zeros, matrix-vector row pairs) and the file as JSON.
 The output ``.npz`` holds ``values`` (int8) and ``indices`` (uint8), both [rows, groups * N],
 ``n``, ``m``, ``shape`` and, with ``--quantize``, the per-row ``scales`` (float32); it is read back
 by :meth:`tandem.mappings.nm.NMPacked.load`.
@@ -19,9 +21,11 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tandem pack nm``."""
+    from tandem.args import add_output
+
     parser.add_argument("--weights", required=True, metavar="W.npy", help="[rows, cols] matrix")
     parser.add_argument("--pattern", required=True, metavar="N:M", help="for example 2:4")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE.npz", help="output file")
+    add_output(parser, "build/pack/nm/WEIGHTS.npz", file=True)
     parser.add_argument("--prune", action="store_true", help="magnitude-prune to the pattern first")
     parser.add_argument(
         "--pair-rows",
@@ -35,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-m", type=int, default=None, help="reject patterns with M above this (engine max_m)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the packing's figures and the file as JSON"
     )
 
 
@@ -75,14 +82,19 @@ def load_matrix(path: Path):
 def run(args) -> int:
     """Pack, write atomically, print a summary; errors are UserErrors (exit status 2)."""
 
-    from tandem.args import output_file
+    import json
+
+    from tandem.args import default_output, output_file
     from tandem.errors import UserError
     from tandem.generate import write_files
 
     from .engine import mv_units
     from .packer import NMPattern, as_matrix, pack_nm, prune_magnitude, quantize_per_channel
 
-    out = output_file(args.output, "--output", make_folder=True)
+    out = args.output
+    if out is None:
+        out = default_output("pack", "nm") / f"{Path(args.weights).stem or 'weights'}.npz"
+    out = output_file(out, "--output", make_folder=True)
     pattern = NMPattern.parse(args.pattern)
     if args.max_m is not None:
         pattern.check_supported(args.max_m)
@@ -110,6 +122,22 @@ def run(args) -> int:
     write_files(out.parent, {out.name: buffer.getvalue()})
     rows, cols = packed.shape
     paired = int((mv_units(packed)[:, 1] >= 0).sum())
+    if args.json:
+        data = {
+            "weights": str(path),
+            "pattern": str(pattern),
+            "rows": int(rows),
+            "cols": int(cols),
+            "slots": int(packed.values.size),
+            "nonzeros": int(packed.nonzeros),
+            "row_pairs": rows // 2,
+            "row_pairs_sharing_indices": paired,
+            "quantized": scales is not None,
+            "output": str(out),
+            "files": [str(out)],
+        }
+        print(json.dumps(data, indent=2))
+        return 0
     print(
         f"{out}: {rows}x{cols} at {pattern}, {packed.values.size} slots "
         f"({packed.nonzeros} non-zero); matrix-vector row pairs sharing indices: "

@@ -1,9 +1,11 @@
 """``tandem map rnn``: tile program, dispatch schedule and predicted utilization of an LSTM.
 
 Prints the chosen tile shape and why, the predicted cycles per step and MAC utilization of the
-overlapped schedule and of the naive one (every step waits for all of h), and writes into
-``-o DIR``: ``<name>.schedule.yaml``, ``<name>.program.npz`` and ``<name>.utilization.png``
-(utilization against hidden size at the same input size, array and batch).
+overlapped schedule and of the naive one (every step waits for all of h), or with ``--json``
+the schedule's summary and the files written as JSON, and writes into ``-o DIR`` (default
+``build/map/rnn``): ``<name>.schedule.yaml``, ``<name>.program.npz`` and
+``<name>.utilization.png`` (utilization against hidden size at the same input size, array and
+batch).
 """
 
 import argparse
@@ -27,6 +29,9 @@ def _array(text: str) -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tandem map rnn``."""
+    from tandem.args import add_output
+
     parser.add_argument(
         "--cell", choices=("lstm", "gru"), default="lstm", help="recurrent cell (default lstm)"
     )
@@ -60,7 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weight width used to pack --state-dict (default 16)",
     )
     parser.add_argument("--no-plot", action="store_true", help="skip the utilization plot")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    add_output(parser, "build/map/rnn")
+    parser.add_argument(
+        "--json", action="store_true", help="print the schedule and the files written as JSON"
+    )
 
 
 def _load_state_dict(path: str):
@@ -209,18 +217,20 @@ def plot_utilization(path, input_size, array, batch, steps, marker=None, cell="l
 
 
 def run(args) -> int:
-    from pathlib import Path
+    """Choose the tile shape, build the program, write the schedule; print its figures."""
+    import json
 
     from tandem.host.rnn.golden import RnnParams, pack_tiles, quantize_lstm
 
-    from tandem.args import output_dir
+    from tandem.args import default_output, output_dir
     from tandem.generate import staged_output
 
     from .schedule import candidate_shapes, choose_shape
     from .tiling import build_program
     from .writer import program_arrays, summary, write_schedule
 
-    output_dir(args.output, "--output")  # before the state_dict is read
+    out = default_output("map", "rnn") if args.output is None else args.output
+    out = output_dir(out, "--output")  # before the state_dict is read
     state_dict = _load_state_dict(args.state_dict) if args.state_dict else None
     x, h = args.input, args.hidden
     if state_dict is not None:
@@ -281,7 +291,7 @@ def run(args) -> int:
     data = summary(
         choice, program, array=(rows, cols), batch=args.batch, cell=args.cell, extra=extra
     )
-    with staged_output(args.output, outputs, "--output") as staging:
+    with staged_output(out, outputs, "--output") as staging:
         write_schedule(staging, name, data, arrays)
         if not args.no_plot:
             plot_utilization(
@@ -293,7 +303,11 @@ def run(args) -> int:
                 marker=(h, choice.prediction.utilization),
                 cell=args.cell,
             )
-    paths = [Path(args.output) / o for o in outputs]
+    paths = [out / o for o in outputs]
+    if args.json:
+        files = [str(path) for path in paths]
+        print(json.dumps({**data, "output": str(out), "files": files}, indent=2))
+        return 0
     p, n = choice.prediction, choice.naive
     print(f"{args.cell.upper()} X={x} H={h} batch {args.batch} on a {rows}x{cols} MAC array")
     print(f"tile {choice.tile_rows}x{choice.tile_cols}: {choice.reason}")

@@ -1,8 +1,9 @@
 """``tandem map spmm``: tile a GCN adjacency for the systolic array and the sparse engine.
 
 Writes ``mapping.yaml`` (summary), ``mapping.npz`` (tile lists, engine orders, node order) and
-``heatmap.png`` into ``-o DIR`` and prints the summary as a table. Heavy imports stay inside
-:func:`run` so that ``tandem --help`` stays fast.
+``heatmap.png`` into ``-o DIR`` (default ``build/map/spmm``) and prints the summary as a table,
+or with ``--json`` as JSON (what ``mapping.yaml`` holds, and the files written). Heavy imports
+stay inside :func:`run` so that ``tandem --help`` stays fast.
 """
 
 import argparse
@@ -15,6 +16,8 @@ OUTPUTS = ("mapping.yaml", "mapping.npz", "heatmap.png")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tandem map spmm``."""
+    from tandem.args import add_output
+
     parser.add_argument(
         "--graph",
         required=True,
@@ -74,7 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="threads for the mapper's large passes (default 2; the mapping is the same)",
     )
     parser.add_argument("--no-heatmap", action="store_true", help="skip heatmap.png")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    add_output(parser, "build/map/spmm")
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary and the files written as JSON"
+    )
 
 
 def engine_params(config: str | None, overrides: list[str]):
@@ -121,10 +127,11 @@ def engine_params(config: str | None, overrides: list[str]):
 
 def run(args) -> int:
     """Read, normalize, tile, classify, balance; write and print the mapping."""
+    import json
     import os
     from pathlib import Path
 
-    from tandem.args import integer, output_dir
+    from tandem.args import default_output, integer, output_dir
     from tandem.boards import load_board
     from tandem.errors import UserError
     from tandem.generate import staged_output
@@ -135,7 +142,8 @@ def run(args) -> int:
     from .readers import read_graph
 
     # Every flag and the output folder before the graph is read.
-    out = output_dir(args.output, "--output", OUTPUTS)
+    out = default_output("map", "spmm") if args.output is None else args.output
+    out = output_dir(out, "--output", OUTPUTS)
     systolic, sparse = engine_params(args.config, args.overrides)
     tile = args.tile if args.tile is not None else sparse.tile
     if tile < 2 or tile & (tile - 1):
@@ -171,8 +179,11 @@ def run(args) -> int:
     )
     with staged_output(out, OUTPUTS, "--output") as staging:
         names = [p.name for p in write_mapping(mapping, staging, heatmap=not args.no_heatmap)]
+    paths = [str(out / name) for name in names]
+    if args.json:
+        print(json.dumps({**mapping.summary(), "output": str(out), "files": paths}, indent=2))
+        return 0
     print(summary_table(mapping.summary()))
     print()
-    for name in names:
-        print(out / name)
+    print("\n".join(paths))
     return 0

@@ -204,6 +204,22 @@ def _verilog_index(cache_root: Path, design: Design, params: Params) -> Path:
     return cache_root / f".verilog-{design.name}-{digest}"
 
 
+def verilog_digest(
+    cache_root: Path, design: Design, params: Params, say
+) -> tuple[str, dict | None]:
+    """sha256 of the Verilog of (``design``, ``params``), and its files when they had to be
+    generated to learn it (None when the digest was indexed in ``cache_root``)."""
+    index = _verilog_index(cache_root, design, params)
+    if index.is_file():
+        return index.read_text().strip(), None
+    say(f"generating the Verilog of {design.name}")
+    files = generate(design, params).files()
+    sha = json.loads(files[f"{design.name}.manifest.json"])["verilog"]["sha256"]
+    cache_root.mkdir(parents=True, exist_ok=True)
+    index.write_text(sha + "\n")
+    return sha, files
+
+
 def _build_args(simulator: str) -> list[str]:
     if simulator == "verilator":
         # Amaranth's Verilog trips width lints that are intentional; keep them as warnings.
@@ -296,16 +312,7 @@ def run_regression(
     seed = random.randrange(1, 2**31) if seed is None else seed
     say = progress or (lambda line: None)
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    index = _verilog_index(cache_root, design, params)
-    files = sha = None
-    if index.is_file():
-        sha = index.read_text().strip()
-    else:
-        say(f"generating the Verilog of {design.name}")
-        files = generate(design, params).files()
-        sha = json.loads(files[f"{design.name}.manifest.json"])["verilog"]["sha256"]
-        cache_root.mkdir(parents=True, exist_ok=True)
-        index.write_text(sha + "\n")
+    sha, files = verilog_digest(cache_root, design, params, say)
     build_dir = (
         cache_root
         / f"{design.name}-{simulator}-{_cache_key(design, params, simulator, sha, waves)}"

@@ -7,6 +7,17 @@ from tandem.errors import UserError
 from tandem.registry import get_design
 
 SIMULATORS = ["verilator", "icarus"]
+#: How a device test reaches its RTL: Verilator through the native C++ harness (the RTL
+#: backend's default), Verilator under cocotb, Icarus under cocotb. Every device script runs
+#: on all three and must give the golden results with the same cycles on each.
+ROUTES = ["native", "verilator", "icarus"]
+
+
+def route_options(route: str) -> dict:
+    """The RTL backend's ``simulator`` and ``harness`` of a route of :data:`ROUTES`."""
+    if route == "native":
+        return {"simulator": "verilator", "harness": "native"}
+    return {"simulator": route, "harness": "cocotb"}
 
 
 def assert_regression_passes(name, simulator, seed, cache, run_dir, **overrides):
@@ -21,21 +32,22 @@ def assert_regression_passes(name, simulator, seed, cache, run_dir, **overrides)
 
 
 def need(simulator: str) -> None:
-    """Skip (visibly, with the reason) when ``simulator`` cannot run here."""
+    """Skip (visibly, with the reason) when ``simulator`` (or a route) cannot run here."""
     from tandem.sim.toolchain import prepare
 
     try:
-        prepare(simulator)
+        prepare(route_options(simulator)["simulator"])
     except UserError as exc:
         pytest.skip(str(exc))
 
 
-def rtl_device(cls, simulator, cache, run_dir, *args, **kwargs):
-    """A ``cls`` device on the RTL backend, building into ``cache`` and running in ``run_dir``."""
+def rtl_device(cls, route, cache, run_dir, *args, **kwargs):
+    """A ``cls`` device on the RTL backend through ``route`` (:data:`ROUTES`), building into
+    ``cache`` and running in ``run_dir``."""
     return cls(
         *args,
         backend="rtl",
-        simulator=simulator,
+        **route_options(route),
         cache_dir=cache,
         run_dir=run_dir,
         timeout_s=300,

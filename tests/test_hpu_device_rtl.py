@@ -5,12 +5,17 @@ pytest run both share the simulator build (the ``sim_cache`` fixture). Verilator
 script and a tiny-model decode; Icarus runs the script.
 """
 
+import os
+import signal
+
 import numpy as np
 import pytest
 from tandem.host.common.errors import CosimError, CosimTimeoutError, DeviceClosedError
 from tandem.host.hpu import HpuParams, quantize_rows, score_scale
 from tandem.host.hpu.cycles import call_cycles
 from tandem.host.hpu.device import Attend, HpuDevice
+
+from .rtl import ROUTES, need, route_options
 
 P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
 MEMORY = 1 << 18
@@ -54,12 +59,12 @@ def assert_same(golden, rtl):
         assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
 
 
-def rtl_device(simulator, cache, run_dir, **options):
+def rtl_device(route, cache, run_dir, **options):
     return HpuDevice(
         P,
         memory_bytes=MEMORY,
         backend="rtl",
-        simulator=simulator,
+        **route_options(route),
         cache_dir=cache,
         run_dir=run_dir,
         **options,
@@ -67,8 +72,9 @@ def rtl_device(simulator, cache, run_dir, **options):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+@pytest.mark.parametrize("simulator", ROUTES)
 def test_rtl_backend_bit_identical(simulator, sim_cache, tmp_path, seed):
+    need(simulator)
     golden = device_script(HpuDevice(P, memory_bytes=MEMORY), seed)
     with rtl_device(simulator, sim_cache, tmp_path) as dev:
         assert not dev.backend.started  # lazy: nothing runs before the first call
@@ -90,18 +96,32 @@ def test_rtl_backend_bit_identical(simulator, sim_cache, tmp_path, seed):
 
 
 @pytest.mark.rtl
-def test_rtl_backend_errors(sim_cache, tmp_path):
-    dev = rtl_device("verilator", sim_cache, tmp_path / "a")
-    seqs = [dev.allocate(256) for _ in range(7)]
+def test_native_and_cocotb_count_the_same_cycles(sim_cache, tmp_path, seed):
+    """The native harness and cocotb on the same Verilated engine: the same cycles, call by
+    call (the HPU's cycle model is within 15 %, so only this compares the two exactly)."""
+    need("native")
+    cycles = {}
+    for route in ("native", "verilator"):
+        with rtl_device(route, sim_cache, tmp_path / route) as dev:
+            cycles[route] = [c for _, c in device_script(dev, seed)[:-1]]
+    assert cycles["native"] == cycles["verilator"], cycles
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("route", ["native", "verilator"])
+def test_rtl_backend_errors(route, sim_cache, tmp_path):
+    need(route)
+    dev = rtl_device(route, sim_cache, tmp_path / "a")
+    seq = dev.allocate(256)
     zeros = np.zeros((256, 32), int)
-    for seq in seqs:
-        dev.write_kv(seq, 0, zeros, np.ones(256), zeros, np.ones(256))
-    dev.backend.timeout_s = 0.05  # 7 x 256 tokens take far longer to simulate
+    dev.write_kv(seq, 0, zeros, np.ones(256), zeros, np.ones(256))
+    os.killpg(dev.backend.process_group, signal.SIGSTOP)  # a simulator that stopped answering
+    dev.backend.timeout_s = 0.5
     q = np.zeros((P.gqa_group, P.head_dim), int)
     with pytest.raises(CosimTimeoutError, match="did not answer"):
-        dev.attend_many([Attend(seq, 0, q, np.ones(P.gqa_group)) for seq in seqs])
+        dev.attend_many([Attend(seq, 0, q, np.ones(P.gqa_group))])
     assert not dev.backend.started  # stopped, not hanging
-    dev = rtl_device("verilator", sim_cache, tmp_path / "b")
+    dev = rtl_device(route, sim_cache, tmp_path / "b")
     seq = dev.allocate(32)
     dev.read_kv(seq, 0)  # starts it
     dev.backend.kill()  # what a simulator crash looks like to the host
@@ -123,7 +143,7 @@ def test_rtl_decode_same_tokens(sim_cache, tmp_path):
     prompts = [tok.encode("hpu"), tok.encode("rtl!")]
     golden = Decoder(model, HpuAttention(TINY, [HpuDevice(P, memory_bytes=MEMORY)]))
     want = golden.generate(prompts, 5, keep_logits=True)
-    with rtl_device("verilator", sim_cache, tmp_path) as dev:
+    with rtl_device("native", sim_cache, tmp_path) as dev:
         got = Decoder(model, HpuAttention(TINY, [dev])).generate(prompts, 5, keep_logits=True)
     assert got.tokens == want.tokens
     np.testing.assert_array_equal(got.logits, want.logits)  # bit-identical attention

@@ -6,7 +6,8 @@ checked beat by beat); RTL cycles are simulated and must equal the rnn scheduler
 cycle-exact for both cells. The engine
 configurations are those of ``tests/test_rnn_rtl.py`` (``x8-h12-8x4-b2-stream`` and
 ``gru-x12-h20-8x4-b2``), so one pytest run builds each Verilator model once for both files (the
-``sim_cache`` fixture). Verilator and Icarus run every script.
+``sim_cache`` fixture). Every script runs through the native harness, Verilator under cocotb and
+Icarus.
 """
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 from tandem.host.rnn import RnnParams
 from tandem.host.rnn.device import RnnDevice
 
-from .rtl import SIMULATORS, need, rtl_device, run_script
+from .rtl import ROUTES, need, rtl_device, run_script
 
 RNN = RnnParams(
     max_input=8,
@@ -51,7 +52,7 @@ def rnn_script(dev):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("simulator", ROUTES)
 def test_rnn_rtl_bit_identical(simulator, sim_cache, tmp_path):
     need(simulator)
     golden, got = run_script(
@@ -79,7 +80,7 @@ def gru_script(dev):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("simulator", ROUTES)
 def test_gru_rtl_bit_identical(simulator, sim_cache, tmp_path):
     need(simulator)
     golden, got = run_script(

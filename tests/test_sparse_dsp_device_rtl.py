@@ -4,7 +4,8 @@ A small script runs on both backends and must give bit-identical outputs; RTL cy
 simulated and must equal the golden backend's ``mpe_cycles``, which is cycle-exact (GEMV and
 GEMM requests of one to two token pairs). The engine configuration is that of
 ``tests/test_sparse_dsp_rtl.py``, so one pytest run builds its Verilator model once for both
-files (the ``sim_cache`` fixture). Verilator and Icarus run the script; the error test covers
+files (the ``sim_cache`` fixture). The script runs through the native harness, Verilator under
+cocotb and Icarus; the error test covers
 a bad request, a result that never comes, a timeout, a killed simulator and a closed device.
 """
 
@@ -15,7 +16,7 @@ from tandem.host.sparse_dsp import SparseMpeParams
 from tandem.host.sparse_dsp.device import SparseMpeDevice, mpe_cycles
 from tandem.mappings.nm import NMPattern, mpe_streams, prune_magnitude
 
-from .rtl import SIMULATORS, need, rtl_device, run_script
+from .rtl import ROUTES, need, rtl_device, run_script
 
 MPE = SparseMpeParams(chains=2, stages=4, max_k=256, max_batch=4)
 
@@ -37,7 +38,7 @@ def mpe_script(dev):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("simulator", ROUTES)
 def test_mpe_rtl_bit_identical(simulator, sim_cache, tmp_path):
     need(simulator)
     golden, got = run_script(
@@ -59,12 +60,12 @@ def test_mpe_rtl_bit_identical(simulator, sim_cache, tmp_path):
 
 @pytest.mark.rtl
 def test_rtl_errors_are_exceptions_not_hangs(sim_cache, tmp_path):
-    need("verilator")
+    need("native")
     rng = np.random.default_rng(1)
     w = prune_magnitude(rng.integers(-128, 128, (16, 64)), NMPattern(2, 4), pair_rows=True)
     x = rng.integers(-128, 128, 64).astype(np.int8)
     want = w.astype(np.int64) @ x
-    dev = rtl_device(SparseMpeDevice, "verilator", sim_cache, tmp_path / "a", MPE)
+    dev = rtl_device(SparseMpeDevice, "native", sim_cache, tmp_path / "a", MPE)
     dev.load(w.astype(np.int8), "2:4")
     engine = dev.backend.client
     streams = mpe_streams(MPE, dev.packed, x.astype(np.int64), "mv")

@@ -3,8 +3,8 @@
 The script runs on both backends and must give bit-identical outputs; RTL cycles are simulated
 and must equal the systolic and sparse engines' cost model, which is cycle-exact. The engine
 configurations are those of ``tests/test_spmm_rtl.py``, so one pytest run builds each
-Verilator model once for both files (the ``sim_cache`` fixture). Verilator and Icarus run the
-script (Icarus on a smaller graph).
+Verilator model once for both files (the ``sim_cache`` fixture). The script runs through the
+native harness, Verilator under cocotb and Icarus (on a smaller graph).
 """
 
 import numpy as np
@@ -15,7 +15,7 @@ from tandem.host.spmm.device import SpmmDevice
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.readers import read_graph
 
-from .rtl import SIMULATORS, need, rtl_device, run_script
+from .rtl import ROUTES, need, rtl_device, run_script
 from .test_spmm_device import DATA
 
 SYSTOLIC = SystolicParams(rows=4, cols=3, a_bits=10, a_frac=8, x_bits=9, acc_bits=26)
@@ -38,10 +38,10 @@ def spmm_script(nodes):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("simulator", SIMULATORS)
+@pytest.mark.parametrize("simulator", ROUTES)
 def test_spmm_rtl_bit_identical(simulator, sim_cache, tmp_path):
     need(simulator)
-    script = spmm_script(766 if simulator == "verilator" else 200)
+    script = spmm_script(200 if simulator == "icarus" else 766)
     golden = SpmmDevice(SYSTOLIC, SPARSE, features=5, tile=8)
     device = rtl_device(
         SpmmDevice, simulator, sim_cache, tmp_path, SYSTOLIC, SPARSE, features=5, tile=8

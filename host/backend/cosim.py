@@ -55,6 +55,7 @@ __all__ = [
     "BUDGET_FIXED",
     "BUDGET_PER_BEAT",
     "CLOSE_GRACE_S",
+    "HARNESSES",
     "CosimClient",
     "RtlStreamBackend",
     "StreamClient",
@@ -63,6 +64,8 @@ __all__ = [
     "remove_stale_folders",
 ]
 
+#: How the simulator meets the host: the C++ harness of :mod:`tandem.sim.native`, or cocotb.
+HARNESSES = ("native", "cocotb")
 #: Longest wait for the simulator to finish when a client closes, in all (then it is killed).
 CLOSE_GRACE_S = 10.0
 #: Prefix of the private temporary folder of each client (socket, launcher log).
@@ -182,6 +185,13 @@ class CosimClient:
         Simulator build cache (default ``~/.cache/tandem/sim``).
     run_dir
         Folder for the simulator's log (default: a temporary folder, removed on close).
+    harness
+        ``"native"`` (the default with Verilator): the Verilated model with its port models
+        and device memory in C++ (:mod:`tandem.sim.native`), one Python round trip per
+        request; ``"cocotb"`` (the only one with Icarus): the cocotb server module, a
+        Python call per clock edge, with the same results and cycle counts.
+    waves
+        Record the simulation's waves into this FST file (native harness only).
     """
 
     def __init__(
@@ -192,9 +202,21 @@ class CosimClient:
         start_timeout_s: float = 900.0,
         cache_dir: str | Path | None = None,
         run_dir: str | Path | None = None,
+        harness: str | None = None,
+        waves: str | Path | None = None,
     ):
         if simulator not in ("verilator", "icarus"):
             raise ValueError(f"simulator must be 'verilator' or 'icarus', not {simulator!r}")
+        if harness is None:
+            harness = "native" if simulator == "verilator" else "cocotb"
+        if harness not in HARNESSES:
+            raise ValueError(f"harness must be one of {', '.join(HARNESSES)}, not {harness!r}")
+        if harness == "native" and simulator != "verilator":
+            raise ValueError(f"the native harness runs Verilator, not {simulator!r}")
+        if waves is not None and harness != "native":
+            raise ValueError("waves are recorded by the native harness only")
+        self.harness = harness
+        self.waves = None if waves is None else Path(waves)
         self.simulator = simulator
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
@@ -261,7 +283,11 @@ class CosimClient:
             path,
             "--run-dir",
             str(self._run_dir),
+            "--harness",
+            self.harness,
         ]
+        if self.waves is not None:
+            command += ["--waves", str(self.waves.resolve())]
         if self.cache_dir is not None:
             command += ["--cache-dir", str(self.cache_dir)]
         # Open for the launcher's whole life; _shutdown closes it.

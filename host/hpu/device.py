@@ -335,7 +335,7 @@ class RtlHpuBackend(CosimClient, Backend):
         The engine's parameters.
     memory_bytes
         Size of device memory in bytes.
-    simulator, timeout_s, start_timeout_s, cache_dir, run_dir
+    simulator, timeout_s, start_timeout_s, cache_dir, run_dir, harness, waves
         As :class:`~tandem.host.backend.cosim.CosimClient`.
     """
 
@@ -351,6 +351,8 @@ class RtlHpuBackend(CosimClient, Backend):
         start_timeout_s: float = 900.0,
         cache_dir: str | Path | None = None,
         run_dir: str | Path | None = None,
+        harness: str | None = None,
+        waves: str | Path | None = None,
     ):
         CosimClient.__init__(
             self,
@@ -359,6 +361,8 @@ class RtlHpuBackend(CosimClient, Backend):
             start_timeout_s=start_timeout_s,
             cache_dir=cache_dir,
             run_dir=run_dir,
+            harness=harness,
+            waves=waves,
         )
         self.params = params
         self.memory = _CosimMemory(self, memory_bytes)

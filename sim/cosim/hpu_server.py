@@ -58,6 +58,7 @@ class _Server(StreamTestbench):
     async def start(self) -> None:
         await self.reset()
         self.memory.hold_in_reset(False)
+        await link.settle()
 
     def _check(self, address: int, size: int) -> None:
         if address < 0 or size < 0 or address + size > self.memory.size:

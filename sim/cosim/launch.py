@@ -26,7 +26,16 @@ def main(argv=None) -> int:
     parser.add_argument("--memory", type=int, help="device memory bytes (hpu)")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--cache-dir", type=Path)
+    parser.add_argument(
+        "--harness",
+        choices=("cocotb", "native"),
+        default="cocotb",
+        help="cocotb server in the simulator, or the native C++ harness (verilator only)",
+    )
+    parser.add_argument("--waves", type=Path, help="record an FST wave file here (native)")
     args = parser.parse_args(argv)
+    if args.harness == "native":
+        return _native(args)
     from tandem.sim.runner import run_regression
 
     from tandem.registry import get_design
@@ -50,6 +59,35 @@ def main(argv=None) -> int:
     )
     print(result.summary())
     return 0 if result.passed else 1
+
+
+def _native(args) -> int:
+    """Build (or find) the design's native harness and serve the host from this process."""
+    from tandem.sim.native.build import build_native
+    from tandem.sim.native.model import NativeModel
+    from tandem.sim.native.server import HpuServer, StreamServer, serve
+
+    import tandem.designs  # noqa: F401  (registers the designs)
+    from tandem.registry import get_design
+
+    design = get_design(args.design)
+    params = design.params(**json.loads(args.params))
+    library, manifest = build_native(
+        design,
+        params,
+        cache_dir=args.cache_dir,
+        waves=args.waves is not None,
+        progress=lambda line: print(line, flush=True),
+    )
+    if args.waves is not None:
+        args.waves.parent.mkdir(parents=True, exist_ok=True)
+    model = NativeModel(library, manifest, memory_bytes=args.memory or 0, trace=args.waves)
+    try:
+        server = HpuServer(model, params) if args.memory else StreamServer(model, design.name)
+        serve(args.socket, server)
+    finally:
+        model.close()
+    return 0
 
 
 if __name__ == "__main__":

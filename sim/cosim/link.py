@@ -12,10 +12,23 @@ from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 
 import cocotb
+from cocotb.triggers import Timer
 
-__all__ = ["SOCKET", "serve"]
+__all__ = ["SOCKET", "serve", "settle"]
 
 SOCKET = "tandem_cosim_socket"
+
+
+async def settle() -> None:
+    """Let every port model act on the clock edge the caller woke at, then return.
+
+    A server that resumes from ``RisingEdge`` (the end of a reset) may run before the port
+    models that wait on the same edge, so beats it queues would go out at this edge, while
+    beats queued after any other wake-up go out at the next one. One picosecond later every
+    model has acted: requests start the same way after a reset as after a request, as the
+    native harness (:mod:`tandem.sim.native`) starts them, so both count the same cycles.
+    """
+    await Timer(1, "ps")
 
 
 async def serve(

@@ -138,6 +138,7 @@ class _Server(StreamTestbench):
         await self.reset()
         for source in self._sources.values():
             source.stop()
+        await link.settle()
 
 
 @cocotb.test()
@@ -145,6 +146,7 @@ async def serve(dut):
     """Serve the host process's stream requests until it closes the connection."""
     server = _Server(dut)
     await server.reset()
+    await link.settle()
 
     async def handle(message):
         if message[0] != "run":

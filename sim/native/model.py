@@ -1,0 +1,229 @@
+"""Python side of the native harness: the built library through ctypes, beats as numpy arrays.
+
+:class:`NativeModel` loads one :func:`~tandem.sim.native.build.build_native` library and
+exposes what the servers need: queue beats on an input stream, offer a command beat, step the
+clock until a stream has sent everything, an output stream holds N beats (or N beats with a
+flag bit set) or device memory is idle, take the received beats, and reach device memory as
+a numpy array. Every call crosses into C++ once and steps as many cycles as its condition
+needs; beats travel as ``uint32`` arrays, ``ceil(width / 32)`` words per beat, least
+significant word first.
+"""
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["NativeModel", "ints_to_words", "words_to_ints"]
+
+_u32p = np.ctypeslib.ndpointer(dtype=np.uint32, flags="C_CONTIGUOUS")
+_u64p = np.ctypeslib.ndpointer(dtype=np.uint64, flags="C_CONTIGUOUS")
+
+
+def ints_to_words(values, words: int) -> np.ndarray:
+    """Beats from non-negative ints (already masked to the port width): ``(n, words)``."""
+    values = list(values)
+    raw = b"".join(int(v).to_bytes(4 * words, "little") for v in values)
+    return np.frombuffer(raw, dtype="<u4").reshape(len(values), words).astype(np.uint32)
+
+
+def words_to_ints(array: np.ndarray) -> list[int]:
+    """Ints from beats ``(n, words)``."""
+    data = np.ascontiguousarray(array, dtype="<u4")
+    step = data.shape[1] * 4
+    raw = data.tobytes()
+    return [int.from_bytes(raw[i : i + step], "little") for i in range(0, len(raw), step)]
+
+
+class NativeModel:
+    """One native harness instance (see the module docstring).
+
+    Parameters
+    ----------
+    library
+        Path of the built ``libtandem_native.so``.
+    manifest
+        The design's manifest (stream names, widths, signedness).
+    memory_bytes
+        Device memory behind the design's AXI4 ports (0 when it has none).
+    trace
+        FST file to record waves into (the library must be built with waves).
+    """
+
+    def __init__(self, library: Path, manifest: dict, *, memory_bytes: int = 0, trace=None):
+        lib = self._lib = ctypes.CDLL(str(library))
+        vp, u64, i32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
+        signatures = {
+            "tn_new": (vp, [u64, ctypes.c_char_p]),
+            "tn_free": (None, [vp]),
+            "tn_traced": (i32, []),
+            "tn_source": (i32, [vp, ctypes.c_char_p]),
+            "tn_sink": (i32, [vp, ctypes.c_char_p]),
+            "tn_cycle": (u64, [vp]),
+            "tn_set_read_latency": (None, [vp, u64]),
+            "tn_hold_memory": (None, [vp, i32]),
+            "tn_reset": (None, [vp, i32]),
+            "tn_run": (None, [vp, u64]),
+            "tn_send": (None, [vp, i32, _u32p, u64]),
+            "tn_command": (None, [vp, i32, _u32p]),
+            "tn_pending": (u64, [vp, i32]),
+            "tn_last_transfer": (u64, [vp, i32]),
+            "tn_enable_sink": (None, [vp, i32]),
+            "tn_received": (u64, [vp, i32]),
+            "tn_take": (u64, [vp, i32, _u32p, u64]),
+            "tn_until_sent": (i32, [vp, i32, u64]),
+            "tn_until_received": (i32, [vp, i32, u64, u64]),
+            "tn_until_marked": (i32, [vp, i32, i32, u64, u64]),
+            "tn_until_memory_idle": (i32, [vp, u64]),
+            "tn_memory": (ctypes.POINTER(ctypes.c_uint8), [vp]),
+            "tn_memory_size": (u64, [vp]),
+            "tn_errors": (i32, [vp, ctypes.c_char_p, i32]),
+            "tn_flush": (None, [vp]),
+            "tn_axi_ports": (i32, [vp]),
+            "tn_axi_name": (ctypes.c_char_p, [vp, i32]),
+            "tn_axi_records": (u64, [vp, i32, _u64p, u64, _u64p]),
+            "tn_clear_records": (None, [vp]),
+        }
+        for name, (restype, argtypes) in signatures.items():
+            function = getattr(lib, name)
+            function.restype, function.argtypes = restype, argtypes
+        if trace is not None and not lib.tn_traced():
+            raise ValueError("this native build records no waves (build it with waves=True)")
+        self.manifest = manifest
+        self.streams = manifest["streams"]
+        path = None if trace is None else str(trace).encode()
+        self._h = lib.tn_new(int(memory_bytes), path)
+        self._ports = {}
+        for name, stream in self.streams.items():
+            find = lib.tn_source if stream["direction"] == "sink" else lib.tn_sink
+            self._ports[name] = find(self._h, name.encode())
+        self.memory = None
+        if memory_bytes:
+            pointer = lib.tn_memory(self._h)
+            self.memory = np.ctypeslib.as_array(pointer, shape=(int(memory_bytes),))
+
+    # --- stream ports ------------------------------------------------------------------
+    def words(self, port: str) -> int:
+        """32-bit words per beat of ``port``."""
+        return max(1, (int(self.streams[port]["payload_width"]) + 31) // 32)
+
+    def width(self, port: str) -> int:
+        return int(self.streams[port]["payload_width"])
+
+    def _beats(self, port: str, beats) -> np.ndarray:
+        if isinstance(beats, np.ndarray) and beats.dtype == np.uint32 and beats.ndim == 2:
+            return np.ascontiguousarray(beats)
+        mask = (1 << self.width(port)) - 1
+        return ints_to_words([int(v) & mask for v in beats], self.words(port))
+
+    def send(self, port: str, beats) -> None:
+        """Queue ``beats`` (ints, or a ``(n, words)`` uint32 array) on input stream ``port``."""
+        array = self._beats(port, beats)
+        if len(array):
+            self._lib.tn_send(self._h, self._ports[port], array, len(array))
+
+    def command(self, port: str, beat: int) -> None:
+        """Offer ``beat`` on ``port`` from now on (before the next edge) until it is taken."""
+        self._lib.tn_command(self._h, self._ports[port], self._beats(port, [beat]))
+
+    def pending(self, port: str) -> int:
+        """Beats queued on ``port`` and not yet taken by the design."""
+        return int(self._lib.tn_pending(self._h, self._ports[port]))
+
+    def last_transfer(self, port: str) -> int:
+        """Cycle of the latest transfer on input stream ``port``."""
+        return int(self._lib.tn_last_transfer(self._h, self._ports[port]))
+
+    def enable(self, port: str) -> None:
+        """Start taking beats on output stream ``port`` (ready rises at the next edge)."""
+        self._lib.tn_enable_sink(self._h, self._ports[port])
+
+    def received(self, port: str) -> int:
+        return int(self._lib.tn_received(self._h, self._ports[port]))
+
+    def take(self, port: str, count: int | None = None) -> np.ndarray:
+        """Received beats of ``port`` (all, or the first ``count``): ``(n, words)`` uint32."""
+        available = self.received(port)
+        count = available if count is None else min(int(count), available)
+        out = np.empty((count, self.words(port)), dtype=np.uint32)
+        if count:
+            self._lib.tn_take(self._h, self._ports[port], out, count)
+        return out
+
+    # --- the clock ---------------------------------------------------------------------
+    @property
+    def cycle(self) -> int:
+        """Rising edges since the model was created."""
+        return int(self._lib.tn_cycle(self._h))
+
+    def reset(self, cycles: int = 2) -> None:
+        """Drop queued beats, hold reset ``cycles`` edges, release it, one more edge."""
+        self._lib.tn_reset(self._h, int(cycles))
+
+    def run(self, cycles: int) -> None:
+        self._lib.tn_run(self._h, int(cycles))
+
+    def until_sent(self, port: str, deadline: int) -> bool:
+        """Step until ``port`` has sent all it queued; False when ``deadline`` came first."""
+        return self._lib.tn_until_sent(self._h, self._ports[port], int(deadline)) == 0
+
+    def until_received(self, port: str, count: int, deadline: int) -> bool:
+        """Step until ``port`` holds ``count`` beats; False when ``deadline`` came first."""
+        return (
+            self._lib.tn_until_received(self._h, self._ports[port], int(count), int(deadline)) == 0
+        )
+
+    def until_marked(self, port: str, bit: int, count: int, deadline: int) -> bool:
+        """Step until ``count`` beats of ``port`` not yet taken have payload bit ``bit`` set."""
+        ok = self._lib.tn_until_marked(
+            self._h, self._ports[port], int(bit), int(count), int(deadline)
+        )
+        return ok == 0
+
+    def until_memory_idle(self, deadline: int) -> bool:
+        """Step until no read burst is in flight and every write is answered."""
+        return self._lib.tn_until_memory_idle(self._h, int(deadline)) == 0
+
+    # --- device memory -----------------------------------------------------------------
+    def hold_memory(self, held: bool) -> None:
+        self._lib.tn_hold_memory(self._h, int(held))
+
+    def set_read_latency(self, cycles: int) -> None:
+        self._lib.tn_set_read_latency(self._h, int(cycles))
+
+    def axi_records(self) -> dict[str, dict]:
+        """Per AXI port since the last :meth:`clear_records`: ``bursts`` (an int64 array of
+        ``(cycle, address, beats)`` per address handshake) and, for read ports, ``r_beats``,
+        ``first_ar`` and ``last_r`` (cycles)."""
+        out = {}
+        for port in range(self._lib.tn_axi_ports(self._h)):
+            name = self._lib.tn_axi_name(self._h, port).decode()
+            stats = np.zeros(3, np.uint64)
+            empty = np.zeros(3, np.uint64)
+            count = self._lib.tn_axi_records(self._h, port, empty, 0, stats)
+            bursts = np.zeros(3 * max(count, 1), np.uint64)
+            self._lib.tn_axi_records(self._h, port, bursts, count, stats)
+            out[name] = {
+                "bursts": bursts[: 3 * count].reshape(count, 3).astype(np.int64),
+                "r_beats": int(stats[0]),
+                "first_ar": int(stats[1]),
+                "last_r": int(stats[2]),
+            }
+        return out
+
+    def clear_records(self) -> None:
+        self._lib.tn_clear_records(self._h)
+
+    def errors(self) -> list[str]:
+        """AXI protocol errors since the last call."""
+        buffer = ctypes.create_string_buffer(4096)
+        count = self._lib.tn_errors(self._h, buffer, len(buffer))
+        return buffer.value.decode(errors="replace").split("; ") if count else []
+
+    def close(self) -> None:
+        """Finish the model (closes the wave file)."""
+        if self._h:
+            self._lib.tn_flush(self._h)
+            self._lib.tn_free(self._h)
+            self._h = None
+            self.memory = None

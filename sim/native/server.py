@@ -1,0 +1,235 @@
+"""The native path's server: the cocotb servers' protocol answered by a native harness.
+
+:mod:`tandem.sim.cosim.launch` runs :func:`serve` instead of a cocotb simulation when the
+host asks for the native path (``harness="native"``). It answers exactly the messages of
+:mod:`tandem.sim.cosim.stream_server` (``run`` of steps on stream ports) and
+:mod:`tandem.sim.cosim.hpu_server` (``write``, ``read``, ``run`` of descriptors), with the
+same meaning, results and cycle counts, but each message crosses into C++ a few times and the
+clock, the stream drivers and monitors and the AXI4 memory run there
+(:class:`~tandem.sim.native.model.NativeModel`). The process holds the simulation: a crash
+inside it (a C++ fault, a Verilog ``$fatal``) ends the process, which the host reports as
+:class:`~tandem.host.common.errors.CosimError`.
+"""
+
+import socket
+from multiprocessing.connection import Connection
+
+import numpy as np
+from tandem.host.common import bits
+
+from .model import NativeModel, words_to_ints
+
+__all__ = ["HpuServer", "StreamServer", "serve"]
+
+#: Edges of reset at start and after a failed request, as the cocotb testbenches hold it.
+RESET_CYCLES = 2
+
+
+def _to_signed(values: list[int], width: int) -> list[int]:
+    top = 1 << (width - 1)
+    return [v - (1 << width) if v & top else v for v in values]
+
+
+class StreamServer:
+    """The stream server's ``run`` message on a native model (see ``stream_server``)."""
+
+    def __init__(self, model: NativeModel, design: str):
+        self.model = model
+        self.design = design
+        streams = model.streams
+        self.inputs = [name for name, s in streams.items() if s["direction"] == "sink"]
+        self.outputs = [name for name, s in streams.items() if s["direction"] == "source"]
+        self.enabled: set[str] = set()
+        model.reset(RESET_CYCLES)
+
+    def _port(self, name: str, names: list[str]) -> str:
+        if name not in names:
+            raise ValueError(f"{self.design} has no stream {name!r} here (has {names})")
+        return name
+
+    def _payloads(self, spec) -> list[int]:
+        if isinstance(spec, tuple) and spec and spec[0] == "fields":
+            _, widths, rows = spec
+            rows = np.asarray(rows, np.int64)
+            if rows.size == 0:
+                return []
+            return bits.pack_rows(bits.as_fields(widths), rows.reshape(len(rows), -1))
+        return [int(v) for v in spec]
+
+    def run(self, steps, budget: int):
+        model = self.model
+        begin = model.cycle
+        deadline = begin + int(budget)
+        for step in steps:  # monitors first: no output beat may pass unseen
+            if step[0] == "recv":
+                name = self._port(step[1], self.outputs)
+                if name not in self.enabled:
+                    model.enable(name)
+                    self.enabled.add(name)
+        start, outputs = begin, []
+        for step in steps:
+            op = step[0]
+            if op in ("send", "load"):
+                name = self._port(step[1], self.inputs)
+                beats = self._payloads(step[2])
+                model.send(name, beats)
+                if op == "load" and not model.until_sent(name, deadline):
+                    raise TimeoutError(
+                        f"{name}: {len(beats)} beats: not done within the budget of the request"
+                    )
+            elif op == "start":
+                start = model.cycle
+            elif op == "command":
+                name = self._port(step[1], self.inputs)
+                model.command(name, int(step[2]))
+                if not model.until_sent(name, deadline):
+                    raise TimeoutError(
+                        f"{name}: command not taken within the budget of the request"
+                    )
+                start = model.last_transfer(name) - 1  # the command's transfer cycle counts
+            elif op == "recv":
+                name, count = step[1], int(step[2])
+                if not model.until_received(name, count, deadline):
+                    raise TimeoutError(
+                        f"{name}: {count} beats: not done within the budget of the request"
+                    )
+                beats = words_to_ints(model.take(name, count))
+                stream = model.streams[name]
+                if stream["payload_signed"]:
+                    beats = _to_signed(beats, int(stream["payload_width"]))
+                if len(step) > 3:
+                    widths = step[3]
+                    fields = bits.as_fields(widths, signed=True)
+                    mask = (1 << bits.payload_bits(fields)) - 1
+                    array = bits.unpack_rows(fields, [b & mask for b in beats])
+                    beats = array.reshape(-1, len(widths))
+                outputs.append(beats)
+            else:
+                raise ValueError(f"unknown step {op!r}")
+        cycles = model.cycle - start
+        model.run(1)  # one more edge: an extra output beat would show now
+        for name in self.inputs:
+            if model.pending(name):
+                raise RuntimeError(f"{name}: {model.pending(name)} beats were never taken")
+        for name in self.outputs:
+            if model.received(name):
+                raise RuntimeError(f"{name}: {model.received(name)} output beats nobody expected")
+        return outputs, cycles
+
+    def handle(self, message) -> tuple:
+        if message[0] != "run":
+            raise ValueError(f"unknown operation {message[0]!r}")
+        return self.run(message[1], message[2])
+
+    def recover(self) -> None:
+        self.model.reset(RESET_CYCLES)
+        for name in self.outputs:
+            self.model.take(name)
+
+
+class HpuServer:
+    """The ``hpu`` server's messages on a native model (see ``hpu_server``)."""
+
+    def __init__(self, model: NativeModel, params):
+        from tandem.host.hpu.codec import result_fields
+
+        self.model = model
+        self.p = params
+        # The `last` flag's bit in a result beat: the engine ends each request with one.
+        offsets = {
+            field.name: offset for field, offset in bits.field_offsets(result_fields(params))
+        }
+        self.last_bit = offsets["last"]
+        model.enable("result_o")  # the cocotb server's sink exists before its first reset
+        model.hold_memory(True)  # as the cocotb models: idle until the first reset is over
+        model.reset(RESET_CYCLES)
+        model.hold_memory(False)
+
+    def _check(self, address: int, size: int) -> None:
+        if address < 0 or size < 0 or address + size > len(self.model.memory):
+            raise ValueError(f"access {address:#x}+{size} outside device memory")
+
+    def run(self, descriptors: list[bytes]):
+        from tandem.host.hpu import decode_result
+        from tandem.host.hpu.codec import unpack_header
+
+        model, p = self.model, self.p
+        step = p.beat_bytes
+        work = 0
+        beats = []
+        for data in descriptors:
+            beats += [
+                int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)
+            ]
+            length = unpack_header(p, data)["length"]
+            work += len(data) // step + p.layout.region_bytes(length) // step
+            work += p.gqa_group * p.row_beats
+        model.send("desc_i", beats)
+        start = model.cycle
+        budget = 5000 + 40 * work
+        if not model.until_marked("result_o", self.last_bit, len(descriptors), start + budget):
+            raise TimeoutError(
+                f"{len(descriptors)} requests: not every result within {budget} cycles "
+                f"({model.received('result_o')} beats so far)"
+            )
+        cycles = model.cycle - start
+        raw = words_to_ints(model.take("result_o"))
+        results, request = [], []
+        for payload in raw:
+            words, _tag, last = decode_result(p, payload)
+            request.append(words)
+            if last:
+                results.append(request)
+                request = []
+        if request or len(results) != len(descriptors):
+            raise RuntimeError(f"{len(results)} results for {len(descriptors)} requests")
+        if not model.until_memory_idle(model.cycle + 5000):
+            raise TimeoutError("engine writes not answered 5000 cycles after the last result")
+        errors = model.errors()
+        if errors:
+            raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
+        return results, cycles
+
+    def handle(self, message) -> tuple:
+        op = message[0]
+        memory = self.model.memory
+        if op == "write":
+            _, address, data = message
+            self._check(address, len(data))
+            memory[address : address + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            return ()
+        if op == "read":
+            _, address, size = message
+            self._check(address, size)
+            return (memory[address : address + size].tobytes(),)
+        if op == "run":
+            return self.run(message[1])
+        raise ValueError(f"unknown operation {op!r}")
+
+    def recover(self) -> None:
+        pass  # as the cocotb server: the engine is not reset after a failed request
+
+
+def serve(socket_path: str, server) -> None:
+    """Answer the host's messages on ``socket_path`` until it closes (``link.serve``'s
+    protocol: ``("ok", *fields)`` or ``("error", "Type: message")``)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path)
+    conn = Connection(sock.detach())
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return
+            if message[0] == "close":
+                conn.send(("ok",))
+                return
+            try:
+                reply = ("ok", *server.handle(message))
+            except Exception as exc:  # every failure goes back to the host as an exception
+                reply = ("error", f"{type(exc).__name__}: {exc}")
+                server.recover()
+            conn.send(reply)
+    finally:
+        conn.close()

@@ -256,6 +256,11 @@ class CosimClient:
         return None if self._run_dir is None else self._run_dir / "sim.log"
 
     _run_dir: Path | None = None
+    #: Wall-clock seconds from sending each request to its reply, summed: the time the
+    #: simulator took to serve them (message transfer included; the host's own encoding and
+    #: decoding, and the start-up before the first request, not).
+    serve_s: float = 0.0
+    _sent_at: float = 0.0
 
     # --- process management --------------------------------------------------------------
     def _start(self) -> None:
@@ -347,6 +352,7 @@ class CosimClient:
         state = self._state
         if state.proc.poll() is not None:  # the launcher is gone (killed, or crashed)
             self._died()
+        self._sent_at = time.perf_counter()
         try:
             _set_timeouts(state.conn, max(self.timeout_s, 1e-3))  # 0 would mean never
             state.conn.send(message)
@@ -372,6 +378,7 @@ class CosimClient:
             self._died()
         if reply is None:
             self._stop_for_timeout(f"answer {op!r}")
+        self.serve_s += time.perf_counter() - self._sent_at
         if reply[0] == "error":
             raise CosimError(f"{self.simulator}: {reply[1]}")
         return reply[1:]
@@ -542,9 +549,14 @@ class RtlStreamBackend(Backend):
                 per_engine[name] = per_engine.get(name, 0) + n
         return Call(results, total, per_engine)
 
+    #: Wall-clock seconds from each request's first job sent to its last reply, summed (the
+    #: engines serve side by side): what the simulators took, without the codec's own work.
+    serve_s: float = 0.0
+
     def _run_one(self, request):
         jobs = self.codec.encode(request)
         sent, error, outputs, cycles = [], None, {}, {}
+        began = time.perf_counter()
         for name, job in jobs.items():  # every engine works at once
             try:
                 self.engines[name].submit(job.steps, job.budget)
@@ -557,6 +569,7 @@ class RtlStreamBackend(Backend):
                 outputs[name], cycles[name] = self.engines[name].result()
             except CosimError as exc:
                 error = error or exc
+        self.serve_s += time.perf_counter() - began
         if error is not None:
             self.codec.failed()
             raise error

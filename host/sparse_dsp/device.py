@@ -104,8 +104,13 @@ class MpeCodec(StreamCodec):
         return {"sparse-mpe": self.params}
 
     def encode(self, request: MpeStreams) -> dict[str, StreamJob]:
-        weights = [request.weight_payload(t) for t in range(len(request.w_beats))]
-        acts = [request.act_payload(t) for t in range(len(request.act_beats))]
+        # Rows of fields, packed by the server (vectorized there: thousands of weight beats
+        # per request), exactly as MpeStreams.weight_payload and act_payload pack them.
+        p = self.params
+        slot = [8, 8, p.index_bits]  # w0, w1 (int8) and idx of one stage
+        n_weights, n_acts = len(request.w_beats), len(request.act_beats)
+        weights = ("fields", slot * (p.chains * p.stages), request.w_beats.reshape(n_weights, -1))
+        acts = ("fields", [8] * p.act_bytes, request.act_beats.reshape(n_acts, -1))
         count = request.outputs
         steps = [
             ("send", "cfg_i", [request.config_word]),
@@ -114,7 +119,7 @@ class MpeCodec(StreamCodec):
             ("send", "w_i", weights),
             ("recv", "o", count),
         ]
-        beats = len(weights) * request.cfg["pairs"] + len(acts) + count
+        beats = n_weights * request.cfg["pairs"] + n_acts + count
         return {"sparse-mpe": StreamJob(steps, beats)}
 
     def decode(self, request, outputs, cycles):

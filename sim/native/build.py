@@ -210,7 +210,7 @@ def build_native(
 
 
 def _compile(design: Design, build_dir: Path, waves: bool) -> None:
-    cflags = f"-fPIC -O2 -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
+    cflags = f"-fPIC -O3 -march=native -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
     command = [
         "verilator",
         "--cc",
@@ -225,7 +225,7 @@ def _compile(design: Design, build_dir: Path, waves: bool) -> None:
         "-Wno-fatal",
         "-Wno-lint",
         "-Wno-style",
-        "-O2",
+        "-O3",
         "--output-split",
         "0",
         "-CFLAGS",

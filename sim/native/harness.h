@@ -204,8 +204,13 @@ class Harness {
     }
 
     // --- the clock ---------------------------------------------------------------------
+    bool dirty = true;  // the host drove inputs since the last evaluation
+
     void tick() {
-        top->eval();  // the host may have driven inputs since the last edge
+        if (dirty) {  // a command beat, a reset: settle before sampling
+            top->eval();
+            dirty = false;
+        }
         dump();
         time_ps += 5000;
         sample();
@@ -468,8 +473,10 @@ class Harness {
             *s.valid = 0;
         }
         top->rst = 1;
+        dirty = true;
         for (int i = 0; i < cycles; ++i) tick();
         top->rst = 0;
+        dirty = true;
         for (auto& s : sinks) {
             s.received.clear();
             s.head = 0;
@@ -549,6 +556,7 @@ void tn_command(void* p, int port, const uint32_t* words) {
     s.set(s.queue.front().data());
     *s.valid = 1;
     s.driving = true;
+    static_cast<tandem::Harness*>(p)->dirty = true;
 }
 
 uint64_t tn_pending(void* p, int port) {

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
@@ -154,7 +155,32 @@ def _program_checks() -> list[Check]:
                 apt=package,
             )
         )
+    # Verilator's FST writer compiles against these: waves of the native RTL harness.
+    for header, package in (("lz4.h", "liblz4-dev"), ("zlib.h", "zlib1g-dev")):
+        path = _header(header)
+        rows.append(
+            Check(
+                name=header,
+                version="found" if path else None,
+                path=path,
+                required=False,
+                needed_by="waves (FST) of the native RTL harness (--waves)",
+                fix=_os_fix([package]),
+                problem="" if path else "missing",
+                apt=package,
+            )
+        )
     return rows
+
+
+def _header(name: str) -> str | None:
+    """Path of the C header ``name`` where the C++ compiler looks by default, or None."""
+    roots = [Path("/usr/include"), Path("/usr/local/include")]
+    roots += [Path(p) for p in os.environ.get("CPATH", "").split(os.pathsep) if p]
+    for root in roots:
+        if (root / name).is_file():
+            return str(root / name)
+    return None
 
 
 def _model_check() -> Check:
@@ -290,7 +316,7 @@ def run_setup(args) -> int:
             print(f"tandem setup: cannot install {' '.join(packages)}: {message}", flush=True)
             failed.append(" ".join(packages))
     else:
-        print("tandem setup: make, g++, iverilog and vvp are there", flush=True)
+        print("tandem setup: make, g++, iverilog, vvp and the FST headers are there", flush=True)
     if not args.no_model:
         from tandem.host.system.model import ModelError, fetch_model
 

@@ -175,6 +175,6 @@ def test_setup_with_everything_present_runs_nothing(monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", None)  # any OS command would fail the test
     assert main(["setup"]) == 0
     out = capsys.readouterr().out
-    assert "make, g++, iverilog and vvp are there" in out
+    assert "make, g++, iverilog, vvp and the FST headers are there" in out
     assert "smollm2-135m: cached" in out
     assert "extras not installed" not in out

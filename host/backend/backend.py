@@ -108,6 +108,22 @@ class Backend(ABC):
     def run(self, requests: list) -> Call:
         """Run ``requests`` as one batch and return their results in order and the cycles."""
 
+    def submit(self, requests: list) -> None:
+        """Start ``requests`` as one batch; :meth:`collect` returns its :class:`Call`.
+
+        Between the two the host may start batches on other backends, so that engines in
+        separate simulator processes (several cards) work at the same time. Backends that
+        compute in this process run the batch here.
+        """
+        self._submitted = self.run(requests)
+
+    def collect(self) -> Call:
+        """The :class:`Call` of the batch :meth:`submit` started."""
+        call, self._submitted = self._submitted, None
+        return call
+
+    _submitted: Call | None = None
+
     @property
     def started(self) -> bool:
         """True while the backend holds a running process (an RTL simulator)."""

@@ -192,6 +192,10 @@ class CosimClient:
         Python call per clock edge, with the same results and cycle counts.
     waves
         Record the simulation's waves into this FST file (native harness only).
+    progress
+        Called with each line the launcher prints while the simulator starts (generating the
+        Verilog, building the model: minutes the first time), for example
+        :func:`tandem.progress.stderr_progress`; None: silent.
     """
 
     def __init__(
@@ -204,6 +208,7 @@ class CosimClient:
         run_dir: str | Path | None = None,
         harness: str | None = None,
         waves: str | Path | None = None,
+        progress=None,
     ):
         if simulator not in ("verilator", "icarus"):
             raise ValueError(f"simulator must be 'verilator' or 'icarus', not {simulator!r}")
@@ -217,6 +222,7 @@ class CosimClient:
             raise ValueError("waves are recorded by the native harness only")
         self.harness = harness
         self.waves = None if waves is None else Path(waves)
+        self.progress = progress
         self.simulator = simulator
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
@@ -301,6 +307,7 @@ class CosimClient:
             command, stdout=state.log, stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline = time.monotonic() + self.start_timeout_s
+        relayed = 0  # bytes of the launcher's output passed to `progress`
         try:
             while True:
                 try:
@@ -308,6 +315,8 @@ class CosimClient:
                     break
                 except TimeoutError:
                     pass
+                if self.progress is not None:
+                    relayed = self._relay(relayed)
                 if state.proc.poll() is not None:
                     raise CosimError(
                         f"the {self.simulator} simulator exited before connecting: {self._tail()}"
@@ -325,6 +334,19 @@ class CosimClient:
         listener.close()
         sock.settimeout(None)
         state.conn = Connection(sock.detach())
+
+    def _relay(self, done: int) -> int:
+        """Pass the launcher's new complete lines from byte ``done`` on to ``progress``."""
+        # A handle of our own: the launcher writes through the shared one, whose offset a
+        # seek here would move under it.
+        with open(self._state.log.name, "rb") as log:
+            log.seek(done)
+            data = log.read()
+        complete = data[: data.rfind(b"\n") + 1].decode(errors="replace")
+        for line in complete.splitlines():
+            if line.strip():
+                self.progress(line.strip())
+        return done + len(data[: data.rfind(b"\n") + 1])
 
     def _tail(self, lines: int = 6) -> str:
         """The last lines of the launcher's and the simulator's output, on one line."""

@@ -69,6 +69,7 @@ class Device:
         self.total_saturations: dict[str, int] = {}
         self._warned_saturation = False
         self._closed = False
+        self._in_flight = False
 
     def _make_backend(self, kind: str, options: dict) -> Backend:
         """The backend of ``kind`` for this device's parameters (subclasses may override)."""
@@ -85,8 +86,23 @@ class Device:
 
     def _run(self, requests: list) -> list:
         """Run ``requests`` as one batch on the backend, count its cycles, return the results."""
+        self._submit(requests)
+        return self._collect()
+
+    def _submit(self, requests: list) -> None:
+        """Start ``requests`` as one batch (:meth:`Backend.submit`); :meth:`_collect` ends it."""
         self._check_open()
-        call = self.backend.run(requests)
+        if self._in_flight:
+            raise RuntimeError(f"{self.name}: a batch is in flight; collect it first")
+        self.backend.submit(requests)
+        self._in_flight = True
+
+    def _collect(self) -> list:
+        """The results of the batch :meth:`_submit` started, its cycles counted."""
+        if not self._in_flight:
+            raise RuntimeError(f"{self.name}: no batch in flight")
+        self._in_flight = False
+        call = self.backend.collect()
         self._count(call.cycles, call.engine_cycles, call.saturations)
         return call.results
 

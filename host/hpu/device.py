@@ -335,7 +335,7 @@ class RtlHpuBackend(CosimClient, Backend):
         The engine's parameters.
     memory_bytes
         Size of device memory in bytes.
-    simulator, timeout_s, start_timeout_s, cache_dir, run_dir, harness, waves
+    simulator, timeout_s, start_timeout_s, cache_dir, run_dir, harness, waves, progress
         As :class:`~tandem.host.backend.cosim.CosimClient`.
     """
 
@@ -353,6 +353,7 @@ class RtlHpuBackend(CosimClient, Backend):
         run_dir: str | Path | None = None,
         harness: str | None = None,
         waves: str | Path | None = None,
+        progress=None,
     ):
         CosimClient.__init__(
             self,
@@ -363,6 +364,7 @@ class RtlHpuBackend(CosimClient, Backend):
             run_dir=run_dir,
             harness=harness,
             waves=waves,
+            progress=progress,
         )
         self.params = params
         self.memory = _CosimMemory(self, memory_bytes)
@@ -378,21 +380,36 @@ class RtlHpuBackend(CosimClient, Backend):
         ]
 
     def run(self, requests: HpuBatch | list[HpuRequest]) -> Call:
+        self.submit(requests)
+        return self.collect()
+
+    def submit(self, requests: HpuBatch | list[HpuRequest]) -> None:
+        """Send the batch's descriptors to the simulator without waiting for its results."""
         p = self.params
         if isinstance(requests, HpuBatch):
             requests = requests.requests()
         for r in requests:
             check_span(self.memory.size, r.base, p.layout.region_bytes(r.length))
         descriptors = [pack_descriptor(p, r) for r in requests]
+        self._requests = requests
+        if descriptors:
+            self._send("run", descriptors)
+
+    def collect(self) -> Call:
+        """Wait for the results of the batch :meth:`submit` sent."""
+        p, requests = self.params, self._requests
+        self._requests = None
         partial = [r.partial for r in requests]
-        if not descriptors:
+        if not requests:
             return Call(HpuResults.of(p, [], partial), 0, {})
-        beats, cycles = self._call("run", descriptors)
+        beats, cycles = self._receive("run")
         results = [
             emitted(unpack_results(p, words, r.partial, r.seq_id), r)
             for words, r in zip(beats, requests, strict=True)
         ]
         return Call(HpuResults.of(p, results, partial), int(cycles), {"hpu": int(cycles)})
+
+    _requests: list | None = None
 
 
 class HpuDevice(Device):
@@ -702,13 +719,22 @@ class HpuDevice(Device):
         partial = np.array([bool(c.partial) for c in calls], dtype=bool)
         batch = AttendBatch(seqs, heads, q, score_scale, partial, append, new_k, new_k_scale)
         batch.new_v, batch.new_v_scale = new_v, new_v_scale
-        return list(self._attend(batch))
+        self._start_attend(batch)
+        return list(self.collect_batch())
 
     def attend_batch(self, batch: "AttendBatch") -> HpuResults:
         """Run the calls of ``batch`` (arrays, see :class:`AttendBatch`) as one batch of
         descriptors; the vectorized form of :meth:`attend_many`, for runtimes that issue many
         calls per step (the decode runtime's one batch per card and layer).
         """
+        self.submit_batch(batch)
+        return self.collect_batch()
+
+    def submit_batch(self, batch: "AttendBatch") -> None:
+        """Check ``batch`` and start it, as :meth:`attend_batch` does, without waiting for
+        its results: :meth:`collect_batch` returns them. In between the host may start
+        batches on other cards; on the RTL backend each card simulates in its own process,
+        so the cards then work at the same time (one batch in flight per card)."""
         self._check_open()
         if not isinstance(batch, AttendBatch):
             raise ValueError(f"batch must be an AttendBatch, not {type(batch).__name__}")
@@ -746,14 +772,18 @@ class HpuDevice(Device):
         checked = AttendBatch(list(seqs), heads.tolist(), q, score_scale, partial, append)
         checked.new_k, checked.new_k_scale = new_k, new_k_scale
         checked.new_v, checked.new_v_scale = new_v, new_v_scale
-        return self._attend(checked)
+        self._start_attend(checked)
 
-    def _attend(self, batch: "AttendBatch") -> HpuResults:
-        """The checked ``batch`` (owned sequences, heads in range, arrays of the right shapes
-        and ranges) as one :class:`HpuBatch` on the backend; lengths advance on success."""
+    def _start_attend(self, batch: "AttendBatch") -> None:
+        """Start the checked ``batch`` (owned sequences, heads in range, arrays of the right
+        shapes and ranges) as one :class:`HpuBatch` on the backend; lengths advance when
+        :meth:`collect_batch` has its results."""
+        if self._in_flight or self._lengths is not None:
+            raise RuntimeError(f"{self.name}: a batch is in flight; collect it first")
         seqs, heads, count = batch.seqs, batch.heads, len(batch.seqs)
         if not count:
-            return HpuResults.of(self.params, [], [])
+            self._lengths = {}  # nothing to run: collect_batch returns no result
+            return
         seq_id = np.empty(count, dtype=np.int64)
         base = np.empty(count, dtype=np.int64)
         length = np.empty(count, dtype=np.int64)
@@ -776,7 +806,7 @@ class HpuDevice(Device):
             seq_id[index] = (seq.handle * seq.heads + head) & 0xFFFFFFFF
             base[index] = seq.start + head * seq.region_bytes
             length[index] = now
-        results = self._run(
+        self._submit(
             HpuBatch(
                 seq_id=seq_id,
                 base=base,
@@ -791,9 +821,24 @@ class HpuDevice(Device):
                 partial=batch.partial,
             )
         )
+        self._lengths = lengths
+
+    def collect_batch(self) -> HpuResults:
+        """The results of the batch :meth:`submit_batch` started (the sequences' lengths
+        advance only now, when it succeeded)."""
+        self._check_open()
+        lengths, self._lengths = self._lengths, None
+        if lengths is None:
+            raise RuntimeError(f"{self.name}: no batch in flight")
+        if not lengths:
+            return HpuResults.of(self.params, [], [])
+        results = self._collect()
         for (handle, head), now in lengths.items():
             self._allocs[handle].lengths[head] = now
         return results
+
+    #: Lengths the batch in flight gives its (sequence, head) pairs; None: no batch.
+    _lengths: dict | None = None
 
     def __repr__(self) -> str:
         return (

@@ -32,6 +32,7 @@ The pure-torch reference is the same runtime with :class:`TorchAttention` (float
 ``scaled_dot_product_attention``), so the two differ only in where attention runs.
 """
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -363,6 +364,8 @@ class HpuAttention:
         out = np.empty((n, hkv, g, c.head_dim))
         parts: dict[tuple[int, int], list] = {}  # (sequence, KV head) -> partial results
         self.last_cycles = {}
+        started = []  # every card's batch starts before any is waited for: on the RTL
+        # backend each card simulates in its own process, so the cards work side by side
         for d in sorted(jobs):
             entries = jobs[d]
             rows = np.repeat([e[0] for e in entries], hkv)  # the calls' sequence indices
@@ -380,14 +383,29 @@ class HpuAttention:
                 new_v=vi[rows, kv],
                 new_v_scale=vs[rows, kv],
             )
-            dev = self.devices[d]
-            results = dev.attend_batch(batch)
+            try:
+                self.devices[d].submit_batch(batch)
+            except BaseException:
+                for dev, *_ in started:  # no reply may be left behind
+                    with contextlib.suppress(Exception):
+                        dev.collect_batch()
+                raise
+            started.append((self.devices[d], rows, kv, partial))
+        error = None
+        for dev, rows, kv, partial in started:
+            try:
+                results = dev.collect_batch()
+            except Exception as exc:  # collect the other cards' batches, then raise the first
+                error = error or exc
+                continue
             self.last_cycles[dev.name] = dev.last_cycles
             full = ~partial
             if full.any():
                 out[rows[full], kv[full]] = results.real(p)[full]
             for j in np.flatnonzero(partial):
                 parts.setdefault((int(rows[j]), int(kv[j])), []).append(results[j])
+        if error is not None:
+            raise error
         for (i, head), got in parts.items():
             out[i, head] = merge_partials(p, got)
         if layer == c.n_layers - 1:
@@ -669,6 +687,19 @@ def add_arguments(parser) -> None:
         default="verilator",
         help="HDL simulator (default verilator; icarus is the second, slower one)",
     )
+    parser.add_argument(
+        "--harness",
+        choices=("native", "cocotb"),
+        help="how the RTL simulator is driven: native (C++ clock, port models and memory; "
+        "the default with verilator) or cocotb (a Python call per clock edge; icarus's only one)",
+    )
+    parser.add_argument(
+        "--waves",
+        type=Path,
+        metavar="FILE.fst",
+        help="record the RTL's waves (native harness); with several cards, one file per card "
+        "named FILE-hpuN.fst",
+    )
     parser.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace JSON here")
     parser.add_argument(
         "--model",
@@ -724,6 +755,7 @@ def run(args) -> int:
 
     from tandem.args import MAX_CLOCK_MHZ, MAX_SEED, host_memory_bytes, integer, output_file, real
     from tandem.config import resolve_params
+    from tandem.progress import stderr_progress
 
     # Every flag before any work (the model, the cards, the decode).
     integer(args.tokens, "--tokens", 1)
@@ -743,6 +775,15 @@ def run(args) -> int:
         )
     if args.trace is not None:
         output_file(args.trace, "--trace")
+    harness = args.harness or ("native" if args.simulator == "verilator" else "cocotb")
+    if args.backend != "rtl" and (args.harness or args.waves):
+        raise UserError("--harness and --waves need --backend rtl")
+    if harness == "native" and args.simulator != "verilator":
+        raise UserError(f"--harness native runs verilator, not --simulator {args.simulator}")
+    if args.waves is not None:
+        if harness != "native":
+            raise UserError("--waves needs the native harness (--harness native)")
+        output_file(args.waves, "--waves")
     if args.threads is not None:
         integer(args.threads, "--threads", 1, os.cpu_count() or 1, " (this machine's CPUs)")
     params = resolve_params(HpuParams, None, args.overrides, design="hpu")
@@ -795,14 +836,24 @@ def run(args) -> int:
             f"cache; {hpus} card(s) of --hpu-memory-mib {mib:g} hold {hpus * memory_bytes} "
             "(raise --hpu-memory-mib or --hpus)"
         )
-    options = {"simulator": args.simulator} if args.backend == "rtl" else {}
+
+    def rtl_options(card: int) -> dict:
+        if args.backend != "rtl":
+            return {}
+        waves = args.waves
+        if waves is not None and hpus > 1:
+            waves = waves.with_name(f"{waves.stem}-hpu{card}{waves.suffix or '.fst'}")
+        progress = stderr_progress(f"cosim decode: hpu{card}")  # the first build: minutes
+        return {"simulator": args.simulator, "harness": harness, "waves": waves,
+                "progress": progress}  # fmt: skip
+
     devices = [
         HpuDevice(
             params,
             memory_bytes=memory_bytes,
             backend=args.backend,
             name=f"hpu{i}",
-            **options,
+            **rtl_options(i),
         )
         for i in range(hpus)
     ]

@@ -306,6 +306,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "simulated cycles per second on Verilator and Icarus, and golden-model speed-up",
         quick_args=("--quick",),
     ),
+    Benchmark(
+        "native-speed",
+        "native_speed.py",
+        ("hpu", "rnn", "sparse-mpe", "systolic", "sparse-engine"),
+        "RTL co-simulation: the native C++ harness against cocotb on the same workload",
+        quick_args=("--context", "256"),
+    ),
 )
 
 

@@ -109,6 +109,29 @@ def test_native_and_cocotb_count_the_same_cycles(sim_cache, tmp_path, seed):
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("route", ["native", "verilator"])
+def test_an_engine_read_outside_memory_is_an_error(route, sim_cache, tmp_path):
+    """A descriptor (sent past the host's own span check) whose region ends beyond device
+    memory: the memory model reports the engine's bursts as AXI protocol errors, the host
+    gets CosimError, and the simulator serves the next request."""
+    from tandem.host.common.errors import CosimError
+    from tandem.host.hpu import HpuRequest
+    from tandem.host.hpu.codec import pack_descriptor
+
+    need(route)
+    with rtl_device(route, sim_cache, tmp_path) as dev:
+        q = np.zeros((P.gqa_group, P.head_dim), int)
+        outside = HpuRequest(0, MEMORY - P.layout.page_bytes, 64, q, np.ones(P.gqa_group))
+        with pytest.raises(CosimError, match=r"AXI protocol errors: .*beyond the"):
+            dev.backend._call("run", [pack_descriptor(P, outside)])
+        seq = dev.allocate(32)
+        zeros = np.zeros((32, P.head_dim), int)
+        dev.write_kv(seq, 0, zeros, np.ones(32), zeros, np.ones(32))
+        (result,) = dev.attend_many([Attend(seq, 0, q, np.ones(P.gqa_group))])
+        assert np.array_equal(result.y, np.zeros_like(result.y))
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("route", ["native", "verilator"])
 def test_rtl_backend_errors(route, sim_cache, tmp_path):
     need(route)
     dev = rtl_device(route, sim_cache, tmp_path / "a")

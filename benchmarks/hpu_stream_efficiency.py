@@ -57,6 +57,80 @@ EXPECTED_CLOCK = (
 )
 
 
+def native_rows(params, lengths, latencies, batch: int, seed: int) -> list[dict]:
+    """The sweep's rows through the RTL backend's native harness (``--harness native``).
+
+    Per length, one sequence of that many random tokens on the RTL card and on a golden one;
+    one request alone, then ``batch`` requests of it queued in one batch, each checked
+    against golden bit for bit; the efficiency from the read ports' handshakes of the batch.
+    """
+    import numpy as np
+    from tandem.host.hpu import quantize_rows, score_scale
+    from tandem.host.hpu.device import Attend, HpuDevice
+
+    rng = np.random.default_rng(seed)
+    memory = params.layout.region_bytes(max(lengths)) * 2 + (1 << 20)
+    golden = HpuDevice(params, memory_bytes=memory)
+    rtl = HpuDevice(params, memory_bytes=memory, backend="rtl", harness="native", timeout_s=3600)
+    rows = []
+    try:
+        for latency in latencies:
+            rtl.backend.set_read_latency(latency)
+            for n in lengths:
+                k, ks = quantize_rows(rng.standard_normal((n, params.head_dim)))
+                v, vs = quantize_rows(rng.standard_normal((n, params.head_dim)))
+                seqs = [dev.allocate(n) for dev in (golden, rtl)]
+                for dev, seq in zip((golden, rtl), seqs, strict=True):
+                    dev.write_kv(seq, 0, k, ks, v, vs)
+                q, qs = quantize_rows(rng.standard_normal((params.gqa_group, params.head_dim)), 16)
+                scale = score_scale(qs, params.head_dim)
+                for count in sorted({1, batch}):
+                    results = [
+                        dev.attend_many([Attend(seq, 0, q, scale)] * count)
+                        for dev, seq in zip((golden, rtl), seqs, strict=True)
+                    ]
+                    for want, got in zip(*results, strict=True):
+                        if not np.array_equal(want.y, got.y):
+                            raise RuntimeError(f"{n} tokens: RTL result differs from golden")
+                    records = rtl.backend.read_records()
+                    first = min(r["first_ar"] for r in records.values())
+                    last = max(r["last_r"] for r in records.values())
+                    beats = sum(r["r_beats"] for r in records.values())
+                    rows.append(
+                        {
+                            "latency": latency,
+                            "tokens": n,
+                            "batch": count,
+                            "efficiency": rtl.backend.stream_efficiency(),
+                            "read_cycles": last - first + 1,
+                            "read_bytes": beats * params.beat_bytes,
+                            "request_cycles": rtl.last_cycles,
+                        }
+                    )
+                for dev, seq in zip((golden, rtl), seqs, strict=True):
+                    dev.free(seq)
+    finally:
+        rtl.close()
+    return rows
+
+
+def _cocotb_rows(design, params, lengths, args, sweep):
+    """The sweep's rows from the cocotb test (every burst checked), and how it was built."""
+    result = run_regression(
+        design,
+        params,
+        simulator=args.simulator,
+        seed=args.seed,
+        testcase=TESTCASE,
+        run_dir=args.out / f"hpu-sweep-{args.simulator}",
+        plusargs=sweep,
+    )
+    if not result.passed or not result.tests:
+        print(result.summary(), file=sys.stderr)
+        return None, ""
+    return result.tests[0].figures["rows"], f"build {'cached' if result.build_cached else 'new'}"
+
+
 def _table(rows, lengths, latencies, batch) -> str:
     by = {(r["latency"], r["tokens"], r["batch"]): r for r in rows}
     head = f"{'tokens':>7}" + "".join(
@@ -141,6 +215,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
+    parser.add_argument(
+        "--harness",
+        choices=("cocotb", "native"),
+        default="cocotb",
+        help="cocotb: the regression's sweep test (checks every burst); native: the RTL "
+        "backend's C++ harness through the device API (long sequences in seconds)",
+    )
     parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
     parser.add_argument("--latencies", type=int, nargs="+", default=list(DEFAULT_LATENCIES))
     parser.add_argument(
@@ -181,26 +262,22 @@ def main(argv=None) -> int:
         f"+tandem_hpu_sweep_batch={args.batch}",
     )
     start = time.perf_counter()
-    result = run_regression(
-        design,
-        params,
-        simulator=args.simulator,
-        seed=args.seed,
-        testcase=TESTCASE,
-        run_dir=args.out / f"hpu-sweep-{args.simulator}",
-        plusargs=sweep,
-    )
+    if args.harness == "native":
+        if args.simulator != "verilator":
+            print("hpu_stream_efficiency: error: --harness native runs verilator", file=sys.stderr)
+            return 2
+        rows = native_rows(params, lengths, args.latencies, args.batch, args.seed)
+        built = "native harness"
+    else:
+        rows, built = _cocotb_rows(design, params, lengths, args, sweep)
+        if rows is None:
+            return 1
     elapsed = time.perf_counter() - start
-    if not result.passed or not result.tests:
-        print(result.summary(), file=sys.stderr)
-        return 1
-    rows = result.tests[0].figures["rows"]
 
     print(f"hpu {params}")
     print(
-        f"{args.simulator}, seed {args.seed}, build {'cached' if result.build_cached else 'new'},"
-        f" {elapsed:.0f} s; efficiency = R bytes / (read-window cycles x 2 ports x "
-        f"{params.beat_bytes} B)"
+        f"{args.simulator}, seed {args.seed}, {built}, {elapsed:.0f} s; efficiency = R bytes / "
+        f"(read-window cycles x 2 ports x {params.beat_bytes} B)"
     )
     print(_table(rows, lengths, args.latencies, args.batch))
     if min(args.latencies) < MODEL_LATENCY:
@@ -223,6 +300,7 @@ def main(argv=None) -> int:
         "design": "hpu",
         "params": params.to_dict(),
         "simulator": args.simulator,
+        "harness": args.harness,
         "seed": args.seed,
         "definition": "R-channel bytes / ((last R cycle - first AR cycle + 1) * 2 * beat_bytes)",
         "model_min_latency": MODEL_LATENCY,
@@ -241,7 +319,7 @@ def main(argv=None) -> int:
             reference=PAPER_EFFICIENCY_2K if paper_ref else None,
             reference_label="HPU paper, 2K tokens" if paper_ref else "",
             design="hpu",
-            note=f"{args.simulator} RTL, default parameters, {r['latency']}-cycle memory",
+            note=f"{args.simulator} RTL ({args.harness}), {r['latency']}-cycle memory",
         )
     if args.synth:
         report["reference_synth"] = _synthesize_reference(design)

@@ -411,6 +411,26 @@ class RtlHpuBackend(CosimClient, Backend):
 
     _requests: list | None = None
 
+    def set_read_latency(self, cycles: int) -> None:
+        """Cycles from each read address to its first data beat in the simulated memory from
+        now on (2, the default, is the memory model's minimum)."""
+        self._call("latency", int(cycles))
+
+    def read_records(self) -> dict[str, dict]:
+        """The read ports' figures of the last batch: ``{port: {"r_beats", "first_ar",
+        "last_r", "bursts"}}`` (cycles of the first address and the last data beat)."""
+        (records,) = self._call("records")
+        return records
+
+    def stream_efficiency(self) -> float:
+        """R bytes of the last batch over its read window's capacity (every port moving a
+        beat on every cycle from the first address to the last data beat)."""
+        records = self.read_records()
+        first = min(r["first_ar"] for r in records.values())
+        last = max(r["last_r"] for r in records.values())
+        beats = sum(r["r_beats"] for r in records.values())
+        return beats / ((last - first + 1) * len(records)) if beats else 0.0
+
 
 class HpuDevice(Device):
     """One HPU card: KV memory management and the attention engine.

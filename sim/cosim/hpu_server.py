@@ -14,6 +14,11 @@ its transactions until the host says ``close`` or goes away. Messages are pickle
     The descriptors of one batch go to ``desc_i`` back to back; each request's result beats
     are collected up to its ``last`` beat; then the engine's writes are waited for. ``cycles``
     counts from the first descriptor beat offered to the last result beat taken.
+``("latency", cycles)`` -> ``("ok",)``
+    Cycles from each AR handshake to its first R beat from now on (2: the model's minimum).
+``("records",)`` -> ``("ok", {port: {"r_beats", "first_ar", "last_r", "bursts"}})``
+    The read ports' handshakes during the last ``run`` (cycles of the first AR and the last
+    R beat), for stream-efficiency measurements.
 ``("close",)`` -> ``("ok",)``, then the test ends and the simulator exits.
 
 Any exception becomes ``("error", "Type: message")``; a result that does not arrive within
@@ -54,6 +59,7 @@ class _Server(StreamTestbench):
             period_ns=CLOCK_PERIOD_NS,
         )
         self.memory.hold_in_reset(True)  # until the first reset (see DeviceMemory)
+        self.records: dict = {}
 
     async def start(self) -> None:
         await self.reset()
@@ -101,6 +107,15 @@ class _Server(StreamTestbench):
             await RisingEdge(self.clock)
         else:
             raise TimeoutError("engine writes not answered 5000 cycles after the last result")
+        self.records = {
+            name: {
+                "r_beats": port.stats.r_beats,
+                "first_ar": port.stats.first_ar_cycle or 0,
+                "last_r": port.stats.last_r_cycle or 0,
+                "bursts": len(port.stats.ar),
+            }
+            for name, port in self.memory.read.items()
+        }
         errors = self.memory.errors()
         self.memory.clear_records()  # also after errors: reported once, not on every request
         if errors:
@@ -127,6 +142,11 @@ async def serve(dut):
             return (server.memory.view[address : address + size].tobytes(),)
         if op == "run":
             return await server.run(message[1])
+        if op == "latency":
+            server.memory.set_read_latency(int(message[1]))
+            return ()
+        if op == "records":
+            return (server.records,)
         raise ValueError(f"unknown operation {op!r}")
 
     await link.serve(handle)

@@ -127,6 +127,10 @@ class StreamServer:
             self.model.take(name)
 
 
+def _port_names(model: NativeModel) -> list[str]:
+    return [port["name"] for port in model.manifest["ports"]]
+
+
 class HpuServer:
     """The ``hpu`` server's messages on a native model (see ``hpu_server``)."""
 
@@ -140,6 +144,10 @@ class HpuServer:
             field.name: offset for field, offset in bits.field_offsets(result_fields(params))
         }
         self.last_bit = offsets["last"]
+        self.read_ports = [
+            n[: -len("__araddr")] for n in _port_names(model) if n.endswith("__araddr")
+        ]
+        self.records: dict = {}
         model.enable("result_o")  # the cocotb server's sink exists before its first reset
         model.hold_memory(True)  # as the cocotb models: idle until the first reset is over
         model.reset(RESET_CYCLES)
@@ -185,6 +193,12 @@ class HpuServer:
             raise RuntimeError(f"{len(results)} results for {len(descriptors)} requests")
         if not model.until_memory_idle(model.cycle + 5000):
             raise TimeoutError("engine writes not answered 5000 cycles after the last result")
+        self.records = {
+            name: {k: v for k, v in r.items() if k != "bursts"} | {"bursts": len(r["bursts"])}
+            for name, r in model.axi_records().items()
+            if name in self.read_ports
+        }
+        model.clear_records()
         errors = model.errors()
         if errors:
             raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
@@ -204,6 +218,11 @@ class HpuServer:
             return (memory[address : address + size].tobytes(),)
         if op == "run":
             return self.run(message[1])
+        if op == "latency":
+            self.model.set_read_latency(int(message[1]))
+            return ()
+        if op == "records":
+            return (self.records,)
         raise ValueError(f"unknown operation {op!r}")
 
     def recover(self) -> None:

@@ -100,11 +100,21 @@ def test_native_and_cocotb_count_the_same_cycles(sim_cache, tmp_path, seed):
     """The native harness and cocotb on the same Verilated engine: the same cycles, call by
     call (the HPU's cycle model is within 15 %, so only this compares the two exactly)."""
     need("native")
-    cycles = {}
+    cycles, records = {}, {}
     for route in ("native", "verilator"):
         with rtl_device(route, sim_cache, tmp_path / route) as dev:
             cycles[route] = [c for _, c in device_script(dev, seed)[:-1]]
+            dev.backend.set_read_latency(40)  # and a slower memory: the same read windows
+            seq = dev.allocate(200)
+            zeros = np.zeros((200, P.head_dim), int)
+            dev.write_kv(seq, 0, zeros, np.ones(200), zeros, np.ones(200))
+            q = np.zeros((P.gqa_group, P.head_dim), int)
+            dev.attend_many([Attend(seq, 0, q, np.ones(P.gqa_group))] * 3)
+            cycles[route].append(dev.last_cycles)
+            records[route] = dev.backend.read_records()
+            assert 0.5 < dev.backend.stream_efficiency() <= 1.0
     assert cycles["native"] == cycles["verilator"], cycles
+    assert records["native"] == records["verilator"], records
 
 
 @pytest.mark.rtl

@@ -18,7 +18,7 @@ its transactions until the host says ``close`` or goes away. Messages are pickle
     Cycles from each AR handshake to its first R beat from now on (2: the model's minimum).
 ``("records",)`` -> ``("ok", {port: {"r_beats", "first_ar", "last_r", "bursts"}})``
     The read ports' handshakes during the last ``run`` (cycles of the first AR and the last
-    R beat), for stream-efficiency measurements.
+    R beat, from the batch's start), for stream-efficiency measurements.
 ``("close",)`` -> ``("ok",)``, then the test ends and the simulator exits.
 
 Any exception becomes ``("error", "Type: message")``; a result that does not arrive within
@@ -107,11 +107,11 @@ class _Server(StreamTestbench):
             await RisingEdge(self.clock)
         else:
             raise TimeoutError("engine writes not answered 5000 cycles after the last result")
-        self.records = {
+        self.records = {  # cycles counted from the batch's start, as `cycles` is
             name: {
                 "r_beats": port.stats.r_beats,
-                "first_ar": port.stats.first_ar_cycle or 0,
-                "last_r": port.stats.last_r_cycle or 0,
+                "first_ar": (port.stats.first_ar_cycle or start) - start,
+                "last_r": (port.stats.last_r_cycle or start) - start,
                 "bursts": len(port.stats.ar),
             }
             for name, port in self.memory.read.items()

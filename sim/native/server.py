@@ -193,8 +193,13 @@ class HpuServer:
             raise RuntimeError(f"{len(results)} results for {len(descriptors)} requests")
         if not model.until_memory_idle(model.cycle + 5000):
             raise TimeoutError("engine writes not answered 5000 cycles after the last result")
-        self.records = {
-            name: {k: v for k, v in r.items() if k != "bursts"} | {"bursts": len(r["bursts"])}
+        self.records = {  # cycles counted from the batch's start, as `cycles` is
+            name: {
+                "r_beats": r["r_beats"],
+                "first_ar": r["first_ar"] - start,
+                "last_r": r["last_r"] - start,
+                "bursts": len(r["bursts"]),
+            }
             for name, r in model.axi_records().items()
             if name in self.read_ports
         }

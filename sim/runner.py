@@ -146,7 +146,9 @@ def _fmt(value: Any) -> str:
 
 
 @contextmanager
-def _locked(path: Path):
+def build_lock(path: Path):
+    """Hold an exclusive file lock on ``path`` for the block: one build of a cache key at a
+    time, across processes (pytest workers, RTL backends, tandem sim)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -331,7 +333,7 @@ def run_regression(
     runner = get_runner(simulator)
     built_marker = build_dir / ".tandem-built"
     cached = True
-    with _locked(cache_root / f".{build_dir.name}.lock"):
+    with build_lock(cache_root / f".{build_dir.name}.lock"):
         if not built_marker.exists():
             cached = False
             if files is None:

@@ -179,7 +179,7 @@ def build_native(
     Returns the library's path and the manifest. Raises :class:`~tandem.errors.ToolError`
     with the tail of the build log when Verilator or the compiler fails.
     """
-    from tandem.sim.runner import _locked, default_cache_dir, verilog_digest
+    from tandem.sim.runner import build_lock, default_cache_dir, verilog_digest
     from tandem.sim.toolchain import prepare
 
     prepare("verilator")
@@ -189,7 +189,7 @@ def build_native(
     build_dir = cache_root / f"{design.name}-native-{native_key(design, params, sha, waves)}"
     library = build_dir / LIBRARY
     manifest_path = build_dir / f"{design.name}.manifest.json"
-    with _locked(cache_root / f".{build_dir.name}.lock"):
+    with build_lock(cache_root / f".{build_dir.name}.lock"):
         if not (build_dir / ".tandem-built").exists():
             if files is None:
                 say(f"generating the Verilog of {design.name}")

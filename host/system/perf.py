@@ -70,7 +70,9 @@ bytes per read port (K on one port, V on the other):
 
 One call = the requests one card gets for one (sub-batch, layer). Its time:
 
-* bandwidth: ``bytes / (HBM peak * e)``, ``bytes = sum 2*R*lanes + 2*(row + 2)`` (reads and
+* bandwidth: ``bytes / (card KV bandwidth * e)`` (:func:`card_kv_bandwidth`: the engines'
+  ports, one beat a cycle each, at most the HBM peak), ``bytes = sum 2*R*lanes + 2*(row + 2)``
+  (reads and
   the appended rows and scales), ``e = e_RTL(Rc)`` the stream efficiency the RTL benchmark
   measured for one request of ``Rc`` beats per port at the configured read latency, where
   ``Rc`` is the read beats of the busiest engine in this call (``ceil(requests / engines) *
@@ -398,6 +400,55 @@ def engine_fit(params: HpuParams, board: Board) -> dict:
         "checked": False,
         "reason": f"no synthesis of this engine configuration in constraints/{RESOURCES_FILE} "
         "(tandem synth hpu --json, then benchmarks/hpu_resources_data.py)",
+    }
+
+
+def card_kv_bandwidth(
+    params: HpuParams,
+    board: Board,
+    efficiency: float,
+    clock_mhz: float | None = None,
+    engines: int | None = None,
+) -> dict:
+    """The KV bandwidth a card of ``engines`` engines draws, as a fraction of its HBM peak.
+
+    Each engine port reaches one HBM pseudo-channel and moves at most one beat a cycle:
+    ``min(beat bytes x clock, pseudo-channel bandwidth)``; the card's figure is that, summed
+    over every port of the engines that run (``engines``, default as many as the HBM ports
+    serve and the resources hold, :func:`engine_fit`), times the measured stream
+    ``efficiency`` (the engine's own port utilization), over the HBM peak. This is the figure
+    to compare with a paper's share of HBM bandwidth, not ``efficiency`` alone.
+    """
+    hbm = board.memory[0]
+    peak = float(hbm["bandwidth_gb_s"])
+    channels = int(hbm["channels"])
+    per_channel = peak / channels
+    fit = engine_fit(params, board)
+    limit, limited_by = max(1, channels // params.read_ports), "HBM ports"
+    if fit["checked"] and fit["engines_fit"] < limit:
+        limit, limited_by = max(1, fit["engines_fit"]), fit["bound_by"].upper()
+    if engines is None:
+        engines = limit
+    else:
+        limited_by = "given"
+    clock_source = "board default" if clock_mhz is None else "given"
+    clock = float(board.default_clock_mhz if clock_mhz is None else clock_mhz)
+    port_gb_s = min(params.beat_bytes * clock * 1e6 / 1e9, per_channel)
+    ports_gb_s = engines * params.read_ports * port_gb_s
+    card_gb_s = min(ports_gb_s, peak) * efficiency  # more ports than pseudo-channels share them
+    return {
+        "engines": engines,
+        "engines_limited_by": limited_by,
+        "resources_checked": fit["checked"],
+        "clock_mhz": clock,
+        "clock_source": clock_source,
+        "port_gb_s": port_gb_s,
+        "port_limited_by": "pseudo-channel" if port_gb_s == per_channel else "port width x clock",
+        "card_limited_by": "HBM peak" if ports_gb_s >= peak else "engine ports",
+        "stream_efficiency": efficiency,
+        "card_gb_s": card_gb_s,
+        "hbm_gb_s": peak,
+        "hbm_fraction": card_gb_s / peak,
     }
 
 
@@ -736,6 +787,9 @@ def decode_projection(
         "engines_limited_by": limited_by,
         "resources": fit,
         "clock_mhz": clock / 1e6,
+        # No timing estimate of the engine yet (tandem synth hpu reports none): the board's
+        # default clock unless --hpu-clock-mhz; docs/hpu.md estimates about 200 MHz.
+        "clock_source": "board default" if clock_mhz is None else "--hpu-clock-mhz",
         "hbm_gb_s": float(hbm["bandwidth_gb_s"]),
         "params": params.to_dict(),
         "efficiency": {
@@ -860,7 +914,10 @@ def _gpu_hpu(
     sizes = [half, b - half] if b > 1 else [1]
     desc, reads, _ = request_beats(params, contexts)
     busy = request_cycles(params, contexts)
-    hbm_bw = float(board.memory[0]["bandwidth_gb_s"]) * 1e9
+    # What the engines can draw: every port one beat a cycle, each on its own pseudo-channel
+    # (card_kv_bandwidth), not the HBM peak, unless the ports together reach it.
+    kv = card_kv_bandwidth(params, board, 1.0, clock / 1e6, engines)
+    hbm_bw = kv["card_gb_s"] * 1e9
     fill_s = eff.fill_cycles(latency) / clock
     write_bytes = 2 * (params.row_elems + 2)
     result_bytes = m.gqa_group * m.head_dim * RESULT_ELEM_BYTES
@@ -915,6 +972,10 @@ def _gpu_hpu(
     row["bottleneck"] = winner
     row["hpu_bound"] = card_bound
     row["hpu_efficiency_mean"] = float(np.mean(efficiencies))
+    row["hpu_kv"] = {  # the card's KV bandwidth at this batch's mean stream efficiency
+        **card_kv_bandwidth(params, board, row["hpu_efficiency_mean"], clock / 1e6, engines),
+        "clock_source": hw["clock_source"],
+    }
     ms = 1e3 * m.layers
     row["split_ms"] = {
         "gpu_linear": ms * float(np.mean(terms["gpu"])) + 1e3 * head,

@@ -126,8 +126,12 @@ class Design:
         mapping against it); ``None`` where that is not known.
     prove_depth, prove_mode
         What ``tandem prove D`` checks when not told: ``None`` for the defaults (depth 20,
-        k-induction then BMC), a smaller depth and ``"bmc"`` where a cycle of the default
-        parameters is a million SAT variables and induction does not close (docs/formal.md).
+        k-induction then BMC); a depth past the first output beat of the proof parameters and
+        ``"bmc"`` where induction does not close (docs/formal.md).
+    prove_params
+        Parameters ``tandem prove D`` changes from the defaults when none are named: smaller
+        widths and depths of the same gateware where a BMC of the defaults cannot reach an
+        output beat (docs/formal.md says what they keep and what they leave out).
     """
 
     name: str
@@ -147,10 +151,15 @@ class Design:
     expected_dsps: Callable[[Any], int] | None = None
     prove_depth: int | None = None
     prove_mode: str | None = None
+    prove_params: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self):
         # A read-only copy: the record is frozen, and so is what it holds.
         object.__setattr__(self, "quick_overrides", MappingProxyType(dict(self.quick_overrides)))
+        object.__setattr__(self, "prove_params", MappingProxyType(dict(self.prove_params)))
+        unknown = set(self.prove_params) - set(self.params.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"{self.name}: prove_params name no parameter {sorted(unknown)}")
         object.__setattr__(self, "tools", tuple(self.tools))
         if self.device is not None and not re.fullmatch(f"{_DOTTED}:[A-Za-z_]\\w*", self.device):
             raise ValueError(f"device must be 'module:Class', not {self.device!r}")

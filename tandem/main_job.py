@@ -13,10 +13,14 @@
 
 Without the SmolLM2 weights (``tandem setup`` or ``tandem model fetch smollm2-135m`` brings
 them) it says so on one line and runs on the small random model instead. Progress goes to
-stderr, results to stdout.
+stderr, results to stdout (``--json``: one JSON object with the files, the verification and the
+decode's figures).
 """
 
 import argparse
+import contextlib
+import io
+import json
 import sys
 
 from .errors import UserError, VerificationError
@@ -47,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="HDL simulator of the verification (and of --backend rtl); default verilator",
     )
     parser.add_argument("-o", "--output", default="build/run", help="folder (default build/run)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcome as JSON (the files, the verification, the decode's figures)",
+    )
     checks = parser.add_mutually_exclusive_group()
     checks.add_argument("--quick", action="store_true", help="verify with the quick test only")
     checks.add_argument("--no-verify", action="store_true", help="skip the verification")
@@ -109,7 +118,13 @@ def run(args) -> int:
         raise UserError(f"the HPU cannot serve {model}: {exc}") from None
     written = write_files(args.output, generate(design, params).files())
     progress.done(f"wrote {', '.join(str(p) for p in written)}")
-    print(
+    say = (lambda line: None) if args.json else print
+    outcome = {
+        "model": model,
+        "generated": {"files": [str(p) for p in written], "params": params.to_dict()},
+        "verified": None,
+    }
+    say(
         f"generated: {written[0]} (hpu, head_dim {params.head_dim}, gqa_group "
         f"{params.gqa_group}, max_seq_len {params.max_seq_len})"
     )
@@ -130,7 +145,8 @@ def run(args) -> int:
             progress=progress.say,
         )
         progress.done(f"{len(result.tests)} test(s) ran")
-        print(f"verified: {result.summary()}")
+        say(f"verified: {result.summary()}")
+        outcome["verified"] = result.to_dict()
         if not result.tests:
             raise VerificationError(f"hpu: no test ran on {args.simulator}; see {result.log_file}")
         if not result.passed:
@@ -151,8 +167,17 @@ def run(args) -> int:
             args.backend,
             "--simulator",
             args.simulator,
+            *(["--json"] if args.json else []),
         ]
     )
-    status = decode.run(decode_args)
+    if not args.json:
+        status = decode.run(decode_args)
+        progress.done("decoded")
+        return status
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        status = decode.run(decode_args)
     progress.done("decoded")
+    outcome["decoded"] = json.loads(text.getvalue())
+    print(json.dumps(outcome, indent=2))
     return status

@@ -32,6 +32,23 @@ def test_run_falls_back_to_the_tiny_model_and_says_so(tmp_path, capsys, no_weigh
     assert captured.out.count("\n[0] 'hi' -> ") == 1
 
 
+def test_run_json_is_one_object_with_every_step(tmp_path, capsys, no_weights):
+    import json
+
+    out = tmp_path / "run"
+    args = ["run", "-o", str(out), "--no-verify", "--tokens", "3", "--prompt", "hi", "--json"]
+    assert main(args) == 0
+    outcome = json.loads(capsys.readouterr().out)  # stdout holds the JSON and nothing else
+    assert outcome["model"] == "tiny" and outcome["verified"] is None
+    assert sorted(Path(f).name for f in outcome["generated"]["files"]) == [
+        "hpu.manifest.json",
+        "hpu.v",
+    ]
+    decoded = outcome["decoded"]
+    assert decoded["backend"] == "golden" and decoded["decode_steps"] == 2
+    assert len(decoded["sequences"][0]["tokens"]) == 3
+
+
 def _status(args) -> int:
     """Exit status of ``tandem ARGS`` (argparse's errors exit, ours return)."""
     try:

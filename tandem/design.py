@@ -128,6 +128,9 @@ class Design:
         What ``tandem prove D`` checks when not told: ``None`` for the defaults (depth 20,
         k-induction then BMC); a depth past the first output beat of the proof parameters and
         ``"bmc"`` where induction does not close (docs/formal.md).
+    prove_margin
+        Cycles past its first beat that ``tandem prove D`` checks each output channel to in
+        BMC (at most the depth; ``None``: every output to the full depth).
     prove_params
         Parameters ``tandem prove D`` changes from the defaults when none are named: smaller
         widths and depths of the same gateware where a BMC of the defaults cannot reach an
@@ -151,6 +154,7 @@ class Design:
     expected_dsps: Callable[[Any], int] | None = None
     prove_depth: int | None = None
     prove_mode: str | None = None
+    prove_margin: int | None = None
     prove_params: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self):

@@ -138,9 +138,30 @@ register(
         quick_test="line_rate_streaming",
         # The configuration hpu_stream_efficiency.py builds in `tandem bench --quick`.
         quick_overrides={"max_seq_len": 512},
-        # A cycle is 1.2 million SAT variables and induction does not close (docs/formal.md).
-        prove_depth=3,
+        # Induction does not close, and a BMC of the defaults reaches cycle 3 (docs/formal.md):
+        # the same gateware with 16 lanes, one query, 64 tokens and narrow number formats
+        # raises its first result in cycle 37; each output is checked 5 cycles past its first.
+        prove_params={
+            "lanes": 16,
+            "mem_data_bits": 128,
+            "head_dim": 32,
+            "gqa_group": 1,
+            "max_seq_len": 64,
+            "max_outstanding": 2,
+            "max_burst_beats": 2,
+            "addr_bits": 16,
+            "q_bits": 8,
+            "score_int_bits": 4,
+            "score_frac_bits": 4,
+            "prob_frac_bits": 8,
+            "weight_bits": 10,
+            "weight_frac_bits": 8,
+            "out_bits": 8,
+            "out_frac_bits": 0,
+        },
+        prove_depth=42,
         prove_mode="bmc",
+        prove_margin=5,
     )
 )
 

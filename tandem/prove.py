@@ -76,6 +76,7 @@ __all__ = [
     "add_arguments",
     "default_depth",
     "default_engine",
+    "default_margin",
     "default_mode",
     "default_trace_dir",
     "find_yices",
@@ -169,6 +170,9 @@ class ProofReport:
     #: Output channel -> the earliest cycle its valid can be high (None: not within ``depth``);
     #: measured only where some property rests on BMC alone.
     first_valid: dict[str, int | None] = field(default_factory=dict)
+    #: Buffer -> the earliest cycle it can be full (None: not within ``depth``): before it, its
+    #: ``no-overflow`` holds trivially. Measured with ``first_valid``.
+    first_full: dict[str, int | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -176,12 +180,14 @@ class ProofReport:
         """True when no property failed (``unknown`` counts as not passed)."""
         return all(r.holds for r in self.results)
 
-    def bmc_depths(self) -> dict[str, int]:
-        """Output channel -> the fewest cycles a BMC check of it reached, where one of its
-        properties rests on BMC alone (not proved by induction, not failed)."""
+    def bmc_depths(self, first: dict[str, int | None] | None = None) -> dict[str, int]:
+        """Output channel (or, with ``first=self.first_full``, buffer) -> the fewest cycles a
+        BMC check of it reached, where one of its properties rests on BMC alone (not proved
+        by induction, not failed)."""
+        first = self.first_valid if first is None else first
         depths: dict[str, int] = {}
         for r in self.results:
-            if r.target in self.first_valid and r.status in ("passed", "unknown"):
+            if r.target in first and r.status in ("passed", "unknown"):
                 depths[r.target] = min(depths.get(r.target, r.depth), r.depth)
         return depths
 
@@ -216,6 +222,14 @@ class ProofReport:
                     f"{target}: first valid at cycle {cycle}, but checked only to cycle {depth}: "
                     "the BMC results cover only the cycles before its first beat"
                 )
+        for target, depth in self.bmc_depths(self.first_full).items():
+            cycle = self.first_full.get(target)
+            if cycle is None or cycle >= depth:
+                notes.append(
+                    f"{target}: never full within {depth} cycles: no write can be lost there yet"
+                )
+            else:
+                notes.append(f"{target}: full from cycle {cycle}, checked to cycle {depth}")
         return notes
 
     def to_json(self) -> str:
@@ -422,7 +436,8 @@ def _harness(component):
         return pending, kept
 
     checks: list[_Check] = []
-    covers: list[_Check] = []  # "valid is never high": its counterexample is the first beat
+    # "valid is never high" (a buffer: "never full"): the counterexample is the first beat
+    covers: list[_Check] = []
 
     def check(target, prop, ok, into=checks):
         into.append(_Check(f"p{next(counter)}", target, prop, ok))
@@ -450,8 +465,10 @@ def _harness(component):
         if kind == "fifo":
             pending, kept = held(obj.w_en, obj.w_rdy, obj.w_data, sanitize(f"fifo_{name}"))
             check(f"fifo {name}", "no-overflow", ~pending | kept)
+            check(f"fifo {name}", "first-full", obj.w_rdy, into=covers)
         else:
             check(f"buffer {name}", "no-overflow", ~(obj.capture & obj.busy))
+            check(f"buffer {name}", "first-full", ~obj.busy, into=covers)
 
     # The design's ports keep their Verilog names; direction None: Amaranth infers it (inputs
     # are the signals nothing drives), which keeps the private PortDirection out of here.
@@ -757,8 +774,9 @@ class _Smtbmc:
     check's ident (:func:`_label_asserts`). ``traced``: the idents whose failures get a trace.
     """
 
-    def __init__(self, work: Path, model: str, checks, traced, timeout, progress):
+    def __init__(self, work: Path, model: str, checks, group_of, traced, timeout, progress):
         self.work, self.model, self.checks, self.traced = work, model, checks, set(traced)
+        self.group_of = group_of
         self.timeout, self.progress = timeout, progress
         yices = find_yices()  # there is one: _engine checked
         # smtbmc starts the solver by its name
@@ -842,8 +860,9 @@ class _Smtbmc:
                 now = time.monotonic()
                 if self.progress is not None and now - shown[0] >= 10:
                     shown[0] = now
+                    groups_left = sorted({self.group_of[i] for i in remaining})
                     self.progress(
-                        f"BMC cycle {state['step'] + 1} of {depth}, {len(remaining)} checks"
+                        f"BMC of {', '.join(groups_left)}: cycle {state['step'] + 1} of {depth}"
                     )
             elif match := re.match(r"Assert failed in \S+: (p\d+) ", line):
                 if "[failed before]" not in line and match.group(1) in remaining:
@@ -885,26 +904,39 @@ class _Smtbmc:
         return trace if trace.exists() else None
 
     def solve(self, active: list[str], depth: int, mode: str) -> list[tuple[list[str], _Run]]:
-        """``mode`` "bmc": :meth:`bmc`. "prove": k-induction of the active checks, then the
-        base case (BMC to the length that closed, else to ``depth``); after a failure the rest
-        try again."""
-        if mode == "bmc":
-            return self.bmc(active, depth)
+        """``mode`` "prove": k-induction of the active checks together, then its base case (BMC
+        to the length that closed); where induction does not close, BMC to ``depth``, one run
+        per output channel and one for the buffers (a run's cost grows with the checks it
+        carries, past the sum of the runs of each: one output's first beat can be reached
+        alone where all together cannot). After a failure the rest try again. "bmc": the BMC
+        runs only."""
         groups: list[tuple[list[str], _Run]] = []
         while active:
-            k, seconds = self.induction(active, depth)
-            base = self.bmc(active, depth if k is None else k)
+            k, seconds = self.induction(active, depth) if mode == "prove" else (None, 0.0)
+            if k is not None:
+                base = self.bmc(active, k)
+            else:
+                base = [g for part in self._by_target(active) for g in self.bmc(part, depth)]
             failed = [g for g in base if g[1].outcome == "failed"]
             groups += failed
-            if not failed:
-                ((idents, outcome),) = base
-                if k is not None:
-                    outcome = _Run("proved", k, seconds + outcome.seconds)
-                groups.append((idents, outcome))
-                break
-            gone = {i for g in failed for i in g[0]}
-            active = [i for i in active if i not in gone]
+            if mode == "prove" and failed:
+                gone = {i for g in failed for i in g[0]}
+                active = [i for i in active if i not in gone]
+                continue
+            for idents, outcome in base:
+                if outcome.outcome != "failed":
+                    if k is not None:
+                        outcome = _Run("proved", k, seconds + outcome.seconds)
+                    groups.append((idents, outcome))
+            break
         return groups
+
+    def _by_target(self, idents: Sequence[str]) -> list[list[str]]:
+        """``idents`` grouped by the output channel they check (the buffers together)."""
+        parts: dict[str, list[str]] = {}
+        for ident in idents:
+            parts.setdefault(self.group_of[ident], []).append(ident)
+        return list(parts.values())
 
 
 def _path() -> list[str]:
@@ -944,9 +976,19 @@ def default_mode(design: Design) -> Mode:
     return design.prove_mode if design.prove_mode is not None else "prove"
 
 
-def _check_options(depth, mode, timeout, engine) -> None:
+def default_margin(design: Design) -> int | None:
+    """Cycles past each output's first beat that ``tandem prove D`` checks it to in BMC (the
+    design's ``prove_margin``); ``None``: every output to the full depth."""
+    return design.prove_margin
+
+
+def _check_options(depth, mode, timeout, engine, margin=None) -> None:
     if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 1000:
         raise UserError(f"depth must be an integer from 1 to 1000, not {depth!r}")
+    if margin is not None and (
+        not isinstance(margin, int) or isinstance(margin, bool) or not 1 <= margin <= 1000
+    ):
+        raise UserError(f"margin must be an integer from 1 to 1000, not {margin!r}")
     if mode not in ("prove", "bmc"):
         raise UserError(f"mode must be 'prove' or 'bmc', not {mode!r}")
     if timeout is not None and not (0 < timeout < float("inf")):
@@ -982,6 +1024,7 @@ def prove(
     *,
     depth: int | None = None,
     mode: Mode | None = None,
+    margin: int | None = None,
     engine: Engine | None = None,
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
@@ -999,6 +1042,9 @@ def prove(
     mode
         ``"prove"``: k-induction, falling back to the BMC result where it does not close by
         ``depth``; ``"bmc"``: bounded model checking only (default :func:`default_mode`).
+    margin
+        In BMC, check each output channel only to ``margin`` cycles past its first beat (at
+        most ``depth``; the buffers to ``depth``). Default :func:`default_margin`.
     engine
         ``"smtbmc"`` (yosys-smtbmc with yices) or ``"sat"`` (yosys ``sat``, MiniSat); default
         :func:`default_engine`.
@@ -1018,7 +1064,8 @@ def prove(
     params = proof_params(design) if params is None else params
     depth = default_depth(design) if depth is None else depth
     mode = default_mode(design) if mode is None else mode
-    _check_options(depth, mode, timeout, engine)
+    margin = default_margin(design) if margin is None else margin
+    _check_options(depth, mode, timeout, engine, margin)
     _engine(engine)  # a missing solver is said before the design is built
     report = prove_component(
         design.generator(params),
@@ -1026,6 +1073,7 @@ def prove(
         params=params.to_dict(),
         depth=depth,
         mode=mode,
+        margin=margin,
         engine=engine,
         timeout=timeout,
         trace_dir=trace_dir,
@@ -1044,6 +1092,7 @@ def prove_component(
     params: dict[str, Any] | None = None,
     depth: int = DEFAULT_DEPTH,
     mode: Mode = "prove",
+    margin: int | None = None,
     engine: Engine | None = None,
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
@@ -1055,7 +1104,7 @@ def prove_component(
     """
     from amaranth.back import rtlil
 
-    _check_options(depth, mode, timeout, engine)
+    _check_options(depth, mode, timeout, engine, margin)
     _require_yosys()
     engine, label, notes = _engine(engine)
     start = time.monotonic()
@@ -1073,6 +1122,12 @@ def prove_component(
         report.notes.append("no output channel and no buffer: nothing to prove")
     everything = checks + covers
     by_ident = {c.ident: c for c in everything}
+    # BMC runs one output channel (its properties and its first beat) at a time, and the
+    # buffers together (:meth:`_Smtbmc.solve`).
+    group_of = {
+        c.ident: "buffers" if c.prop in ("no-overflow", "first-full") else c.target
+        for c in everything
+    }
     results: dict[str, PropertyResult] = {}
 
     with tempfile.TemporaryDirectory(prefix="tandem-prove-") as tmp:
@@ -1099,20 +1154,24 @@ def prove_component(
                 netlists[variant] = out
             return netlists[variant]
 
-        def solve(variant: str, idents: list[str], run_mode: str) -> list[tuple[list[str], _Run]]:
-            """Run ``idents`` together. Returns ``(idents, outcome)`` groups: each failure
-            found (peeled off, the rest going on without it), then the rest."""
+        def solve(
+            variant: str, idents: list[str], run_mode: str, run_depth: int
+        ) -> list[tuple[list[str], _Run]]:
+            """Run ``idents`` to ``run_depth``. Returns ``(idents, outcome)`` groups: each
+            failure found (peeled off, the rest going on without it), then the rest."""
             if not idents:
                 return []
             if engine == "smtbmc":
                 # A failure on the cut netlist is run again on the full one: no trace there.
                 traced = [c.ident for c in checks] if variant == "full" else []
-                smt = _Smtbmc(work, netlist(variant), everything, traced, timeout, progress)
-                return smt.solve(idents, depth, run_mode)
+                smt = _Smtbmc(
+                    work, netlist(variant), everything, group_of, traced, timeout, progress
+                )
+                return smt.solve(idents, run_depth, run_mode)
             groups = []
             while idents:
                 outcome = _sat(
-                    work, netlist(variant), everything, set(idents), depth, run_mode, timeout
+                    work, netlist(variant), everything, set(idents), run_depth, run_mode, timeout
                 )
                 if outcome.outcome != "failed":
                     groups.append((idents, outcome))
@@ -1166,14 +1225,34 @@ def prove_component(
         # The cut netlist first (where there is one); what fails there is run again on the full
         # netlist, which decides (the cut only adds behaviours).
         first_variant = "cut" if cut else "full"
-        suspects: list[str] = []
-        first = [c.ident for c in checks] + (sorted(cover_idents) if mode == "bmc" else [])
-        collect(solve(first_variant, first, mode), suspects if first_variant == "cut" else None)
-        collect(solve("full", suspects, mode), None)
-        if mode == "prove" and any(results[c.ident].status != "proved" for c in checks):
-            collect(solve(first_variant, sorted(cover_idents), "bmc"), None)
+
+        def check(idents: list[str], run_mode: str, run_depth: int) -> None:
+            suspects: list[str] = []
+            groups = solve(first_variant, idents, run_mode, run_depth)
+            collect(groups, suspects if first_variant == "cut" else None)
+            collect(solve("full", suspects, run_mode, run_depth), None)
+
+        if mode == "bmc":
+            # The first beats first, then each output channel (and the buffers together) to its
+            # own depth: ``margin`` cycles past its first beat, at most ``depth``.
+            collect(solve(first_variant, sorted(cover_idents), "bmc", depth), None)
+            first_beat = {c.target: found.get(c.ident) for c in covers if c.prop == "first-valid"}
+            parts: dict[str, list[str]] = {}
+            for c in checks:
+                parts.setdefault(group_of[c.ident], []).append(c.ident)
+            for group, idents in parts.items():
+                beat = first_beat.get(group)
+                run_depth = depth if margin is None or beat is None else min(depth, beat + margin)
+                check(idents, "bmc", run_depth)
+        else:
+            check([c.ident for c in checks], "prove", depth)
+            if any(results[c.ident].status != "proved" for c in checks):
+                collect(solve(first_variant, sorted(cover_idents), "bmc", depth), None)
         if found:
-            report.first_valid = {c.target: found[c.ident] for c in covers}
+            report.first_valid = {
+                c.target: found[c.ident] for c in covers if c.prop == "first-valid"
+            }
+            report.first_full = {c.target: found[c.ident] for c in covers if c.prop == "first-full"}
 
     report.results = [results[c.ident] for c in checks]
     report.seconds = round(time.monotonic() - start, 2)
@@ -1198,6 +1277,13 @@ def add_arguments(parser) -> None:
         choices=("prove", "bmc"),
         help="prove: k-induction, else BMC; bmc: bounded model checking only "
         "(default: the design's, docs/formal.md)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=int,
+        metavar="N",
+        help="in BMC, check each output channel to N cycles past its first beat, at most "
+        "--depth (default: the design's, else to --depth)",
     )
     parser.add_argument(
         "--engine",
@@ -1227,6 +1313,9 @@ def run(args, design: Design, params: Params) -> int:
     depth = args.depth
     if depth is not None:  # far beyond what a solver's memory holds for any design here
         depth = integer(depth, "--depth", 1, 1000, " (the solver's memory)")
+    margin = args.margin
+    if margin is not None:
+        margin = integer(margin, "--margin", 1, 1000)
     timeout = None if args.timeout is None else real(args.timeout, "--timeout", 0, above=True)
     if args.defaults and (args.config or args.overrides):
         raise UserError("--defaults proves the default parameters: leave out -c and --set")
@@ -1237,6 +1326,7 @@ def run(args, design: Design, params: Params) -> int:
         params if named else None,
         depth=depth,
         mode=args.mode,
+        margin=margin,
         engine=args.engine,
         timeout=timeout,
         progress=stderr_progress("prove"),

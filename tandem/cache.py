@@ -232,9 +232,7 @@ def clean(
     if older_than is None and design is None and not everything:
         raise UserError("say what to remove: --older-than DAYS, --design NAME or --all")
     if older_than is not None and not 0 <= older_than <= MAX_DAYS:
-        raise UserError(
-            f"--older-than must be a number of days in 0..{MAX_DAYS}, not {older_than}"
-        )
+        raise UserError(f"--older-than must be a number of days in 0..{MAX_DAYS}, not {older_than}")
     found = entries()
     if design is not None:
         from tandem.host.system.model import MODELS

@@ -101,6 +101,9 @@ class Backend(ABC):
     """
 
     name: ClassVar[str] = "abstract"
+    #: Keyword options a golden backend accepts through its device (RTL backends take theirs
+    #: by signature).
+    options: ClassVar[tuple[str, ...]] = ()
     #: Device memory, for datapaths that have one.
     memory: MemoryPort | None = None
 

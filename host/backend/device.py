@@ -6,7 +6,7 @@ bookkeeping:
 
 * ``backend="golden"`` (default) or ``"rtl"``; options (``simulator``, ``timeout_s``,
   ``start_timeout_s``, ``cache_dir``, ``run_dir``) go to the RTL backend, and the golden one
-  takes none;
+  takes those its class lists in ``options`` (the HPU's ``kernel``; the others none);
 * cycle counters of one type: ``last_cycles`` (int, the most recent call),
   ``last_engine_cycles`` (``{engine: cycles}`` of that call), ``total_cycles`` and ``calls``;
 * saturation counters: ``last_saturations`` (``{place: values}`` the datapath clipped in the
@@ -53,8 +53,11 @@ class Device:
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         label(name, "name")
-        if backend == "golden" and options:
-            raise ValueError(f"the golden backend takes no options, got {sorted(options)}")
+        accepted = getattr(self.backends.get(backend), "options", ())
+        unknown = sorted(set(options) - set(accepted)) if backend == "golden" else []
+        if unknown:
+            takes = f"only {', '.join(accepted)}" if accepted else "no options"
+            raise ValueError(f"the golden backend takes {takes}, got {unknown}")
         self.params = params
         self.name = name
         self.backend: Backend = self._make_backend(backend, options)

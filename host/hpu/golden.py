@@ -57,7 +57,13 @@ from tandem.host.common.reciprocal import reciprocal_golden
 from .codec import HpuResult
 from .params import HpuParams, decode_scales
 
-__all__ = ["HpuBatchResult", "hpu_golden", "hpu_golden_batch", "merge_partials"]
+__all__ = [
+    "HpuBatchResult",
+    "check_batch_inputs",
+    "hpu_golden",
+    "hpu_golden_batch",
+    "merge_partials",
+]
 
 
 # --- golden model ---------------------------------------------------------------------------
@@ -174,20 +180,8 @@ def hpu_golden_batch(
     """
     p = params
     g, d = p.gqa_group, p.head_dim
-    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
-    r = lengths.size
-    q = np.asarray(q).reshape(r, g, d)
-    top = 1 << (p.q_bits - 1)
-    if q.size and (q.min() < -top or q.max() >= top):
-        raise ValueError(f"q must be int{p.q_bits} ({-top}..{top - 1})")
-    k = _int8_rows(k, "k").reshape(r, -1, d)
-    v = _int8_rows(v, "v").reshape(r, -1, d)
-    n = k.shape[1]
-    if r and (lengths.min() < 1 or lengths.max() > min(p.max_seq_len, n)):
-        raise ValueError(
-            f"sequence lengths must be in 1..{p.max_seq_len} (and at most the {n} rows given), "
-            f"not {lengths.min()}..{lengths.max()}"
-        )
+    q, k, v, lengths = check_batch_inputs(p, q, k, v, lengths)
+    r, n = lengths.size, k.shape[1]
     one = 1 << p.prob_frac_bits
     c_value = _scale_value(score_scale, (r, g, 1))
     k_value = _scale_value(k_scale, (r, 1, n))
@@ -266,6 +260,32 @@ def hpu_golden_batch(
         y.reshape(r, g, d),
         saturated,
     )
+
+
+def check_batch_inputs(params: HpuParams, q, k, v, lengths):
+    """The checks of :func:`hpu_golden_batch` (and of its compiled twin) on its integer
+    inputs; returns ``(q [R, G, D], k [R, N, D], v [R, N, D], lengths [R] int64)``."""
+    p = params
+    g, d = p.gqa_group, p.head_dim
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    r = lengths.size
+    q = np.asarray(q).reshape(r, g, d)
+    top = 1 << (p.q_bits - 1)
+    if q.size and (q.min() < -top or q.max() >= top):
+        raise ValueError(f"q must be int{p.q_bits} ({-top}..{top - 1})")
+    k, v = _int8_rows(k, "k"), _int8_rows(v, "v")
+    # rows per request: -1 cannot be inferred from an empty batch
+    rows = k.size // (r * d) if r else (k.shape[-2] if k.ndim > 1 else 0)
+    k, v = k.reshape(r, rows, d), v.reshape(r, -1 if r else rows, d)
+    n = k.shape[1]
+    if v.shape[1] != n:
+        raise ValueError(f"k and v must hold the same rows, not {n} and {v.shape[1]}")
+    if r and (lengths.min() < 1 or lengths.max() > min(p.max_seq_len, n)):
+        raise ValueError(
+            f"sequence lengths must be in 1..{p.max_seq_len} (and at most the {n} rows given), "
+            f"not {lengths.min()}..{lengths.max()}"
+        )
+    return q, k, v, lengths
 
 
 def _segment_sums(w, v, flat, segments: int, g: int) -> np.ndarray:

@@ -877,10 +877,16 @@ def run(args) -> int:
     for dev in devices:
         for where, count in dev.total_saturations.items():
             totals[where] = totals.get(where, 0) + count
+    backend = args.backend
+    if backend == "golden":  # which golden kernel ran, and why numpy where the twin did not
+        golden = devices[0].backend
+        backend += (
+            f" ({golden.kernel} kernel{': ' + golden.kernel_note if golden.kernel_note else ''})"
+        )
     say(
         f"model {label}: {c.n_layers} layers, {c.n_heads} query / {c.n_kv_heads} KV heads, "
         f"head_dim {c.head_dim}; GPU side on {model.device}; {args.hpus} HPU card(s), backend "
-        f"{args.backend}; sub-batches {result.subbatches}"
+        f"{backend}; sub-batches {result.subbatches}"
     )
     for b, ids in enumerate(result.tokens):
         text = tokenizer.decode(ids, skip_special=True)
@@ -936,6 +942,9 @@ def run(args) -> int:
                 {
                     "model": label,
                     "backend": args.backend,
+                    "golden_kernel": devices[0].backend.kernel
+                    if args.backend == "golden"
+                    else None,
                     "hpus": args.hpus,
                     "subbatches": result.subbatches,
                     "sequences": [

@@ -1,0 +1,152 @@
+/* The hpu engine's arithmetic for a batch of requests, token by token as the gateware runs it.
+
+   A compiled twin of tandem.host.hpu.golden.hpu_golden_batch (the specification): same
+   inputs, same outputs, bit for bit; tests/test_hpu_golden_native.py compares the two over
+   random parameters, lengths, scales and saturating inputs. golden_native.py builds this file
+   with the machine's C compiler and calls it through ctypes. Floating point follows the numpy
+   model's float64 operations in the same order (built with -ffp-contract=off, no fast-math),
+   and every product that float64 holds exactly there is exact here too; integer products that
+   can pass 63 bits (o * alpha, o * 1/l) use 128-bit integers. */
+
+#include <math.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t gqa_group, head_dim;
+    int32_t score_frac_bits, score_bits, prob_frac_bits;
+    int32_t weight_bits;
+    int32_t out_bits, out_shift;
+    int64_t score_min, distance_cap;
+    double weight_shift; /* 2 ** (weight_frac_bits - prob_frac_bits) */
+    /* reciprocal unit */
+    int32_t recip_in_bits, recip_in_frac_bits, recip_out_bits, recip_out_frac_bits;
+    int32_t recip_seed_bits, recip_work_frac_bits, recip_newton_steps, recip_left_shift;
+    int32_t dot_fits_int32; /* |q| * 128 * head_dim < 2**31 */
+    int32_t reserved;
+} hpu_golden_params;
+
+static int64_t shift_round_half_up(int64_t value, int shift) {
+    return (value + (((int64_t)1 << shift) >> 1)) >> shift;
+}
+
+/* floor((a * b + 2**(shift - 1)) / 2**shift), exact (shift >= 1). */
+static int64_t mul_round_half_up(int64_t a, int64_t b, int shift) {
+    __int128 product = (__int128)a * b + ((__int128)1 << (shift - 1));
+    return (int64_t)(product >> shift);
+}
+
+static int leading_one(int64_t x, int bits) {
+    if (x <= 0) return 0;
+    int msb = 63 - __builtin_clzll((uint64_t)x);
+    return msb < bits - 1 ? msb : bits - 1;
+}
+
+/* tandem.host.common.reciprocal.reciprocal_golden for one input. */
+static int64_t reciprocal(const hpu_golden_params *p, const int64_t *seed, int64_t x) {
+    int64_t top = ((int64_t)1 << p->recip_out_bits) - 1;
+    if (x == 0) return top;
+    int w = p->recip_work_frac_bits;
+    int msb = leading_one(x, p->recip_in_bits);
+    int64_t mantissa = (int64_t)((uint64_t)x << w) >> msb;
+    int64_t y = seed[(mantissa >> (w - p->recip_seed_bits)) & (((int64_t)1 << p->recip_seed_bits) - 1)];
+    for (int step = 0; step < p->recip_newton_steps; step++) {
+        int64_t error = shift_round_half_up(mantissa * y, w);
+        y = shift_round_half_up(y * (((int64_t)2 << w) - error), w);
+    }
+    int shift = w + msb - p->recip_in_frac_bits - p->recip_out_frac_bits + p->recip_left_shift;
+    int64_t result = shift_round_half_up(y << p->recip_left_shift, shift);
+    if (result < 0) result = 0;
+    if (result > top) result = top;
+    return result;
+}
+
+/* Round half up and saturate a float64 product (exact) to [lo, hi]; counts saturations. */
+static int64_t round_scaled(double product, double lo, double hi, int64_t *saturated) {
+    double rounded = floor(product + 0.5);
+    double clipped = rounded < lo ? lo : rounded;
+    clipped = clipped > hi ? hi : clipped;
+    if (clipped != rounded) (*saturated)++;
+    return (int64_t)clipped;
+}
+
+/* R requests, each G queries over its first lengths[r] of N rows.
+
+   q [R, G, D] int32; score_scale [R, G] binary16 bit patterns; k, v [R, N, D] int8;
+   k_scale, v_scale [R, N] binary16 bit patterns; scale_values [65536] the gateware's value
+   of each pattern; exp2_table [distance_cap + 1]; seed [2 ** recip_seed_bits].
+   Outputs: m, l [R, G]; o, y [R, G, D]; saturated [R, 3] (score, weight, output);
+   work [N] int64 scratch for one query's scores. */
+void hpu_golden_batch(const hpu_golden_params *p, int64_t requests, int64_t rows,
+                      const int32_t *q, const uint16_t *score_scale, const int8_t *k,
+                      const uint16_t *k_scale, const int8_t *v, const uint16_t *v_scale,
+                      const int64_t *lengths, const double *scale_values,
+                      const int64_t *exp2_table, const int64_t *seed, int64_t *m_out,
+                      int64_t *l_out, int64_t *o_out, int64_t *y_out, int64_t *saturated,
+                      int64_t *work) {
+    const int g_count = p->gqa_group, d = p->head_dim;
+    const int64_t one = (int64_t)1 << p->prob_frac_bits, half = one >> 1;
+    const double score_lo = -ldexp(1.0, p->score_bits - 1), score_hi = ldexp(1.0, p->score_bits - 1) - 1;
+    const double weight_hi = ldexp(1.0, p->weight_bits) - 1;
+    const int64_t out_lo = -((int64_t)1 << (p->out_bits - 1)), out_hi = ((int64_t)1 << (p->out_bits - 1)) - 1;
+    const double score_unit = ldexp(1.0, p->score_frac_bits);
+    for (int64_t r = 0; r < requests; r++) {
+        const int64_t n = lengths[r];
+        const int8_t *kr = k + r * rows * d, *vr = v + r * rows * d;
+        const uint16_t *ksr = k_scale + r * rows, *vsr = v_scale + r * rows;
+        int64_t *sat = saturated + r * 3;
+        sat[0] = sat[1] = sat[2] = 0;
+        for (int gi = 0; gi < g_count; gi++) {
+            const int64_t row = r * g_count + gi;
+            const int32_t *qr = q + row * d;
+            const double c = scale_values[score_scale[row]];
+            /* scores: s = dot * (c * (k_scale * 2**score_frac_bits)), as the numpy model */
+            for (int64_t t = 0; t < n; t++) {
+                const int8_t *kt = kr + t * d;
+                int64_t dot;
+                if (p->dot_fits_int32) {
+                    int32_t acc = 0;
+                    for (int e = 0; e < d; e++) acc += qr[e] * (int32_t)kt[e];
+                    dot = acc;
+                } else {
+                    int64_t acc = 0;
+                    for (int e = 0; e < d; e++) acc += (int64_t)qr[e] * kt[e];
+                    dot = acc;
+                }
+                double factor = c * (scale_values[ksr[t]] * score_unit);
+                work[t] = round_scaled((double)dot * factor, score_lo, score_hi, &sat[0]);
+            }
+            /* online softmax and the value accumulator, one token at a time */
+            int64_t running = p->score_min, l_acc = 0;
+            int64_t *o = o_out + row * d;
+            for (int e = 0; e < d; e++) o[e] = 0;
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t s = work[t];
+                const int grew = s > running;
+                int64_t distance = grew ? s - running : running - s;
+                if (distance > p->distance_cap) distance = p->distance_cap;
+                const int64_t e_value = exp2_table[distance];
+                const int64_t alpha = grew ? e_value : one, prob = grew ? one : e_value;
+                if (grew) running = s;
+                const int64_t w = round_scaled(
+                    (double)prob * (scale_values[vsr[t]] * p->weight_shift), 0.0, weight_hi, &sat[1]);
+                const int8_t *vt = vr + t * d;
+                if (alpha != one) { /* alpha == 1.0 leaves l and o as they are */
+                    l_acc = (l_acc * alpha + half) >> p->prob_frac_bits;
+                    for (int e = 0; e < d; e++) o[e] = mul_round_half_up(o[e], alpha, p->prob_frac_bits);
+                }
+                l_acc += prob;
+                for (int e = 0; e < d; e++) o[e] += w * vt[e];
+            }
+            m_out[row] = running;
+            l_out[row] = l_acc;
+            const int64_t recip = reciprocal(p, seed, l_acc);
+            int64_t *y = y_out + row * d;
+            for (int e = 0; e < d; e++) {
+                int64_t value = mul_round_half_up(o[e], recip, p->out_shift);
+                int64_t clipped = value < out_lo ? out_lo : (value > out_hi ? out_hi : value);
+                if (clipped != value) sat[2]++;
+                y[e] = clipped;
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+"""The compiled twin of the HPU golden model against the numpy specification, bit for bit:
+results, saturation counts and errors, over parameter sets that saturate every format, and
+inside the golden backend the decode runtime uses."""
+
+import numpy as np
+import pytest
+from tandem.host.hpu import HpuParams, hpu_golden_batch
+from tandem.host.hpu.device import GoldenHpuBackend, HpuDevice
+from tandem.host.hpu.golden_native import hpu_golden_batch_native, native_golden
+
+from .test_hpu_golden_batch import random_request
+
+BUILT = native_golden()
+pytestmark = pytest.mark.skipif(
+    BUILT.library is None, reason=f"the compiled twin cannot be built here: {BUILT.reason}"
+)
+
+PARAMETER_SETS = [
+    {},
+    {"head_dim": 32, "gqa_group": 1, "q_bits": 8},
+    {"head_dim": 128, "gqa_group": 8, "max_seq_len": 512},
+    # narrow formats: scores, weights and outputs saturate; the dot needs int64 (q_bits 16,
+    # head_dim 128)
+    {
+        "head_dim": 128,
+        "gqa_group": 2,
+        "score_int_bits": 4,
+        "score_frac_bits": 4,
+        "prob_frac_bits": 8,
+        "weight_bits": 10,
+        "weight_frac_bits": 8,
+        "out_bits": 8,
+        "out_frac_bits": 4,
+    },
+    {"head_dim": 64, "score_frac_bits": 4, "prob_frac_bits": 8, "out_bits": 8, "out_frac_bits": 6},
+]
+
+
+def batch_of(rng, p: HpuParams, lengths, width: int):
+    """A padded batch of random requests (garbage in the padding)."""
+    requests = [random_request(rng, p, n, int(rng.integers(0, 5))) for n in lengths]
+    count = len(lengths)
+    k = rng.integers(-128, 128, (count, width, p.head_dim)).astype(np.int8)
+    v = rng.integers(-128, 128, (count, width, p.head_dim)).astype(np.int8)
+    k_scale = np.abs(rng.normal(0, 1, (count, width))).astype(np.float16)
+    v_scale = np.abs(rng.normal(0, 100, (count, width))).astype(np.float16)
+    for i, (_, _, ki, ksi, vi, vsi) in enumerate(requests):
+        n = lengths[i]
+        k[i, :n], v[i, :n], k_scale[i, :n], v_scale[i, :n] = ki, vi, ksi, vsi
+    q = np.zeros((count, p.gqa_group, p.head_dim), np.int64)
+    q_scale = np.zeros((count, p.gqa_group), np.float16)
+    for i, request in enumerate(requests):
+        q[i], q_scale[i] = request[0], request[1]
+    return q, q_scale, k, k_scale, v, v_scale, np.asarray(lengths)
+
+
+def assert_same(a, b, where=""):
+    for name in ("m", "l", "o", "y"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), f"{name} {where}"
+    assert a.saturated.keys() == b.saturated.keys()
+    for place in a.saturated:
+        assert np.array_equal(a.saturated[place], b.saturated[place]), f"{place} {where}"
+
+
+@pytest.mark.parametrize("overrides", PARAMETER_SETS)
+def test_twin_equals_the_numpy_model(overrides):
+    p = HpuParams(**overrides)
+    rng = np.random.default_rng(11)
+    saturated = dict.fromkeys(("score", "weight", "output"), 0)
+    for trial in range(12):
+        count = int(rng.integers(1, 9))
+        lengths = rng.integers(1, min(p.max_seq_len, 300) + 1, count)
+        width = int(lengths.max()) + int(rng.integers(0, 4))
+        inputs = batch_of(rng, p, lengths, width)
+        expected = hpu_golden_batch(p, *inputs)
+        assert_same(expected, hpu_golden_batch_native(p, *inputs), f"trial {trial}")
+        for place, counts in expected.saturated.items():
+            saturated[place] += int(counts.sum())
+    if overrides.get("out_bits", 16) <= 8:  # the narrow sets exercise every saturation
+        assert all(saturated.values()), saturated
+
+
+def test_twin_on_an_empty_batch_and_long_sequences():
+    p = HpuParams(max_seq_len=4096)
+    rng = np.random.default_rng(12)
+    assert_same(
+        hpu_golden_batch(p, *batch_of(rng, p, [], 1)),
+        hpu_golden_batch_native(p, *batch_of(rng, p, [], 1)),
+    )
+    inputs = batch_of(rng, p, [4096, 1, 2500], 4096)
+    assert_same(hpu_golden_batch(p, *inputs), hpu_golden_batch_native(p, *inputs))
+
+
+def test_twin_checks_its_inputs_as_the_numpy_model_does():
+    p = HpuParams(head_dim=32, gqa_group=1)
+    q = np.zeros((1, 1, 32), np.int64)
+    k = np.zeros((1, 4, 32), np.int64)
+    s = np.ones((1, 4), np.float16)
+    for call in (hpu_golden_batch, hpu_golden_batch_native):
+        with pytest.raises(ValueError, match="sequence lengths"):
+            call(p, q, np.ones((1, 1)), k, s, k, s, [5])
+        with pytest.raises(ValueError, match="k must be int8"):
+            call(p, q, np.ones((1, 1)), k + 200, s, k, s, [4])
+        with pytest.raises(ValueError, match="q must be int16"):
+            call(p, q + (1 << 15), np.ones((1, 1)), k, s, k, s, [4])
+
+
+def test_golden_backend_kernels_give_the_same_device_results():
+    """A device's calls (appends, partial and full requests) on both kernels: same results,
+    same memory, same saturation counters."""
+    p = HpuParams(head_dim=32, gqa_group=2, max_seq_len=256, out_bits=8, out_frac_bits=4)
+    rng = np.random.default_rng(13)
+    runs = {}
+    for kernel in ("numpy", "native"):
+        dev = HpuDevice(p, memory_bytes=4 << 20, kernel=kernel)
+        assert dev.backend.kernel == kernel
+        seq = dev.allocate(200, heads=2)
+        rng = np.random.default_rng(13)
+        for head in range(2):
+            k, v = rng.normal(0, 1, (2, 120, 32))
+            dev.write_kv_real(seq, head, k, v)
+        outputs = []
+        for _ in range(5):
+            for head in range(2):
+                q = rng.normal(0, 3, (2, 32))
+                new = tuple(rng.normal(0, 1, (2, 32)))
+                outputs.append(dev.attend_real(seq, head, q, new=new))
+        runs[kernel] = (outputs, dev.backend.memory.array.copy(), dict(dev.total_saturations))
+        dev.close()
+    (a_out, a_mem, a_sat), (b_out, b_mem, b_sat) = runs["numpy"], runs["native"]
+    assert all(np.array_equal(x, y) for x, y in zip(a_out, b_out))
+    assert np.array_equal(a_mem, b_mem) and a_sat == b_sat
+
+
+def test_kernel_option_is_checked():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        GoldenHpuBackend(HpuParams(), 1 << 20, kernel="fast")
+    with pytest.raises(ValueError, match="takes only kernel"):
+        HpuDevice(HpuParams(), memory_bytes=1 << 20, simulator="verilator")
+    auto = GoldenHpuBackend(HpuParams(), 1 << 20)
+    assert auto.kernel == "native" and auto.kernel_note == ""

@@ -9,7 +9,9 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -305,12 +307,31 @@ def _feature(args) -> str:
     return " ".join(["tandem", *(w for w in words if isinstance(w, str))])
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tandem`` command."""
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else list(argv)):
         parser.print_usage(sys.stderr)  # a bare `tandem`: show what it takes, then the error
     args = parser.parse_args(argv)
+    # A SIGTERM raises SystemExit in the main thread instead of ending the process at once, so
+    # that `subprocess.run` kills the tool it waits on (yosys, a simulator build) and temporary
+    # folders are removed on the way out: nothing is left running or behind.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(parser, args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(parser, args) -> int:
+    """Run the parsed command; user errors, tool errors and interrupts become exit statuses."""
     try:
         needs = getattr(args, "extras", ())  # optional features, checked before any work
         extras.require(_feature(args), *(needs(args) if callable(needs) else needs))

@@ -1,8 +1,14 @@
 """Formal proofs of the stream rules (``tandem prove``): every registered design, and mutants
 that break each rule and must be reported as failed."""
 
+import contextlib
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from amaranth.hdl import Fragment, Module, Signal
@@ -434,3 +440,50 @@ def test_cli_smt_engine_without_yices_is_one_line(monkeypatch, capsys):
 def test_cli_names_the_engine(capsys):
     assert main(["prove", "exp2", "--depth", "3", "--engine", "sat"]) == 0
     assert "(yosys sat -tempinduct (MiniSat))" in capsys.readouterr().out.splitlines()[0]
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads processes from /proc (Linux)")
+@pytest.mark.parametrize("engine", ["sat", "smtbmc"])
+def test_sigterm_leaves_no_solver_running(engine, tmp_path):
+    """`tandem prove` killed by SIGTERM while its solver runs: the solver goes with it."""
+    if engine == "smtbmc" and find_yices() is None:
+        pytest.skip(NO_YICES)
+    command = [sys.executable, "-m", "tandem", "prove", "hpu", "--engine", engine]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not _children(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _children(proc.pid), "the solver never started"
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the whole group, the solver's children included
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("a process of the run is still alive after its SIGTERM")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -139,3 +139,31 @@ def test_kernel_option_is_checked():
         HpuDevice(HpuParams(), memory_bytes=1 << 20, simulator="verilator")
     auto = GoldenHpuBackend(HpuParams(), 1 << 20)
     assert auto.kernel == "native" and auto.kernel_note == ""
+
+
+def test_twin_reads_regions_in_place_as_read_regions_does():
+    """Random bytes as device memory (garbage beyond each region's length included): the
+    twin's in-place read gives what ``read_regions`` then the numpy model give."""
+    from tandem.host.hpu.golden_native import hpu_golden_regions_native
+
+    p = HpuParams(head_dim=64, gqa_group=3, max_seq_len=512)
+    layout, rng = p.layout, np.random.default_rng(14)
+    memory = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+    # random binary16 scale patterns everywhere would hold inf and NaN: finite ones instead
+    for start in range(0, memory.size, layout.part_bytes):
+        scales = np.abs(rng.normal(0, 0.05, 32)).astype("<f2")
+        memory[start : start + 64] = scales.view(np.uint8)
+    for trial in range(6):
+        count = int(rng.integers(1, 7))
+        lengths = rng.integers(1, 300, count)
+        bases = rng.integers(0, (memory.size - layout.region_bytes(300)) // 64, count) * 64
+        q = rng.integers(-(1 << 15), 1 << 15, (count, 3, 64))
+        score_scale = np.abs(rng.normal(0, 1e-4, (count, 3))).astype(np.float16)
+        k, ks, v, vs = layout.read_regions(memory, bases, lengths)
+        expected = hpu_golden_batch(p, q, score_scale, k, ks, v, vs, lengths)
+        got = hpu_golden_regions_native(p, memory, bases, lengths, q, score_scale)
+        assert_same(expected, got, f"trial {trial}")
+    with pytest.raises(ValueError, match="outside"):
+        hpu_golden_regions_native(p, memory, [memory.size - 64], [1], q[:1], score_scale[:1])
+    with pytest.raises(ValueError, match="sequence lengths"):
+        hpu_golden_regions_native(p, memory, [0], [513], q[:1], score_scale[:1])

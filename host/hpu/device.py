@@ -60,7 +60,7 @@ from .codec import (
 )
 from .cycles import batch_cycles
 from .golden import hpu_golden_batch
-from .golden_native import hpu_golden_batch_native, native_golden
+from .golden_native import hpu_golden_regions_native, native_golden
 from .params import HpuParams, check_scales, quantize_rows, score_scale
 
 __all__ = [
@@ -253,10 +253,10 @@ class GoldenHpuBackend(Backend):
         Size of device memory in bytes.
     kernel
         ``"numpy"``: :func:`~tandem.host.hpu.golden.hpu_golden_batch`, the specification;
-        ``"native"``: its compiled twin
-        (:func:`~tandem.host.hpu.golden_native.hpu_golden_batch_native`, same results bit for
-        bit, about 6x faster on a decode step's batches), ``ValueError`` where it cannot be
-        built; ``"auto"`` (default): the twin where a C compiler builds it, else numpy.
+        ``"native"``: its compiled twin, reading the regions in place
+        (:func:`~tandem.host.hpu.golden_native.hpu_golden_regions_native`, same results bit
+        for bit, about 6x faster on a decode step's batches), ``ValueError`` where it cannot
+        be built; ``"auto"`` (default): the twin where a C compiler builds it, else numpy.
         :attr:`kernel` is the one that runs, :attr:`kernel_note` why ``"auto"`` chose numpy.
     """
 
@@ -268,18 +268,16 @@ class GoldenHpuBackend(Backend):
             raise ValueError(f"kernel must be one of {', '.join(GOLDEN_KERNELS)}, not {kernel!r}")
         self.params = params
         self.memory = ArrayMemory(memory_bytes)
-        self.kernel_note = ""
-        self._golden = hpu_golden_batch
+        #: The kernel that runs: ``"native"`` or ``"numpy"``; why ``"auto"`` chose numpy.
+        self.kernel, self.kernel_note = "numpy", ""
         if kernel != "numpy":
             built = native_golden()
             if built.library is not None:
-                self._golden = hpu_golden_batch_native
+                self.kernel = "native"
             elif kernel == "native":
                 raise ValueError(f"kernel 'native' cannot be built: {built.reason}")
             else:
                 self.kernel_note = built.reason
-        #: The kernel that runs: ``"native"`` or ``"numpy"``.
-        self.kernel = "native" if self._golden is hpu_golden_batch_native else "numpy"
 
     def run(self, requests: HpuBatch | list[HpuRequest]) -> Call:
         p = self.params
@@ -311,10 +309,15 @@ class GoldenHpuBackend(Backend):
                 batch.new_v[wave][adds],
                 batch.new_v_scale[wave][adds],
             )
-        k, k_scale, v, v_scale = layout.read_regions(memory, bases, lengths)
-        out = self._golden(
-            p, batch.q[wave], batch.score_scale[wave], k, k_scale, v, v_scale, lengths
-        )
+        if self.kernel == "native":  # reads the regions in place
+            out = hpu_golden_regions_native(
+                p, memory, bases, lengths, batch.q[wave], batch.score_scale[wave]
+            )
+        else:
+            k, k_scale, v, v_scale = layout.read_regions(memory, bases, lengths)
+            out = hpu_golden_batch(
+                p, batch.q[wave], batch.score_scale[wave], k, k_scale, v, v_scale, lengths
+            )
         partial = batch.partial[wave]
         emits = {"score": None, "weight": None, "output": ~partial}
         for place, counts in out.saturated.items():

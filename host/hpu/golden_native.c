@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     int32_t gqa_group, head_dim;
@@ -69,20 +70,29 @@ static int64_t round_scaled(double product, double lo, double hi, int64_t *satur
     return (int64_t)clipped;
 }
 
-/* R requests, each G queries over its first lengths[r] of N rows.
+/* Where token t of request r keeps its K and V rows and scales: byte offsets from
+   buffer + base[r] + (t / page_tokens) * page_stride. The device memory's KV layout
+   (tandem.mappings.hpu.kv_layout: pages of 32 tokens, each a K part and a V part of one
+   scale block and 32 rows), or plain [N, D] arrays as one page. */
+typedef struct {
+    int64_t page_tokens, page_stride, row_stride;
+    int64_t k_rows, k_scales, v_rows, v_scales;
+} hpu_kv_view;
 
-   q [R, G, D] int32; score_scale [R, G] binary16 bit patterns; k, v [R, N, D] int8;
-   k_scale, v_scale [R, N] binary16 bit patterns; scale_values [65536] the gateware's value
-   of each pattern; exp2_table [distance_cap + 1]; seed [2 ** recip_seed_bits].
+/* R requests, each G queries over the first lengths[r] tokens at base[r] in buffer.
+
+   q [R, G, D] int16; score_scale [R, G] binary16 bit patterns; scale_values [65536] the
+   gateware's value of each pattern; exp2_table [distance_cap + 1]; seed [2 ** recip_seed_bits].
    Outputs: m, l [R, G]; o, y [R, G, D]; saturated [R, 3] (score, weight, output);
-   work [N] int64 scratch for one query's scores. */
-void hpu_golden_batch(const hpu_golden_params *p, int64_t requests, int64_t rows,
-                      const int32_t *q, const uint16_t *score_scale, const int8_t *k,
-                      const uint16_t *k_scale, const int8_t *v, const uint16_t *v_scale,
-                      const int64_t *lengths, const double *scale_values,
-                      const int64_t *exp2_table, const int64_t *seed, int64_t *m_out,
-                      int64_t *l_out, int64_t *o_out, int64_t *y_out, int64_t *saturated,
-                      int64_t *work) {
+   work [N] int64 scratch for one query's scores, N = max(lengths); factors [2 N] float64
+   and row_pointers [2 N] scratch for one request's per-token scale factors and rows. */
+void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64_t requests,
+                      int64_t rows, const int16_t *q, const uint16_t *score_scale,
+                      const uint8_t *buffer, const int64_t *base, const int64_t *lengths,
+                      const double *scale_values, const int64_t *exp2_table,
+                      const int64_t *seed, int64_t *m_out, int64_t *l_out, int64_t *o_out,
+                      int64_t *y_out, int64_t *saturated, int64_t *work, double *factors,
+                      const int8_t **row_pointers) {
     const int g_count = p->gqa_group, d = p->head_dim;
     const int64_t one = (int64_t)1 << p->prob_frac_bits, half = one >> 1;
     const double score_lo = -ldexp(1.0, p->score_bits - 1), score_hi = ldexp(1.0, p->score_bits - 1) - 1;
@@ -91,28 +101,42 @@ void hpu_golden_batch(const hpu_golden_params *p, int64_t requests, int64_t rows
     const double score_unit = ldexp(1.0, p->score_frac_bits);
     for (int64_t r = 0; r < requests; r++) {
         const int64_t n = lengths[r];
-        const int8_t *kr = k + r * rows * d, *vr = v + r * rows * d;
-        const uint16_t *ksr = k_scale + r * rows, *vsr = v_scale + r * rows;
+        const uint8_t *region = buffer + base[r];
         int64_t *sat = saturated + r * 3;
         sat[0] = sat[1] = sat[2] = 0;
+        /* per-token factors, shared by the G queries: k_scale * 2**score_frac_bits and
+           v_scale * weight_shift, the inner products of the numpy model's expressions */
+        double *k_factor = factors, *v_factor = factors + rows;
+        const int8_t **k_row = row_pointers, **v_row = row_pointers + rows;
+        for (int64_t t = 0; t < n; t++) {
+            const uint8_t *page = region + (t / view->page_tokens) * view->page_stride;
+            const int64_t slot = t % view->page_tokens;
+            uint16_t k_bits, v_bits;
+            memcpy(&k_bits, page + view->k_scales + 2 * slot, 2); /* little-endian hosts */
+            memcpy(&v_bits, page + view->v_scales + 2 * slot, 2);
+            k_factor[t] = scale_values[k_bits] * score_unit;
+            v_factor[t] = scale_values[v_bits] * p->weight_shift;
+            k_row[t] = (const int8_t *)(page + view->k_rows + slot * view->row_stride);
+            v_row[t] = (const int8_t *)(page + view->v_rows + slot * view->row_stride);
+        }
         for (int gi = 0; gi < g_count; gi++) {
             const int64_t row = r * g_count + gi;
-            const int32_t *qr = q + row * d;
+            const int16_t *qr = q + row * d;
             const double c = scale_values[score_scale[row]];
             /* scores: s = dot * (c * (k_scale * 2**score_frac_bits)), as the numpy model */
             for (int64_t t = 0; t < n; t++) {
-                const int8_t *kt = kr + t * d;
+                const int8_t *kt = k_row[t];
                 int64_t dot;
                 if (p->dot_fits_int32) {
                     int32_t acc = 0;
-                    for (int e = 0; e < d; e++) acc += qr[e] * (int32_t)kt[e];
+                    for (int e = 0; e < d; e++) acc += (int32_t)qr[e] * (int32_t)kt[e];
                     dot = acc;
                 } else {
                     int64_t acc = 0;
                     for (int e = 0; e < d; e++) acc += (int64_t)qr[e] * kt[e];
                     dot = acc;
                 }
-                double factor = c * (scale_values[ksr[t]] * score_unit);
+                double factor = c * k_factor[t];
                 work[t] = round_scaled((double)dot * factor, score_lo, score_hi, &sat[0]);
             }
             /* online softmax and the value accumulator, one token at a time */
@@ -127,9 +151,8 @@ void hpu_golden_batch(const hpu_golden_params *p, int64_t requests, int64_t rows
                 const int64_t e_value = exp2_table[distance];
                 const int64_t alpha = grew ? e_value : one, prob = grew ? one : e_value;
                 if (grew) running = s;
-                const int64_t w = round_scaled(
-                    (double)prob * (scale_values[vsr[t]] * p->weight_shift), 0.0, weight_hi, &sat[1]);
-                const int8_t *vt = vr + t * d;
+                const int64_t w = round_scaled((double)prob * v_factor[t], 0.0, weight_hi, &sat[1]);
+                const int8_t *vt = v_row[t];
                 if (alpha != one) { /* alpha == 1.0 leaves l and o as they are */
                     l_acc = (l_acc * alpha + half) >> p->prob_frac_bits;
                     for (int e = 0; e < d; e++) o[e] = mul_round_half_up(o[e], alpha, p->prob_frac_bits);

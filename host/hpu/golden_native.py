@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 from tandem.host.common.native import NativeLibrary, load_native
 from tandem.host.common.reciprocal import reciprocal_seed_table
+from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
 
 from .golden import HpuBatchResult, _exp2_of_distance, _scale_values, check_batch_inputs
 from .params import HpuParams
 
-__all__ = ["hpu_golden_batch_native", "native_golden"]
+__all__ = ["hpu_golden_batch_native", "hpu_golden_regions_native", "native_golden"]
 
 SOURCE = Path(__file__).with_name("golden_native.c")
 
@@ -71,9 +72,12 @@ def native_golden() -> NativeLibrary:
     if built.library is not None and not hasattr(built.library.hpu_golden_batch, "_ready"):
         function = built.library.hpu_golden_batch
         function.restype = None
-        function.argtypes = [ctypes.POINTER(_Params), ctypes.c_int64, ctypes.c_int64] + [
-            ctypes.c_void_p
-        ] * 16
+        function.argtypes = [
+            ctypes.POINTER(_Params),
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+        ] + [ctypes.c_void_p] * 16
         function._ready = True
     return built
 
@@ -109,8 +113,35 @@ def _tables(params: HpuParams):
     return fields, _scale_values(), _exp2_of_distance(p.exp2), seeds
 
 
-def _pointer(array: np.ndarray) -> int:
-    return array.ctypes.data
+class _View(ctypes.Structure):
+    """``hpu_kv_view`` of golden_native.c: where a request's token rows and scales lie."""
+
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in (
+            "page_tokens",
+            "page_stride",
+            "row_stride",
+            "k_rows",
+            "k_scales",
+            "v_rows",
+            "v_scales",
+        )
+    ]
+
+
+@cache
+def _memory_view(layout: KvLayout) -> _View:
+    """The device memory's KV layout: pages of a K part and a V part (a scale block, rows)."""
+    return _View(
+        page_tokens=PAGE_TOKENS,
+        page_stride=layout.page_bytes,
+        row_stride=layout.row_bytes,
+        k_rows=BLOCK_BYTES,
+        k_scales=0,
+        v_rows=layout.part_bytes + BLOCK_BYTES,
+        v_scales=layout.part_bytes,
+    )
 
 
 def hpu_golden_batch_native(
@@ -119,51 +150,84 @@ def hpu_golden_batch_native(
     """:func:`~tandem.host.hpu.golden.hpu_golden_batch` in C: same arguments, same checks,
     the same result bit for bit. Raises ``RuntimeError`` where the twin cannot be built
     (:func:`native_golden` says why)."""
+    p = params
+    q, k, v, lengths = check_batch_inputs(p, q, k, v, lengths)
+    r, n, d = lengths.size, k.shape[1], p.head_dim
+    # Each request's rows and scales as one span of a buffer, one page of n tokens:
+    # [k rows n*d][v rows n*d][k scales 2n][v scales 2n].
+    parts = [
+        np.ascontiguousarray(k, dtype=np.int8).reshape(r, n * d).view(np.uint8),
+        np.ascontiguousarray(v, dtype=np.int8).reshape(r, n * d).view(np.uint8),
+        np.asarray(k_scale, dtype="<f2").reshape(r, n).view(np.uint8),
+        np.asarray(v_scale, dtype="<f2").reshape(r, n).view(np.uint8),
+    ]
+    buffer = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    span = buffer.shape[1]
+    view = _View(
+        page_tokens=max(n, 1),
+        page_stride=0,
+        row_stride=d,
+        k_rows=0,
+        k_scales=2 * n * d,
+        v_rows=n * d,
+        v_scales=2 * n * d + 2 * n,
+    )
+    bases = np.arange(r, dtype=np.int64) * span
+    return _run(p, view, buffer, bases, lengths, q, score_scale)
+
+
+def hpu_golden_regions_native(
+    params: HpuParams, memory: np.ndarray, bases, lengths, q, score_scale
+) -> HpuBatchResult:
+    """The golden model of R requests over the KV regions at ``bases`` of device ``memory``
+    (uint8, :class:`~tandem.mappings.hpu.kv_layout.KvLayout`), read in place: what
+    ``read_regions`` then :func:`~tandem.host.hpu.golden.hpu_golden_batch` compute, bit for
+    bit, without copying the rows out. ``ValueError`` for a region outside ``memory``."""
+    p, layout = params, params.layout
+    bases = np.asarray(bases, dtype=np.int64).reshape(-1)
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if bases.shape != lengths.shape:
+        raise ValueError(f"{bases.size} bases for {lengths.size} lengths")
+    if lengths.size:  # the C code reads what these say: every byte must be in memory
+        if lengths.min() < 1 or lengths.max() > p.max_seq_len:
+            raise ValueError(f"sequence lengths must be in 1..{p.max_seq_len}")
+        ends = bases + -(-lengths // PAGE_TOKENS) * layout.page_bytes
+        if bases.min() < 0 or ends.max() > memory.size:
+            raise ValueError(f"a KV region lies outside the {memory.size}-byte memory")
+    q = np.asarray(q).reshape(lengths.size, p.gqa_group, p.head_dim)
+    top = 1 << (p.q_bits - 1)
+    if q.size and (q.min() < -top or q.max() >= top):
+        raise ValueError(f"q must be int{p.q_bits} ({-top}..{top - 1})")
+    memory = np.asarray(memory)
+    if memory.dtype != np.uint8 or not memory.flags.c_contiguous:
+        raise ValueError("memory must be a contiguous uint8 array")
+    return _run(p, _memory_view(layout), memory, bases, lengths, q, score_scale)
+
+
+def _run(p: HpuParams, view: _View, buffer, bases, lengths, q, score_scale) -> HpuBatchResult:
+    """One call of the C kernel on checked inputs."""
     built = native_golden()
     if built.library is None:
         raise RuntimeError(f"the compiled HPU golden model is not available: {built.reason}")
-    p = params
-    q, k, v, lengths = check_batch_inputs(p, q, k, v, lengths)
-    r, n = lengths.size, k.shape[1]
-    g, d = p.gqa_group, p.head_dim
+    r, g, d = lengths.size, p.gqa_group, p.head_dim
+    n = int(lengths.max()) if r else 1
     fields, scale_values, exp2_table, seeds = _tables(p)
-    q32 = np.ascontiguousarray(q, dtype=np.int32)
-    k8 = np.ascontiguousarray(k, dtype=np.int8)
-    v8 = np.ascontiguousarray(v, dtype=np.int8)
-    bits = [
-        np.ascontiguousarray(np.asarray(x, dtype=np.float16).reshape(shape).view(np.uint16))
-        for x, shape in ((score_scale, (r, g)), (k_scale, (r, n)), (v_scale, (r, n)))
-    ]
+    q16 = np.ascontiguousarray(q, dtype=np.int16)  # q_bits <= 16
+    score_bits = np.ascontiguousarray(
+        np.asarray(score_scale, dtype=np.float16).reshape(r, g).view(np.uint16)
+    )
+    bases = np.ascontiguousarray(bases, dtype=np.int64)
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     m, l_sum = np.empty((r, g), dtype=np.int64), np.empty((r, g), dtype=np.int64)
     o, y = np.empty((r, g, d), dtype=np.int64), np.empty((r, g, d), dtype=np.int64)
     saturated = np.empty((r, 3), dtype=np.int64)
-    work = np.empty(max(n, 1), dtype=np.int64)
+    work = np.empty(n, dtype=np.int64)
+    factors = np.empty(2 * n)
+    pointers = np.empty(2 * n, dtype=np.uintp)
+    arrays = (q16, score_bits, buffer, bases, lengths, scale_values, exp2_table, seeds, m,
+              l_sum, o, y, saturated, work, factors, pointers)  # fmt: skip
     built.library.hpu_golden_batch(
-        ctypes.byref(fields),
-        r,
-        n,
-        *(
-            _pointer(a)
-            for a in (
-                q32,
-                bits[0],
-                k8,
-                bits[1],
-                v8,
-                bits[2],
-                lengths,
-                scale_values,
-                exp2_table,
-                seeds,
-                m,
-                l_sum,
-                o,
-                y,
-                saturated,
-                work,
-            )
-        ),
+        ctypes.byref(fields), ctypes.byref(view), r, n, *(a.ctypes.data for a in arrays)
     )
     counts = {"score": saturated[:, 0], "weight": saturated[:, 1], "output": saturated[:, 2]}
     return HpuBatchResult(m, l_sum, o, y, counts)

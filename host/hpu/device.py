@@ -29,6 +29,7 @@ same calls; ``dev.last_cycles`` is modelled engine cycles (golden,
 :func:`~tandem.host.hpu.cycles.call_cycles`) or simulated cycles (rtl).
 """
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,7 +287,9 @@ class GoldenHpuBackend(Backend):
             return Call(HpuResults.of(p, [], []), 0, {})
         _check_batch(p, self.memory.size, batch)
         saturations: dict[str, int] = {}
-        with one_blas_thread():  # see tandem.host.common.threads
+        # The numpy kernel's sums go through BLAS, held to one thread (see
+        # tandem.host.common.threads); the compiled twin calls no BLAS.
+        with one_blas_thread() if self.kernel == "numpy" else contextlib.nullcontext():
             results = HpuResults.concat(
                 [self._run_wave(batch, w, saturations) for w in _waves(p, batch)]
             )

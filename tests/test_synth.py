@@ -139,8 +139,14 @@ def test_timing_walk_finds_the_longest_register_to_register_path():
         "ff_b": _cell("FDRE", {"C": [1], "CE": ["1"], "R": ["0"], "D": [27], "Q": [40]}, ("Q",)),
         "ff_c": _cell("FDRE", {"C": [1], "CE": ["1"], "R": ["0"], "D": [3], "Q": [41]}, ("Q",)),
     }
-    netlist = {"modules": {"t": {"attributes": {"top": "1"}, "cells": cells}}}
+    netnames = {
+        "count": {"bits": [2], "hide_name": 0},
+        "total": {"bits": [9, 40], "hide_name": 0},  # bit 1 of a 2-bit net
+        "$auto$made_up": {"bits": [41], "hide_name": 1},
+    }
+    netlist = {"modules": {"t": {"attributes": {"top": "1"}, "cells": cells, "netnames": netnames}}}
     t = estimate_timing(netlist)
+    assert (t.start_signal, t.end_signal) == ("count", "total[1]")  # the registers' names
     assert (t.logic_levels, t.carry_length, t.dsp_on_path) == (2, 1, 0)
     assert t.path == ["FDRE", "LUT2", "LUT6", "CARRY8", "FDRE"]
     # LUT6 -> CARRY8 S is the slice's own wire (no net); the rest are routed nets.
@@ -178,3 +184,5 @@ def test_pipelined_exp2_reports_a_timing_estimate():
     assert t["fmax_range_mhz"][0] < t["fmax_mhz"] <= t["fmax_range_mhz"][1]
     assert "UltraScale+ -2" in t["model"] and "+-25%" in t["model"]
     assert "estimated Fmax" in report.table()
+    assert t["start_signal"] and t["end_signal"]  # named after the design's registers
+    assert f"timing path: from {t['start_signal']} to {t['end_signal']}" in report.table()

@@ -460,10 +460,12 @@ def _longest(
 
 def _register_names(module: dict[str, Any]) -> dict[int, str]:
     """Net bit -> the design's name for it (``name[i]`` for a bit of a wider net), from
-    ``netnames``: names synthesis made up (``$...``) and hidden ones left out."""
+    ``netnames``: names synthesis or the generator made up (``$...``, ``\\$...``) and hidden
+    ones left out."""
     names: dict[int, str] = {}
     for name, net in module.get("netnames", {}).items():
-        if name.startswith("$") or net.get("hide_name"):
+        # yosys's own ($...) and the generator's anonymous ones (Amaranth's $N, escaped)
+        if name.lstrip("\\").startswith("$") or net.get("hide_name"):
             continue
         bits = net.get("bits", [])
         for i, bit in enumerate(bits):

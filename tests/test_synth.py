@@ -140,6 +140,7 @@ def test_timing_walk_finds_the_longest_register_to_register_path():
         "ff_c": _cell("FDRE", {"C": [1], "CE": ["1"], "R": ["0"], "D": [3], "Q": [41]}, ("Q",)),
     }
     netnames = {
+        "\\$12": {"bits": [2], "hide_name": 0},  # the generator's anonymous name: skipped
         "count": {"bits": [2], "hide_name": 0},
         "total": {"bits": [9, 40], "hide_name": 0},  # bit 1 of a 2-bit net
         "$auto$made_up": {"bits": [41], "hide_name": 1},

@@ -55,6 +55,7 @@ import sysconfig
 from pathlib import Path
 
 import numpy as np
+from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 
 from tandem.bench import Figures, add_figures_option, skip
 
@@ -151,10 +152,20 @@ class DenseProbe:
         Key smoothing as ``HpuAttention(smoothing=...)``: factors from the prefill's keys.
     """
 
-    def __init__(self, inner, config, *, q_bits: int, kv_bits: int = 8, smoothing: bool = True):
+    def __init__(
+        self,
+        inner,
+        config,
+        *,
+        q_bits: int,
+        kv_bits: int = 8,
+        smoothing: bool = True,
+        strength: float = KEY_SMOOTHING_STRENGTH,
+    ):
         self.inner = inner
         self.config = config
         self.q_bits, self.kv_bits, self.smoothing = q_bits, kv_bits, smoothing
+        self.strength = strength
         self._seq: dict[int, dict] = {}
         self._rows: list[np.ndarray] = []
         self.name = getattr(inner, "name", "probe")
@@ -183,7 +194,9 @@ class DenseProbe:
         v = np.stack([x.detach().cpu().double().numpy() for x in values])
         length = k.shape[2]
         if self.smoothing:  # as HpuAttention.start: once per (layer, KV head), prefill keys
-            factors = np.stack([[key_smoothing(h) for h in layer] for layer in k])
+            factors = np.stack(
+                [[key_smoothing(h, strength=self.strength) for h in layer] for layer in k]
+            )
         else:
             factors = np.ones((c.n_layers, c.n_kv_heads, c.head_dim))
         state = getattr(self.inner, "seqs", {}).get(seq)
@@ -305,7 +318,7 @@ def summarize(records: dict[str, np.ndarray], names: list[str]) -> dict:
     }
 
 
-def measure(model, prompts, forced, params, *, smoothing=True, torch_logits=True):
+def measure(model, prompts, forced, params, *, smoothing=True, strength=None, torch_logits=True):
     """Teacher-forced decode of ``forced`` after ``prompts`` on HPU attention, probed densely.
 
     ``forced[b]`` are the tokens that follow prompt b: the prefill "predicts" the first, decode
@@ -322,8 +335,15 @@ def measure(model, prompts, forced, params, *, smoothing=True, torch_logits=True
     heads = c.n_layers * c.n_kv_heads
     need = sum(heads * params.layout.region_bytes(len(p) + steps) for p in prompts)
     memory = max(need + (1 << 20), 1 << 20) // 64 * 64
-    hpu = HpuAttention(c, [HpuDevice(params, memory_bytes=memory)], smoothing=smoothing)
-    probe = DenseProbe(hpu, c, q_bits=params.q_bits, smoothing=smoothing)
+    if strength is None:
+        strength = KEY_SMOOTHING_STRENGTH
+    hpu = HpuAttention(
+        c,
+        [HpuDevice(params, memory_bytes=memory)],
+        smoothing=smoothing,
+        smoothing_strength=strength,
+    )
+    probe = DenseProbe(hpu, c, q_bits=params.q_bits, smoothing=smoothing, strength=strength)
     try:
         got = Decoder(model, probe).generate(prompts, steps, forced=forced, keep_logits=True)
     finally:
@@ -388,6 +408,13 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-smoothing", action="store_true", help="quantize K as it is")
     parser.add_argument(
+        "--smoothing-strength",
+        type=float,
+        default=None,
+        help="key smoothing's migration strength in 0..1 (default: the runtime's, "
+        "KEY_SMOOTHING_STRENGTH)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (more only help on idle cores)"
     )
     parser.add_argument("--json", type=Path, help="write the summary and every record here")
@@ -401,6 +428,10 @@ def main(argv=None) -> int:
         if value < 1:
             print(f"error: {flag} must be at least 1, not {value}", file=sys.stderr)
             return 2
+    strength = args.smoothing_strength
+    if strength is not None and not 0.0 <= strength <= 1.0:  # NaN fails too
+        print(f"error: --smoothing-strength must be in 0..1, not {strength}", file=sys.stderr)
+        return 2
     try:
         texts = [load_text(name) for name in args.texts]
     except ValueError as exc:
@@ -446,7 +477,14 @@ def main(argv=None) -> int:
             return 2
         prompts.append(ids[: args.prompt_tokens])
         forced.append(ids[args.prompt_tokens : length])  # step s feeds forced[s - 1]
-    probe, got, reference = measure(model, prompts, forced, params, smoothing=not args.no_smoothing)
+    probe, got, reference = measure(
+        model,
+        prompts,
+        forced,
+        params,
+        smoothing=not args.no_smoothing,
+        strength=args.smoothing_strength,
+    )
     records = probe.records
     summary = summarize(records, list(args.texts))
     agreement = agreement_in_chunks(reference.logits, got.logits)
@@ -456,7 +494,10 @@ def main(argv=None) -> int:
         side: float((result.logits.argmax(-1) == truth).mean())
         for side, result in (("hpu", got), ("torch", reference))
     }
-    smoothing = "off" if args.no_smoothing else "on (prefill keys)"
+    strength = args.smoothing_strength
+    if strength is None:
+        strength = KEY_SMOOTHING_STRENGTH
+    smoothing = "off" if args.no_smoothing else f"on (prefill keys, strength {strength:g})"
     print(
         f"{label}: {c.n_layers} layers x {c.n_heads} query heads ({c.n_kv_heads} KV, head_dim "
         f"{c.head_dim}); texts {', '.join(args.texts)}: prompt {args.prompt_tokens} tokens, then "

@@ -432,3 +432,18 @@ def test_request_beats_match_bursts_and_descriptor(read_ports, append):
         assert all(sum(b.beats for b in port) == reads[0] for port in bursts.values())
         assert desc[0] * params.beat_bytes == len(pack_descriptor(params, request))
         assert out[0] == params.gqa_group * (params.row_beats + 1)
+
+
+def test_key_smoothing_strength():
+    """s = max(max|K|, floor) ** strength: 0 leaves K as it is, 1 flattens every channel."""
+    from tandem.host.hpu import key_smoothing
+    from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
+
+    keys = np.array([[4.0, -0.25, 0.0], [-1.0, 0.5, 0.0]])
+    top = np.array([4.0, 0.5, 1e-3])
+    assert np.array_equal(key_smoothing(keys, strength=1.0), top)
+    assert np.array_equal(key_smoothing(keys, strength=0.0), np.ones(3))
+    assert np.allclose(key_smoothing(keys), top**KEY_SMOOTHING_STRENGTH)
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="strength"):
+            key_smoothing(keys, strength=bad)

@@ -17,6 +17,7 @@ from tandem.config import ParamError, Params, param
 
 __all__ = [
     "HEADER_BYTES",
+    "KEY_SMOOTHING_STRENGTH",
     "HpuParams",
     "check_scales",
     "decode_scales",
@@ -263,21 +264,34 @@ def score_scale(q_scale, head_dim: int) -> np.ndarray:
     return np.asarray(np.asarray(q_scale, np.float64) * LOG2_E / math.sqrt(head_dim), np.float16)
 
 
-def key_smoothing(keys, floor: float = 1e-3) -> np.ndarray:
+#: Default migration strength of :func:`key_smoothing` (0: no smoothing, 1: every channel of
+#: the prefill's keys flattened to [-1, 1]); chosen by ``benchmarks/hpu_accuracy_dense.py``.
+KEY_SMOOTHING_STRENGTH = 0.5
+
+
+def key_smoothing(
+    keys, floor: float = 1e-3, strength: float = KEY_SMOOTHING_STRENGTH
+) -> np.ndarray:
     """Per-channel factors ``s`` that flatten K's channels before per-token quantization.
 
-    ``s[c] = max_t |K[t, c]|`` (at least ``floor``). The host stores ``K / s`` and sends
-    ``q * s``: the scores are unchanged, but every channel of ``K / s`` spans [-1, 1], so one
-    int8 scale per token no longer spends its range on a few large channels (SmoothQuant's
-    idea, applied to attention). Compute it once per (layer, KV head) from the cache the
-    prefill produced. Measured on SmolLM2-135M: on 270 sampled queries with factors from each
-    step's own keys it cuts the worst output error from 5.5 % to 2 % (``python
-    benchmarks/hpu_error.py``); at every decode step with factors from a 32-token prefill, as
-    the runtime takes them, it lowers the mean (1.69 % to 1.50 %) but raises the worst case
-    (18.5 % to 29.8 %: factors from a short prompt stop fitting later keys;
-    ``python benchmarks/hpu_accuracy_dense.py``).
+    ``s[c] = max(max_t |K[t, c]|, floor) ** strength``. The host stores ``K / s`` and sends
+    ``q * s``: the scores are unchanged, but the channels of ``K / s`` span a range
+    ``strength`` times narrower (in log scale), so one int8 scale per token spends less of its
+    range on a few large channels (SmoothQuant's idea and its migration strength, applied to
+    attention). Compute it once per (layer, KV head) from the cache the prefill produced.
+
+    Strength 1 flattens the prefill's channels completely, but later keys that outgrow a
+    channel's prefill maximum then dominate their token's scale; 0.5 leaves headroom. Measured
+    with ``python benchmarks/hpu_accuracy_dense.py --texts execmodel license`` (SmolLM2-135M,
+    every decode step, layer and head of 2 x 1024 teacher-forced steps after a 32-token
+    prompt; relative L2 error against float32 SDPA, mean / p99 / max, and top-1 agreement of
+    the logits): strength 0 1.69 % / 6.3 % / 18.5 %, 98.88 %; strength 1 1.50 % / 6.2 % /
+    29.8 %, 98.44 %; strength 0.5 (default) 1.13 % / 3.69 % / 16.5 %, 98.93 %.
     """
-    return np.maximum(np.abs(np.asarray(keys, dtype=np.float64)).max(axis=0), floor)
+    if not 0.0 <= strength <= 1.0:
+        raise ValueError(f"strength must be in 0..1, not {strength}")
+    top = np.maximum(np.abs(np.asarray(keys, dtype=np.float64)).max(axis=0), floor)
+    return top**strength
 
 
 def quantize_rows(x, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:

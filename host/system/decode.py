@@ -42,6 +42,7 @@ import numpy as np
 from tandem.host.common.errors import CapacityError
 from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
 from tandem.host.hpu.device import AttendBatch, HpuDevice, SeqAlloc
+from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 from tandem.host.system.model import LlamaConfig
 from tandem.mappings.hpu.placement import CardSpace, NoRoomError, place
 
@@ -246,6 +247,9 @@ class HpuAttention:
         The cards (same :class:`HpuParams`, head_dim and gqa_group matching ``config``).
     smoothing
         Per-channel key smoothing before quantization (default on).
+    smoothing_strength
+        Its migration strength (:func:`~tandem.host.hpu.params.key_smoothing`; default
+        :data:`~tandem.host.hpu.params.KEY_SMOOTHING_STRENGTH`).
     max_slice_tokens
         Cap on the tokens one card holds of a sequence (default: what fits); a smaller value
         forces sequences to split across cards.
@@ -259,6 +263,7 @@ class HpuAttention:
         devices: list[HpuDevice],
         *,
         smoothing: bool = True,
+        smoothing_strength: float = KEY_SMOOTHING_STRENGTH,
         max_slice_tokens: int | None = None,
     ):
         if not devices:
@@ -273,6 +278,9 @@ class HpuAttention:
         self.devices = devices
         self.params = p
         self.smoothing = smoothing
+        if not 0.0 <= smoothing_strength <= 1.0:
+            raise ValueError(f"smoothing_strength must be in 0..1, not {smoothing_strength}")
+        self.smoothing_strength = smoothing_strength
         self.max_slice_tokens = max_slice_tokens
         self.heads = config.n_layers * config.n_kv_heads
         self.seqs: dict[int, _SeqState] = {}
@@ -314,7 +322,10 @@ class HpuAttention:
         k_all = np.stack([k.detach().cpu().double().numpy() for k in keys])  # [L, Hkv, T, d]
         v_all = np.stack([v.detach().cpu().double().numpy() for v in values])
         if self.smoothing:
-            factors = np.stack([[key_smoothing(k) for k in layer] for layer in k_all])
+            strength = self.smoothing_strength
+            factors = np.stack(
+                [[key_smoothing(k, strength=strength) for k in layer] for layer in k_all]
+            )
         else:
             factors = np.ones((c.n_layers, c.n_kv_heads, c.head_dim))
         ki, ks = quantize_rows(k_all / factors[:, :, None, :])

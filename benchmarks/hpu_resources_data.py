@@ -39,6 +39,8 @@ TIMING_KEYS = (
     "carry_length",
     "dsp_on_path",
     "limit",
+    "start_signal",
+    "end_signal",
     "model",
 )
 
@@ -82,13 +84,17 @@ def main(argv=None) -> int:
         timing = report.get("timing") or {}
         if timing.get("fmax_mhz") is not None:
             entry["timing"] = {key: timing[key] for key in TIMING_KEYS if key in timing}
+            for key in ("start_signal", "end_signal"):  # reports from before names were
+                if str(entry["timing"].get(key, "")).lstrip("\\").startswith("$"):  # filtered
+                    entry["timing"][key] = ""
         engines.append(entry)
     # Configurations synthesized before and not in these reports stay (a synthesis of the
     # HPU takes tens of minutes; one new report need not redo the others).
-    new = {e["command"] for e in engines}
     if args.out.is_file():
+        given = {e["command"]: e for e in engines}
         kept = yaml.safe_load(args.out.read_text()).get("engines") or []
-        engines = [e for e in kept if e["command"] not in new] + engines
+        merged = [given.pop(e["command"], e) for e in kept]  # in place, in the file's order
+        engines = merged + list(given.values())
     text = HEADER + yaml.safe_dump({"engines": engines}, sort_keys=False, width=100)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)

@@ -273,18 +273,19 @@ def test_gpu_plus_hpu_rows():
 
 
 def test_card_bandwidth_grows_with_engines_up_to_the_hbm_peak():
-    """One engine draws what its two ports move (one beat a cycle each); 64 engines share the
+    """One engine draws what its two ports move (one beat a cycle each); 128 engines share the
     32 pseudo-channels and reach the HBM peak, times the stream efficiency either way."""
     one = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=1)[-1]
-    many = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=64)[-1]
+    many = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=128)[-1]
     e1, e64 = one["hpu_kv"]["stream_efficiency"], many["hpu_kv"]["stream_efficiency"]
     port = one["hpu_kv"]["port_gb_s"]
-    assert port == pytest.approx(32 * 300e6 / 1e9)  # 32-byte beats at the U55C's 300 MHz
+    clock = one["hpu_kv"]["clock_mhz"]  # the synthesis's timing estimate, below 300 MHz
+    assert one["hpu_kv"]["clock_source"].startswith("timing estimate") and clock < 300
+    assert port == pytest.approx(32 * clock * 1e6 / 1e9)  # 32-byte beats at that clock
     assert one["hpu_kv"]["card_gb_s"] == pytest.approx(2 * port * e1)
     assert one["hpu_kv"]["card_limited_by"] == "engine ports"
     assert many["hpu_kv"]["hbm_fraction"] == pytest.approx(e64)
     assert many["hpu_kv"]["card_limited_by"] == "HBM peak"
-    assert one["hpu_kv"]["clock_source"].startswith("board default")
     assert one["split_ms"]["hpu"] > 10 * many["split_ms"]["hpu"]
 
 

@@ -720,7 +720,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--raw", action="store_true", help="no chat template around the prompt")
-    parser.add_argument("--clock-mhz", type=float, default=200.0, help="HPU clock for the trace")
+    parser.add_argument(
+        "--clock-mhz",
+        type=float,
+        default=None,
+        help="HPU clock for the timeline (default: the timing estimate of the synthesized "
+        "engine on U55C where there is one, else the board's 300 MHz; the output says which)",
+    )
     parser.add_argument("--hpu-memory-mib", type=float, default=64.0, help="memory per card")
     parser.add_argument(
         "--max-slice-tokens",
@@ -776,7 +782,8 @@ def run(args) -> int:
     temperature = real(args.temperature, "--temperature", 0.0)
     if 0 < temperature < 1e-30:  # logits / temperature overflows float32 below that
         raise UserError(f"--temperature must be 0 (greedy) or at least 1e-30, not {temperature:g}")
-    real(args.clock_mhz, "--clock-mhz", 0.0, MAX_CLOCK_MHZ, above=True, why=" (an FPGA clock)")
+    if args.clock_mhz is not None:
+        real(args.clock_mhz, "--clock-mhz", 0.0, MAX_CLOCK_MHZ, above=True, why=" (an FPGA clock)")
     mib = real(args.hpu_memory_mib, "--hpu-memory-mib", 0.0, above=True)
     integer(args.seed, "--seed", 0, MAX_SEED)
     if args.max_slice_tokens is not None and args.max_slice_tokens < 1:
@@ -818,6 +825,15 @@ def run(args) -> int:
         params = params.replace(head_dim=c.head_dim, gqa_group=c.gqa_group)
     except Exception as exc:
         raise UserError(f"the HPU cannot serve this model: {exc}") from None
+    if args.clock_mhz is None:  # the clock the performance model takes for this engine
+        from tandem.host.system.perf import engine_clock
+
+        from tandem.boards import load_board
+
+        chosen = engine_clock(params, load_board("u55c"))
+        args.clock_mhz, clock_source = chosen["clock_mhz"], chosen["clock_source"]
+    else:
+        clock_source = "--clock-mhz"
     page = params.layout.page_bytes
     if memory_bytes < page:
         raise UserError(
@@ -925,7 +941,8 @@ def run(args) -> int:
     hpu_busy = sum(e["end_s"] - e["start_s"] for e in events if e["kind"] == "hpu")
     if steps:
         say(
-            f"timeline (GPU measured here, HPU at {args.clock_mhz:g} MHz): {span / steps * 1e3:.3f}"
+            f"timeline (GPU measured here, HPU at {args.clock_mhz:g} MHz, {clock_source}): "
+            f"{span / steps * 1e3:.3f}"
             f" ms/step with sub-batch ping-pong, {span_serial / steps * 1e3:.3f} ms/step serial; "
             f"HPU busy {hpu_busy / steps * 1e6:.1f} us/step over all cards"
         )
@@ -975,6 +992,7 @@ def run(args) -> int:
                     "step_cycles": result.step_cycles,
                     "saturations": totals,
                     "clock_mhz": args.clock_mhz,
+                    "clock_source": clock_source,
                     "timeline_ms_per_step": span / steps * 1e3 if steps else None,
                     "timeline_serial_ms_per_step": span_serial / steps * 1e3 if steps else None,
                     "hpu_busy_us_per_step": hpu_busy / steps * 1e6 if steps else None,

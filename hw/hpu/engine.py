@@ -64,13 +64,23 @@ def scale_shift(product, total, limit_shift: int, bits: int, is_signed: bool):
     62 (every product the engine forms is below 2**52 in magnitude, so a longer shift would
     give 0 as well).
     """
-    clamped = _clamp(product, 1 << bits)
-    left_amount = Mux(total > 0, total, 0).as_unsigned()[: limit_shift.bit_length()]
-    left = clamped << left_amount
-    right_amount = Mux(-total > 62, 62, Mux(total < 0, -total, 0)).as_unsigned()[:6]
+    return shift_by(product, *shift_amounts(total, limit_shift), bits, is_signed)
+
+
+def shift_amounts(total, limit_shift: int):
+    """``(left, right, non_negative)`` of :func:`scale_shift` for the exponent ``total``: they
+    depend on the exponent alone, so a pipeline can register them beside the product."""
+    left = Mux(total > 0, total, 0).as_unsigned()[: limit_shift.bit_length()]
+    right = Mux(-total > 62, 62, Mux(total < 0, -total, 0)).as_unsigned()[:6]
+    return left, right, total >= 0
+
+
+def shift_by(product, left_amount, right_amount, non_negative, bits: int, is_signed: bool):
+    """:func:`scale_shift` given the amounts of :func:`shift_amounts`."""
+    left = _clamp(product, 1 << bits) << left_amount
     right = round_shift_right(product, right_amount)
     shape = signed(bits) if is_signed else unsigned(bits)
-    return saturate(Mux(total >= 0, left, right), shape)
+    return saturate(Mux(non_negative, left, right), shape)
 
 
 def decode_scale(m: Module, bits, name: str):
@@ -864,23 +874,30 @@ class Hpu(wiring.Component):
         s1_last_row = stage("s1_last_row", c_last_row)
         bank_done = [c_valid & c_last_row & (c_bank == b) for b in range(len(q_banks))]
         s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
-        s1_total = [Signal(signed(8), name=f"s1_total{g}") for g in range(groups)]
+        # The shift amounts are registered beside the product (they depend on the exponents
+        # alone), so S2 only shifts, rounds and saturates.
+        max_left = 10 + 10 + p.score_frac_bits
+        s1_left = [Signal(max_left.bit_length(), name=f"s1_left{g}") for g in range(groups)]
+        s1_right = [Signal(6, name=f"s1_right{g}") for g in range(groups)]
+        s1_up = [Signal(name=f"s1_up{g}") for g in range(groups)]
         for g in range(groups):
             q_scale = Array(bank[g] for bank in q_scale_banks)[c_bank]
             c_mant, c_exp = decode_scale(m, q_scale, f"q_scale{g}")
+            left, right, up = shift_amounts(c_exp + k_exp + p.score_frac_bits, max_left)
             m.d.sync += [
                 s1_product[g].eq(c_dot[g] * (c_mant * k_mant)),
-                s1_total[g].eq(c_exp + k_exp + p.score_frac_bits),
+                s1_left[g].eq(left),
+                s1_right[g].eq(right),
+                s1_up[g].eq(up),
             ]
         # S2: shift, round and saturate into the score format.
         s2_valid = stage("s2_valid", s1_valid)
         s2_first_row = stage("s2_first_row", s1_first_row)
         s2_last_row = stage("s2_last_row", s1_last_row)
         scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(groups)]
-        max_left = 10 + 10 + p.score_frac_bits
         for g in range(groups):
             m.d.sync += scores[g].eq(
-                scale_shift(s1_product[g], s1_total[g], max_left, p.score_bits, True)
+                shift_by(s1_product[g], s1_left[g], s1_right[g], s1_up[g], p.score_bits, True)
             )
         # S3: running max and the exp2 argument -|s - m|; a request's first row compares
         # against the initial max (the golden model's reset of m).
@@ -974,12 +991,17 @@ class Hpu(wiring.Component):
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
         word = p.prob_frac_bits + 1
+        # Two stages: vw (the row's weights' products and exponents, the beat's data) and va
+        # (weights shifted and saturated; the accumulators updated). A request's last beat in
+        # either keeps the snapshot busy.
+        vw_valid = Signal(name="vw_valid")
+        vw_end = Signal(name="vw_end")
         va_valid = Signal(name="va_valid")
         va_end = Signal(name="va_end")
         snap_copy = Signal(name="snap_copy")
         snap_busy = Signal(name="snap_busy")
         m.d.comb += [
-            snap_busy.eq(snap_valid | snap_copy | (va_valid & va_end)),
+            snap_busy.eq(snap_valid | snap_copy | (va_valid & va_end) | (vw_valid & vw_end)),
             gate.eq(
                 ((vb["beat"] != 0) | row_fifo.r_rdy)
                 & ~(vb["last_beat"] & vb["last_row"] & snap_busy)
@@ -988,35 +1010,57 @@ class Hpu(wiring.Component):
         first = vb["take_row"] & (vb["beat"] == 0)
         m.d.comb += row_fifo.r_en.eq(first)
         v_mant, v_exp = decode_scale(m, vb["scale"], "v_scale")
+        # w = p * v_scale: the product and its shift amounts registered in vw (the scale's
+        # decode and a 17 x 11 multiply), the shift, rounding and saturation in va: one cycle
+        # held all of it, the engine's longest path (tandem synth's timing estimate).
+        products = [Signal(word + 11, name=f"vw_product{g}") for g in range(groups)]
+        max_left = 5 + p.weight_frac_bits
+        vw_left = Signal(max_left.bit_length(), name="vw_left")
+        vw_right = Signal(6, name="vw_right")
+        vw_up = Signal(name="vw_up")
+        vw_alphas = [Signal(word, name=f"vw_alpha{g}") for g in range(groups)]
         weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
         alphas = [Signal(word, name=f"va_alpha{g}") for g in range(groups)]
-        max_left = 5 + p.weight_frac_bits
         with m.If(first):
+            total = v_exp + (p.weight_frac_bits - p.prob_frac_bits)
+            m.d.sync += [
+                x.eq(y) for x, y in zip((vw_left, vw_right, vw_up), shift_amounts(total, max_left))
+            ]
             for g in range(groups):
                 alpha = row_fifo.r_data[(2 * g) * word : (2 * g + 1) * word]
                 prob = row_fifo.r_data[(2 * g + 1) * word : (2 * g + 2) * word]
+                m.d.sync += [vw_alphas[g].eq(alpha), products[g].eq(prob * v_mant)]
+        vw_first = Signal(name="vw_first")
+        m.d.sync += vw_first.eq(first)
+        with m.If(vw_first):
+            for g in range(groups):
                 m.d.sync += [
-                    alphas[g].eq(alpha),
+                    alphas[g].eq(vw_alphas[g]),
                     weights[g].eq(
-                        scale_shift(
-                            prob * v_mant,
-                            v_exp + (p.weight_frac_bits - p.prob_frac_bits),
-                            max_left,
-                            p.weight_bits,
-                            False,
-                        )
+                        shift_by(products[g], vw_left, vw_right, vw_up, p.weight_bits, False)
                     ),
                 ]
+        vw_data = Signal(p.mem_data_bits, name="vw_data")
+        vw_first_row = Signal(name="vw_first_row")
+        vw_tag = Signal(33, name="vw_tag")
+        m.d.sync += vw_valid.eq(vb["take_row"])
+        with m.If(vb["take_row"]):
+            m.d.sync += [
+                vw_data.eq(vb["data"]),
+                vw_end.eq(vb["last_beat"] & vb["last_row"]),
+                vw_first_row.eq(vb["first_row"]),
+                vw_tag.eq(v_tag),
+            ]
         va_data = Signal(p.mem_data_bits, name="va_data")
         va_first_row = Signal(name="va_first_row")
         va_tag = Signal(33, name="va_tag")
-        m.d.sync += va_valid.eq(vb["take_row"])
-        with m.If(vb["take_row"]):
+        m.d.sync += va_valid.eq(vw_valid)
+        with m.If(vw_valid):
             m.d.sync += [
-                va_data.eq(vb["data"]),
-                va_end.eq(vb["last_beat"] & vb["last_row"]),
-                va_first_row.eq(vb["first_row"]),
-                va_tag.eq(v_tag),
+                va_data.eq(vw_data),
+                va_end.eq(vw_end),
+                va_first_row.eq(vw_first_row),
+                va_tag.eq(vw_tag),
             ]
         with m.If(va_valid):
             for g in range(groups):

@@ -55,28 +55,24 @@ def _clamp(value, limit: int):
     return Mux(value > limit, limit, Mux(value < -limit, -limit, value))
 
 
-def scale_shift(product, total, limit_shift: int, bits: int, is_signed: bool):
-    """``product * 2**total`` rounded half up and saturated (the golden model computes the same
-    value exactly in float64: ``_round_scaled`` in :mod:`tandem.host.hpu.golden`).
-
-    ``total`` is a signed exponent (at most ``limit_shift``); positive totals shift left after
-    clamping the product (which saturates anyway), negative ones round-shift right by at most
-    62 (every product the engine forms is below 2**52 in magnitude, so a longer shift would
-    give 0 as well).
-    """
-    return shift_by(product, *shift_amounts(total, limit_shift), bits, is_signed)
-
-
 def shift_amounts(total, limit_shift: int):
-    """``(left, right, non_negative)`` of :func:`scale_shift` for the exponent ``total``: they
-    depend on the exponent alone, so a pipeline can register them beside the product."""
+    """``(left, right, non_negative)`` of :func:`shift_by` for the signed exponent ``total`` (at
+    most ``limit_shift``): they depend on the exponent alone, so a pipeline registers them
+    beside the product."""
     left = Mux(total > 0, total, 0).as_unsigned()[: limit_shift.bit_length()]
     right = Mux(-total > 62, 62, Mux(total < 0, -total, 0)).as_unsigned()[:6]
     return left, right, total >= 0
 
 
 def shift_by(product, left_amount, right_amount, non_negative, bits: int, is_signed: bool):
-    """:func:`scale_shift` given the amounts of :func:`shift_amounts`."""
+    """``product * 2**total`` rounded half up and saturated (the golden model computes the same
+    value exactly in float64: ``_round_scaled`` in :mod:`tandem.host.hpu.golden`).
+
+    The amounts come from :func:`shift_amounts`; positive exponents shift left after
+    clamping the product (which saturates anyway), negative ones round-shift right by at most
+    62 (every product the engine forms is below 2**52 in magnitude, so a longer shift would
+    give 0 as well).
+    """
     left = _clamp(product, 1 << bits) << left_amount
     right = round_shift_right(product, right_amount)
     shape = signed(bits) if is_signed else unsigned(bits)

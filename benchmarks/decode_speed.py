@@ -130,7 +130,11 @@ def main(argv=None) -> int:
         if kind == "torch":
             attention = TorchAttention(config)
         else:
-            device = HpuDevice(params, memory_bytes=256 << 20, kernel=args.kernel)
+            try:
+                device = HpuDevice(params, memory_bytes=256 << 20, kernel=args.kernel)
+            except ValueError as exc:  # --kernel native where no C compiler builds it
+                print(f"decode_speed: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
             kernels.append((device.backend.kernel, device.backend.kernel_note))
             attention = HpuAttention(config, [device])
         timer = _AttendTimer(attention)

@@ -819,7 +819,8 @@ class Hpu(wiring.Component):
                     m.d.sync += reg.eq(value)
             return reg
 
-        # KA: the accepted row beat.
+        # KA: the accepted row beat, and each query's chunk for it (read from its bank here, so
+        # KB's products start from registers).
         take = kb["take_row"]
         a_valid = stage("ka_valid", take)
         a_data = stage("ka_data", kb["data"], take)
@@ -829,7 +830,12 @@ class Hpu(wiring.Component):
         a_first_row = stage("ka_first_row", kb["first_row"], take)
         a_last_row = stage("ka_last_row", kb["last_row"], take)
         a_bank = stage("ka_bank", cur_bank, take)
-        # KB: lanes products per query, summed.
+        q_chunk_bits = lanes * p.q_bits
+        a_chunk = []
+        for g in range(groups):
+            query = Array(bank[g] for bank in q_banks)[cur_bank]
+            a_chunk.append(stage(f"ka_chunk{g}", query.word_select(kb["beat"], q_chunk_bits), take))
+        # KB: lanes products per query (the multipliers' output registers).
         b_valid = stage("kb_valid", a_valid)
         b_first = stage("kb_first", a_beat == 0)
         b_last_beat = stage("kb_last_beat", a_last_beat)
@@ -837,55 +843,73 @@ class Hpu(wiring.Component):
         b_first_row = stage("kb_first_row", a_first_row)
         b_last_row = stage("kb_last_row", a_last_row)
         b_bank = stage("kb_bank", a_bank)
-        partial_bits = p.q_bits + 8 + (lanes - 1).bit_length()
-        b_partial = [Signal(signed(partial_bits), name=f"kb_partial{g}") for g in range(groups)]
-        q_chunk_bits = lanes * p.q_bits
+        product_bits = p.q_bits + 8
+        b_products = []
         for g in range(groups):
-            query = Array(bank[g] for bank in q_banks)[a_bank]
-            chunk = query.word_select(a_beat, q_chunk_bits)
-            products = [
-                chunk[i * p.q_bits : (i + 1) * p.q_bits].as_signed()
-                * a_data[i * 8 : (i + 1) * 8].as_signed()
-                for i in range(lanes)
-            ]
-            m.d.sync += b_partial[g].eq(sum(products))
+            row = []
+            for i in range(lanes):
+                product = Signal(signed(product_bits), name=f"kb_product{g}_{i}")
+                m.d.sync += product.eq(
+                    a_chunk[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
+                    * a_data[i * 8 : (i + 1) * 8].as_signed()
+                )
+                row.append(product)
+            b_products.append(row)
+        # KS: the products summed (an adder tree of its own stage).
+        s_valid = stage("ks_valid", b_valid)
+        s_first = stage("ks_first", b_first)
+        s_last_beat = stage("ks_last_beat", b_last_beat)
+        s_scale = stage("ks_scale", b_scale)
+        s_first_row = stage("ks_first_row", b_first_row)
+        s_last_row = stage("ks_last_row", b_last_row)
+        s_bank = stage("ks_bank", b_bank)
+        partial_bits = p.q_bits + 8 + (lanes - 1).bit_length()
+        s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
+        for g in range(groups):
+            m.d.sync += s_partial[g].eq(sum(b_products[g]))
         # KC: accumulate the beats of a row into the dot product.
-        row_end = b_valid & b_last_beat
+        row_end = s_valid & s_last_beat
         c_valid = stage("kc_valid", row_end)
-        c_scale = stage("kc_scale", b_scale)
-        c_first_row = stage("kc_first_row", b_first_row)
-        c_last_row = stage("kc_last_row", b_last_row)
-        c_bank = stage("kc_bank", b_bank)
+        c_first_row = stage("kc_first_row", s_first_row)
+        c_last_row = stage("kc_last_row", s_last_row)
+        c_bank = stage("kc_bank", s_bank)
         dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(groups)]
         c_dot = [Signal(signed(p.dot_bits), name=f"kc_dot{g}") for g in range(groups)]
         for g in range(groups):
-            total = Mux(b_first, b_partial[g], dot_acc[g] + b_partial[g])
-            with m.If(b_valid):
+            total = Mux(s_first, s_partial[g], dot_acc[g] + s_partial[g])
+            with m.If(s_valid):
                 m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
-        # S1: dot * (c_mant * k_mant), exponent c_exp + k_exp + score_frac_bits. The last
-        # read of a query bank happens here.
-        k_mant, k_exp = decode_scale(m, c_scale, "k_scale")
+        # Beside the accumulation, the row's scale: the mantissa product q_mant * k_mant and
+        # the shift amounts of the exponent c_exp + k_exp + score_frac_bits (they depend on
+        # the scales alone), so S1 is one multiplication.
+        k_mant, k_exp = decode_scale(m, s_scale, "k_scale")
+        max_left = 10 + 10 + p.score_frac_bits
+        c_mant = [Signal(22, name=f"kc_mant{g}") for g in range(groups)]
+        c_left = [Signal(max_left.bit_length(), name=f"kc_left{g}") for g in range(groups)]
+        c_right = [Signal(6, name=f"kc_right{g}") for g in range(groups)]
+        c_up = [Signal(name=f"kc_up{g}") for g in range(groups)]
+        for g in range(groups):
+            q_scale = Array(bank[g] for bank in q_scale_banks)[s_bank]
+            q_mant, q_exp = decode_scale(m, q_scale, f"q_scale{g}")
+            left, right, up = shift_amounts(q_exp + k_exp + p.score_frac_bits, max_left)
+            with m.If(row_end):
+                m.d.sync += [
+                    c_mant[g].eq(q_mant * k_mant),
+                    c_left[g].eq(left),
+                    c_right[g].eq(right),
+                    c_up[g].eq(up),
+                ]
+        # S1: dot * (q_mant * k_mant). The last read of a query bank happened in KC.
         s1_valid = stage("s1_valid", c_valid)
         s1_first_row = stage("s1_first_row", c_first_row)
         s1_last_row = stage("s1_last_row", c_last_row)
         bank_done = [c_valid & c_last_row & (c_bank == b) for b in range(len(q_banks))]
         s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
-        # The shift amounts are registered beside the product (they depend on the exponents
-        # alone), so S2 only shifts, rounds and saturates.
-        max_left = 10 + 10 + p.score_frac_bits
-        s1_left = [Signal(max_left.bit_length(), name=f"s1_left{g}") for g in range(groups)]
-        s1_right = [Signal(6, name=f"s1_right{g}") for g in range(groups)]
-        s1_up = [Signal(name=f"s1_up{g}") for g in range(groups)]
+        s1_left = [stage(f"s1_left{g}", c_left[g]) for g in range(groups)]
+        s1_right = [stage(f"s1_right{g}", c_right[g]) for g in range(groups)]
+        s1_up = [stage(f"s1_up{g}", c_up[g]) for g in range(groups)]
         for g in range(groups):
-            q_scale = Array(bank[g] for bank in q_scale_banks)[c_bank]
-            c_mant, c_exp = decode_scale(m, q_scale, f"q_scale{g}")
-            left, right, up = shift_amounts(c_exp + k_exp + p.score_frac_bits, max_left)
-            m.d.sync += [
-                s1_product[g].eq(c_dot[g] * (c_mant * k_mant)),
-                s1_left[g].eq(left),
-                s1_right[g].eq(right),
-                s1_up[g].eq(up),
-            ]
+            m.d.sync += s1_product[g].eq(c_dot[g] * c_mant[g])
         # S2: shift, round and saturate into the score format.
         s2_valid = stage("s2_valid", s1_valid)
         s2_first_row = stage("s2_first_row", s1_first_row)
@@ -961,7 +985,7 @@ class Hpu(wiring.Component):
             k_results.w_data.eq(Cat(*stats)),
         ]
         # Rows in flight between a take and its push, at most one per cycle.
-        in_flight = 8 + latency
+        in_flight = 9 + latency
         m.d.comb += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return bank_done
 

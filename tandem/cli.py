@@ -274,6 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_arguments(tp)
     tp.set_defaults(func=perf.run)
 
+    from tandem.mappings.llm import cli as llm_cli
+
+    p = sub.add_parser(
+        "compile",
+        help="compile a Llama-architecture model into weights and instruction programs",
+        description="FlightLLM-style mapping flow: per-layer N:M pruning and int8 packing for "
+        "sparse-mpe, a decode program and length-adaptive prefill templates (docs/compiler.md).",
+    )
+    llm_cli.add_arguments(p)
+    p.set_defaults(func=llm_cli.run, extras=("model",))
+
     from . import bench, sweep
 
     p = sub.add_parser("bench", help="run the benchmark suite; write bench.json and bench.md")

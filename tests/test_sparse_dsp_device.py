@@ -5,7 +5,14 @@ import numpy as np
 import pytest
 from tandem.host.sparse_dsp import SparseMpeParams, mpe_golden
 from tandem.host.sparse_dsp.device import SparseMpeDevice, mpe_cycles
-from tandem.mappings.nm import NMError, NMPattern, mpe_streams, pack_nm, prune_magnitude
+from tandem.mappings.nm import (
+    NMError,
+    NMPattern,
+    mpe_streams,
+    pack_nm,
+    prune_magnitude,
+    quantize_per_channel,
+)
 
 from .device_checks import assert_backend_choice_is_checked, assert_closed_device_refuses
 
@@ -134,3 +141,29 @@ def test_a_closed_golden_device_refuses_calls_like_an_rtl_one():
         prune_magnitude(rng.integers(-128, 128, (8, 16)), NMPattern(2, 4)).astype(np.int8), "2:4"
     )
     assert_closed_device_refuses(mpe, lambda: mpe.gemv(np.ones(16, np.int8)))
+
+
+@pytest.mark.parametrize(
+    "shape, pattern, pair_rows",
+    [((64, 128), "2:4", True), ((63, 200), "4:16", False), ((40, 96), "16:16", False)],
+)
+def test_direct_kernel_equals_the_streams_kernel(shape, pattern, pair_rows):
+    """The direct golden kernel (no beats) gives the beat-level model's results and cycles,
+    in both modes, also for row pairs that do not share their columns."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal(shape)
+    p = NMPattern.parse(pattern)
+    pruned = w if p.dense else prune_magnitude(w, p, pair_rows=pair_rows)
+    q, _ = quantize_per_channel(pruned)
+    params = SparseMpeParams(max_k=256, max_batch=4)
+    streams, direct = SparseMpeDevice(params), SparseMpeDevice(params, kernel="direct")
+    for dev in (streams, direct):
+        dev.load(q, pattern)
+    x = rng.integers(-128, 128, shape[1]).astype(np.int8)
+    np.testing.assert_array_equal(direct.gemv(x), streams.gemv(x))
+    assert direct.last_cycles == streams.last_cycles
+    xs = rng.integers(-128, 128, (shape[1], 7)).astype(np.int8)
+    np.testing.assert_array_equal(direct.gemm(xs), streams.gemm(xs))
+    assert direct.last_cycles == streams.last_cycles
+    with pytest.raises(ValueError, match="kernel must be"):
+        SparseMpeDevice(params, kernel="fast")

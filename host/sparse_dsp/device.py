@@ -16,6 +16,7 @@ A request is the engine's streams for one pass over the matrix
 through :class:`MpeCodec` and counts simulated cycles.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,7 +26,13 @@ from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
 from tandem.host.common.checks import instance, int_array
 from tandem.mappings.nm import NMPacked, NMPattern, mpe_streams, pack_nm
-from tandem.mappings.nm.engine import FILL_BEYOND_STAGES, MpeStreams, request_cycles
+from tandem.mappings.nm.engine import (
+    FILL_BEYOND_STAGES,
+    MpeStreams,
+    mv_units,
+    product_cycles,
+    request_cycles,
+)
 
 from .golden import SparseMpeParams, mpe_golden
 
@@ -33,6 +40,7 @@ __all__ = [
     "MPE_FILL_BEYOND_STAGES",
     "GoldenMpeBackend",
     "MpeCodec",
+    "MpeProduct",
     "RtlMpeBackend",
     "SparseMpeDevice",
     "mpe_cycles",
@@ -72,22 +80,63 @@ def mpe_cycles(streams: MpeStreams) -> int:
     return request_cycles(p.stages, p.chains, lay.segs, lay.steps, cfg["n"], lay.pairs, lay.passes)
 
 
-class GoldenMpeBackend(Backend):
-    """``sparse-mpe`` through :func:`~tandem.host.sparse_dsp.golden.mpe_golden`.
+@dataclass
+class MpeProduct:
+    """A request of the ``direct`` golden kernel: ``W @ x`` without the engine's beats."""
 
-    A request is an :class:`~tandem.mappings.nm.engine.MpeStreams`; its result is the engine's
-    int32 result stream in output order; cycles from :func:`mpe_cycles`.
+    packed: NMPacked
+    x: np.ndarray  # int8 [cols] (mv) or [cols, batch] (mm)
+    mode: str
+    units: int  # len(mv_units(packed)) in mv mode, rows in mm mode
+
+
+class GoldenMpeBackend(Backend):
+    """``sparse-mpe`` through its golden model.
+
+    Parameters
+    ----------
+    params
+        The engine's parameters.
+    kernel
+        ``"streams"`` (default): a request is an :class:`~tandem.mappings.nm.engine.MpeStreams`
+        run beat by beat through :func:`~tandem.host.sparse_dsp.golden.mpe_golden`, the
+        engine's result stream in output order. ``"direct"``: a request is an
+        :class:`MpeProduct`, its result ``W @ x`` in int64 (what the engine's exact
+        accumulators give: ``acc_bits`` is checked to hold a row of ``max_k`` products) and its
+        cycles from the same formula (:func:`~tandem.mappings.nm.engine.product_cycles`); no
+        beats are built, which is what makes a whole model's decode fast
+        (``tests/test_sparse_dsp_device.py`` checks both kernels agree).
     """
 
     name = "golden"
+    options = ("kernel",)
 
-    def __init__(self, params: SparseMpeParams):
+    def __init__(self, params: SparseMpeParams, kernel: str = "streams"):
+        if kernel not in ("streams", "direct"):
+            raise ValueError(f"kernel must be 'streams' or 'direct', not {kernel!r}")
         self.params = params
+        self.kernel = kernel
 
-    def run(self, requests: list[MpeStreams]) -> Call:
-        results = [mpe_golden(self.params, r.cfg, r.act_beats, r.w_beats) for r in requests]
-        cycles = sum(mpe_cycles(r) for r in requests)
+    def run(self, requests: list) -> Call:
+        if self.kernel == "direct":
+            results = [_direct_product(r) for r in requests]
+            cycles = sum(
+                product_cycles(self.params, r.packed, r.mode, _batch(r), r.units) for r in requests
+            )
+        else:
+            results = [mpe_golden(self.params, r.cfg, r.act_beats, r.w_beats) for r in requests]
+            cycles = sum(mpe_cycles(r) for r in requests)
         return Call(results, cycles, {"sparse-mpe": cycles})
+
+
+def _batch(request: MpeProduct) -> int:
+    return 1 if request.x.ndim == 1 else request.x.shape[1]
+
+
+def _direct_product(request: MpeProduct) -> np.ndarray:
+    # float64 holds every partial sum exactly (|sum| < max_k * 2**14 < 2**53)
+    w = request.packed.dense().astype(np.float64)
+    return (w @ request.x.astype(np.float64)).astype(np.int64)
 
 
 class MpeCodec(StreamCodec):
@@ -148,7 +197,9 @@ class SparseMpeDevice(Device):
         Label in messages.
     **options
         For ``backend="rtl"``: ``simulator``, ``timeout_s``, ``start_timeout_s``,
-        ``cache_dir``, ``run_dir`` (:class:`~tandem.host.backend.cosim.CosimClient`).
+        ``cache_dir``, ``run_dir`` (:class:`~tandem.host.backend.cosim.CosimClient`). For
+        ``backend="golden"``: ``kernel`` (``"streams"`` or ``"direct"``,
+        :class:`GoldenMpeBackend`).
 
     Notes
     -----
@@ -176,6 +227,8 @@ class SparseMpeDevice(Device):
             options=options,
         )
         self.packed: NMPacked | None = None
+        # mv units per matrix loaded so far (direct kernel): a program reloads its matrices
+        self._units: dict[int, tuple[NMPacked, int]] = {}
 
     def load(self, weights, pattern: str | NMPattern | None = None) -> NMPacked:
         """Load N:M weights: an :class:`~tandem.mappings.nm.NMPacked`, a packed ``.npz`` path
@@ -213,6 +266,18 @@ class SparseMpeDevice(Device):
         self.packed = packed
         return packed
 
+    def _direct(self) -> bool:
+        return getattr(self.backend, "kernel", None) == "direct"
+
+    def _product(self, x, mode: str) -> MpeProduct:
+        packed = self._loaded()
+        if mode == "mm":
+            return MpeProduct(packed, x, mode, packed.shape[0])
+        known = self._units.get(id(packed))
+        if known is None or known[0] is not packed:
+            known = self._units[id(packed)] = (packed, len(mv_units(packed)))
+        return MpeProduct(packed, x, mode, known[1])
+
     @property
     def shape(self) -> tuple[int, int]:
         """(rows, cols) of the loaded matrix."""
@@ -235,6 +300,9 @@ class SparseMpeDevice(Device):
                 f"x has {x.shape[0]} elements, the matrix has {packed.shape[1]} columns"
             )
         self._check_open()
+        if self._direct():
+            (result,) = self._run([self._product(x, "mv")])
+            return self._result(result)
         streams = mpe_streams(self.params, packed, x, "mv")
         (result,) = self._run([streams])
         return self._result(streams.unpack(result))
@@ -252,6 +320,11 @@ class SparseMpeDevice(Device):
             raise ValueError("X has no columns (batch 0)")
         self._check_open()
         chunk = self.params.max_batch
+        if self._direct():
+            parts = self._run(
+                [self._product(x[:, i : i + chunk], "mm") for i in range(0, x.shape[1], chunk)]
+            )
+            return self._result(np.concatenate(parts, axis=1))
         requests = [
             mpe_streams(self.params, packed, x[:, start : start + chunk], "mm")
             for start in range(0, x.shape[1], chunk)

@@ -313,15 +313,27 @@ class HpuAttention:
             raise
         return slices
 
-    def start(self, seq: int, keys, values, capacity: int) -> None:
-        """Move sequence ``seq``'s prefill cache (per layer [Hkv, T, d]) onto the cards."""
+    def start(self, seq: int, keys, values, capacity: int, factors=None) -> None:
+        """Move sequence ``seq``'s prefill cache (per layer [Hkv, T, d]) onto the cards.
+
+        ``factors`` [n_layers, Hkv, d] are static key smoothing factors (a compiled program's,
+        from calibration text); by default they come from the prefill keys. ``T`` may be 0:
+        the cache then fills as :meth:`attend` appends.
+        """
         c = self.config
         length = int(keys[0].shape[1])
         if capacity < length + 1:
             raise ValueError(f"capacity {capacity} leaves no room after {length} prompt tokens")
         k_all = np.stack([k.detach().cpu().double().numpy() for k in keys])  # [L, Hkv, T, d]
         v_all = np.stack([v.detach().cpu().double().numpy() for v in values])
-        if self.smoothing:
+        if factors is not None:
+            factors = np.asarray(factors, dtype=np.float64)
+            shape = (c.n_layers, c.n_kv_heads, c.head_dim)
+            if factors.shape != shape or not (np.isfinite(factors) & (factors > 0)).all():
+                raise ValueError(f"factors must be {shape} finite positive values")
+        elif length == 0 and self.smoothing:
+            raise ValueError("an empty prefill needs static key smoothing factors")
+        elif self.smoothing:
             strength = self.smoothing_strength
             factors = np.stack(
                 [[key_smoothing(k, strength=strength) for k in layer] for layer in k_all]
@@ -713,6 +725,13 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace JSON here")
     parser.add_argument(
+        "--program",
+        type=Path,
+        metavar="DIR",
+        help="run a `tandem compile` output: every linear layer on sparse-mpe, every attention "
+        "on the HPU, the GPU side only for embeddings, LM head and sampling",
+    )
+    parser.add_argument(
         "--model",
         default="smollm2-135m",
         help="smollm2-135m (see `tandem model fetch`), a .gguf path, or 'tiny' (random)",
@@ -774,6 +793,10 @@ def run(args) -> int:
     from tandem.config import resolve_params
     from tandem.progress import stderr_progress
 
+    if args.program is not None:
+        from tandem.mappings.llm.cli import run_program
+
+        return run_program(args)
     # Every flag before any work (the model, the cards, the decode).
     integer(args.tokens, "--tokens", 1)
     hpus = integer(args.hpus, "--hpus", 1)

@@ -153,6 +153,27 @@ def request_cycles(
     )
 
 
+def product_cycles(
+    params, packed: NMPacked, mode: str, batch: int, units: int | None = None
+) -> int:
+    """Cycles of the request :func:`mpe_streams` builds for ``packed`` and ``batch`` tokens,
+    without building its beats (``units``: ``len(mv_units(packed))`` when known).
+
+    Equals ``request_cycles`` of that request's layout: the same unit count, segment choice,
+    steps and passes as :func:`_layout`.
+    """
+    mode_id = MODES[mode]
+    if units is None:
+        units = len(mv_units(packed)) if mode_id == MODE_MV else packed.shape[0]
+    pairs = -(-batch // 2) if mode_id == MODE_MM else 1
+    n, groups, chains = packed.pattern.n, packed.groups, params.chains
+    seg = choose_segment(params, groups, units, n, pairs, chains)
+    segs = params.stages // seg
+    steps = -(-groups // seg)
+    passes = -(-units // (chains * segs))
+    return request_cycles(params.stages, chains, segs, steps, n, pairs, passes)
+
+
 def choose_segment(params, groups: int, units: int, n: int, pairs: int, chains: int = 1) -> int:
     """Cascade segment (2, 4 or 8 stages) with the fewest cycles (:func:`request_cycles`) for
     this work; ties: the longest."""

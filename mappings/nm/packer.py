@@ -236,7 +236,9 @@ def pack_nm(w, pattern: NMPattern, scales=None) -> NMPacked:
     )
 
 
-def prune_magnitude(w, pattern: NMPattern, *, pair_rows: bool = False) -> np.ndarray:
+def prune_magnitude(
+    w, pattern: NMPattern, *, pair_rows: bool = False, importance=None
+) -> np.ndarray:
     """Zero all but the N largest-magnitude entries of every group (ties: lower column kept).
 
     Parameters
@@ -247,11 +249,21 @@ def prune_magnitude(w, pattern: NMPattern, *, pair_rows: bool = False) -> np.nda
         Choose one pattern for each pair of rows (2i, 2i+1), by the sum of their magnitudes,
         so that the matrix-vector mode can pack both rows of a pair into one DSP (they share
         the activation, so they must share the index). Each row is still N:M.
+    importance
+        Optional non-negative weight per column [cols]: entries are ranked by
+        ``|w| * importance`` instead of ``|w|``. With the L2 norm of each input channel over
+        calibration activations this is the activation-aware criterion of Wanda (Sun et al.,
+        ICLR 2024), which keeps weights that meet large activations.
     """
     w = as_matrix(w)
     rows, cols = w.shape
     g = _groups_view(w, pattern.m)
     score = np.abs(g.astype(np.float64))
+    if importance is not None:
+        imp = np.asarray(importance, dtype=np.float64)
+        if imp.shape != (cols,) or not np.isfinite(imp).all() or (imp < 0).any():
+            raise NMError(f"importance must be {cols} finite non-negative values per column")
+        score = score * _groups_view(imp[None, :], pattern.m)
     if pair_rows:
         pad = np.zeros((rows % 2,) + score.shape[1:])
         pairs = np.concatenate([score, pad]).reshape(-1, 2, *score.shape[1:]).sum(axis=1)

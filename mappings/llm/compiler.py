@@ -1,0 +1,354 @@
+"""``tandem compile``: a Llama-architecture model into weights and instruction programs.
+
+The flow, after FlightLLM (FPGA'24, arXiv 2401.03868, section 5):
+
+1. **Calibration**: a float forward pass over calibration text records the input of every
+   linear layer and every layer's keys (:func:`calibrate`).
+2. **Weights**: every linear layer is pruned to an N:M pattern and quantized to int8 with one
+   scale per output channel. The pattern is chosen per layer: the sparsest candidate whose
+   relative output error on the calibration inputs (int8 activations included) stays within
+   the budget; dense is always a candidate. Pruning ranks weights by magnitude or, with
+   ``criterion="activation"``, by magnitude times the input channel's calibration norm
+   (Wanda). Rows are pruned in pairs so that decode's matrix-vector mode fills both lanes of
+   every DSP48E2 (docs/sparse_dsp.md).
+3. **Programs** (:mod:`~tandem.mappings.llm.program`): one decode program, and one
+   parameterized prefill template per bucket of prompt lengths (length-adaptive compilation).
+4. ``DIR/summary.json``: instructions, storage (bucketed against every length compiled
+   separately), compile time, the pattern and error of every layer.
+"""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tandem.mappings.nm import NMPattern, pack_nm, prune_magnitude, quantize_per_channel
+
+from tandem.errors import UserError
+
+from . import program as prog
+
+__all__ = [
+    "LINEARS",
+    "CompileOptions",
+    "LayerChoice",
+    "calibrate",
+    "choose_pattern",
+    "compile_model",
+    "quantize_activations",
+]
+
+#: The linear layers of a decoder layer, llama.cpp names, in program order.
+LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+#: Default candidate patterns, sparsest first (FlightLLM's M = 16 with N in 4, 8, 16).
+DEFAULT_PATTERNS = ("4:16", "8:16", "16:16")
+
+
+class CompileError(UserError):
+    """A model or option the compiler cannot take (one line, exit status 2)."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What ``tandem compile`` was asked for.
+
+    Attributes
+    ----------
+    patterns
+        Candidate N:M patterns; the sparsest within ``budget`` is chosen per layer. One
+        pattern forces it everywhere (``("16:16",)``: dense int8; ``("2:4",)``: uniform 2:4).
+    budget
+        Largest relative L2 output error of a layer on the calibration inputs.
+    criterion
+        ``"magnitude"`` or ``"activation"`` (Wanda: ``|w| * ||x_col||``).
+    calibration_tokens
+        Tokens of calibration text.
+    max_prefill
+        Longest prompt the prefill templates serve.
+    tile
+        Tokens per prefill tile (one matrix-matrix request of the engine per tile).
+    activation_bits
+        Candidate activation widths, tried narrowest first for each pattern: 8 (one int8 per
+        element) or 16 (two int8 digits, ``x = 256 * hi + lo``, that the engine multiplies as
+        a token pair sharing each weight: in decode the same cycles as int8's row pairs, in
+        prefill twice the tokens).
+    """
+
+    patterns: tuple[str, ...] = DEFAULT_PATTERNS
+    budget: float = 0.06
+    criterion: str = "magnitude"
+    calibration_tokens: int = 256
+    max_prefill: int = 2048
+    tile: int = 16
+    activation_bits: tuple[int, ...] = (8, 16)
+
+    def __post_init__(self):
+        if not self.patterns:
+            raise CompileError("--patterns: give at least one N:M pattern")
+        for text in self.patterns:
+            NMPattern.parse(text)  # NMError (a UserError) on a bad pattern
+        if self.criterion not in ("magnitude", "activation"):
+            raise CompileError(
+                f"--criterion must be magnitude or activation, not {self.criterion!r}"
+            )
+        if not 0 < self.budget < 1:
+            raise CompileError(f"--budget must be in (0, 1), not {self.budget}")
+        if not 8 <= self.calibration_tokens <= 8192:
+            raise CompileError(
+                f"--calibration-tokens must be in 8..8192, not {self.calibration_tokens}"
+            )
+        if not 1 <= self.max_prefill <= 4095:
+            raise CompileError(f"--max-prefill must be in 1..4095, not {self.max_prefill}")
+        if self.tile < 2 or self.tile % 2 or self.tile > 32:
+            raise CompileError(f"--tile must be even and in 2..32, not {self.tile}")
+        if not self.activation_bits or set(self.activation_bits) - {8, 16}:
+            given = ",".join(map(str, self.activation_bits))
+            raise CompileError(f"--activation-bits takes 8 and/or 16, not {given}")
+
+
+@dataclass
+class LayerChoice:
+    """The pattern and activation width chosen for one linear layer, and the calibration
+    error of each candidate."""
+
+    layer: int
+    name: str
+    shape: tuple[int, int]
+    pattern: str
+    bits: int
+    error: float
+    candidates: dict[str, float] = field(default_factory=dict)
+
+
+#: Largest magnitude of a quantized activation per width. 16 bits stop at 127 * 256 + 127 so
+#: that both digits of :func:`split_digits` are int8.
+ACT_LIMIT = {8: 127, 16: 127 * 256 + 127}
+
+
+def quantize_activations(x: np.ndarray, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-token quantization: ``(q [tokens, n], scale [tokens] float64)``.
+
+    ``scale = max|x| / limit`` (1 for a zero token; ``limit`` 127 for 8 bits, 32639 for 16),
+    round half to even: the element-wise unit's ``QUANTIZE``. ``q`` is int8 for 8 bits and
+    int32 for 16 (:func:`split_digits` gives the engine's two int8 digits).
+    """
+    limit = ACT_LIMIT[bits]
+    x = np.asarray(x, dtype=np.float64)
+    peak = np.abs(x).max(axis=-1)
+    scale = np.where(peak > 0, peak / limit, 1.0)
+    q = np.clip(np.rint(x / scale[..., None]), -limit, limit)
+    return q.astype(np.int8 if bits == 8 else np.int32), scale
+
+
+def split_digits(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """16-bit activations as two int8 digits ``(hi, lo)`` with ``q = 256 * hi + lo``."""
+    q = np.asarray(q, dtype=np.int64)
+    hi = np.floor_divide(q + 128, 256)
+    return hi.astype(np.int8), (q - 256 * hi).astype(np.int8)
+
+
+def calibrate(model, ids) -> tuple[dict, list]:
+    """Float forward pass over ``ids``: every linear layer's input, every layer's keys.
+
+    Returns ``(inputs, keys)``: ``inputs[(layer, name)]`` float64 [T, in]; ``keys[layer]``
+    [Hkv, T, head_dim] after RoPE.
+    """
+    import torch
+
+    c = model.config
+    inputs, keys = {}, []
+    with torch.no_grad():
+        x = model.embed(ids)
+        positions = torch.arange(len(ids), device=model.device)
+        for layer in range(c.n_layers):
+            p = f"blk.{layer}."
+            h = model._rmsnorm(x, model.w[p + "attn_norm.weight"])
+            for name in ("attn_q", "attn_k", "attn_v"):
+                inputs[(layer, name)] = h
+            q, k, v = model.attn_in(layer, x, positions)
+            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+            keys.append(k.double().cpu().numpy())
+            g = c.gqa_group
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, k.repeat_interleave(g, 0), v.repeat_interleave(g, 0), is_causal=True
+            )
+            o = o.transpose(0, 1).reshape(len(ids), -1)
+            inputs[(layer, "attn_output")] = o
+            x = x + o @ model.w[p + "attn_output.weight"].T
+            h = model._rmsnorm(x, model.w[p + "ffn_norm.weight"])
+            inputs[(layer, "ffn_gate")] = inputs[(layer, "ffn_up")] = h
+            gate, up = h @ model.w[p + "ffn_gate.weight"].T, h @ model.w[p + "ffn_up.weight"].T
+            act = torch.nn.functional.silu(gate) * up
+            inputs[(layer, "ffn_down")] = act
+            x = x + act @ model.w[p + "ffn_down.weight"].T
+    inputs = {key: t.double().cpu().numpy() for key, t in inputs.items()}
+    return inputs, keys
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def layer_error(w_int: np.ndarray, scales, x: np.ndarray, bits: int, reference) -> float:
+    """Relative L2 error of the quantized layer's output on ``x`` against ``reference``."""
+    xq, xs = quantize_activations(x, bits)
+    x_int = xq.astype(np.float64) * xs[:, None]
+    return _relative(x_int @ (w_int.astype(np.float64) * scales[:, None]).T, reference)
+
+
+def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
+    """Prune and quantize ``w`` [out, in] for calibration inputs ``x`` [T, in].
+
+    Returns ``(pattern, bits, int8 weights, scales, error, {"N:M/aB": error})``: the sparsest
+    candidate pattern, narrowest activations first, whose relative output error (int8
+    weights and quantized per-token activations, against float) is within the budget; else
+    the candidate with the least error.
+    """
+    reference = x @ w.T
+    importance = np.linalg.norm(x, axis=0) if options.criterion == "activation" else None
+    ranked = sorted((NMPattern.parse(t) for t in options.patterns), key=lambda p: p.n / p.m)
+    errors, best = {}, None
+    for pattern in ranked:
+        pruned = (
+            w
+            if pattern.dense
+            else prune_magnitude(w, pattern, pair_rows=True, importance=importance)
+        )
+        q, scales = quantize_per_channel(pruned)
+        for bits in sorted(options.activation_bits):
+            error = layer_error(q, scales, x, bits, reference)
+            errors[f"{pattern}/a{bits}"] = error
+            if best is None or error < best[4]:
+                best = (pattern, bits, q, scales, error)
+            if error <= options.budget:
+                return pattern, bits, q, scales, error, errors
+    return (*best, errors)
+
+
+def _key_factors(keys: list, strength: float) -> np.ndarray:
+    """Static per-channel key smoothing [layers, Hkv, head_dim] from calibration keys."""
+    from tandem.host.hpu.params import key_smoothing
+
+    return np.stack([[key_smoothing(k, strength=strength) for k in layer] for layer in keys])
+
+
+def compile_model(
+    model,
+    tokenizer,
+    out_dir: Path,
+    options: CompileOptions,
+    *,
+    text: str,
+    model_label: str,
+    log=print,
+) -> dict:
+    """Compile ``model`` into ``out_dir``; returns the summary (also ``summary.json``).
+
+    ``out_dir`` receives ``weights.npz`` (packed int8 values, indices, channel scales, norm
+    vectors, static key smoothing), ``decode.bin`` and ``prefill_<lo>_<hi>.bin`` (program
+    images, :func:`~tandem.mappings.llm.isa.encode_program`), ``program.json`` (tensor table,
+    buffers, buckets) and ``summary.json``. Files are written to a temporary folder first and
+    moved in place, so a failed compile leaves nothing half-written.
+    """
+    from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
+
+    started = time.perf_counter()
+    c = model.config
+    ids = tokenizer.encode(text)[: options.calibration_tokens]
+    if len(ids) < 8:
+        raise CompileError(f"calibration text gives {len(ids)} tokens; at least 8 are needed")
+    log(f"calibrating on {len(ids)} tokens")
+    inputs, keys = calibrate(model, ids)
+    arrays: dict[str, np.ndarray] = {}
+    choices: list[LayerChoice] = []
+    wide = []
+    for layer in range(c.n_layers):
+        chosen = {}
+        for name in LINEARS:
+            w = model.w[f"blk.{layer}.{name}.weight"].double().cpu().numpy()
+            chosen[name] = (w, *choose_pattern(w, inputs[(layer, name)], options))
+        for group, names in prog.INPUT_GROUPS.items():
+            # One quantization of a shared input: the widest its readers chose.
+            bits = max(chosen[n][2] for n in names)
+            if bits == 16:
+                wide.append((layer, group))
+            for name in names:
+                w, pattern, own_bits, q, scales, error, errors = chosen[name]
+                if own_bits != bits:
+                    x = inputs[(layer, name)]
+                    error = layer_error(q, scales, x, bits, x @ w.T)
+                packed = pack_nm(q, pattern, scales)
+                key = f"blk.{layer}.{name}"
+                arrays[key + ".values"] = packed.values
+                arrays[key + ".indices"] = packed.indices
+                arrays[key + ".scales"] = packed.scales
+                arrays[key + ".pattern"] = np.asarray([pattern.n, pattern.m], dtype=np.int64)
+                arrays[key + ".shape"] = np.asarray(packed.shape, dtype=np.int64)
+                choices.append(
+                    LayerChoice(layer, name, tuple(w.shape), str(pattern), bits, error, errors)
+                )
+        for norm in ("attn_norm", "ffn_norm"):
+            arrays[f"blk.{layer}.{norm}"] = model.w[f"blk.{layer}.{norm}.weight"].cpu().numpy()
+        log(
+            f"layer {layer}: "
+            + " ".join(f"{ch.name}={ch.pattern}/a{ch.bits}" for ch in choices[-len(LINEARS) :])
+        )
+    arrays["key_factors"] = _key_factors(keys, KEY_SMOOTHING_STRENGTH)
+    card = prog.CardShape.for_model(c, options.tile, wide)
+    compiled = prog.compile_programs(card, options.max_prefill)
+    weight_bytes = sum(
+        int(v.nbytes) for k, v in arrays.items() if k.endswith((".values", ".indices"))
+    )
+    dense_bytes = sum(ch.shape[0] * ch.shape[1] for ch in choices)
+    summary = {
+        "model": model_label,
+        "config": asdict(c),
+        "options": asdict(options),
+        "calibration_tokens": len(ids),
+        "instructions": compiled.instructions,
+        "storage_bytes": compiled.storage_bytes,
+        "storage_bytes_per_length": compiled.storage_bytes_per_length,
+        "storage_ratio": compiled.storage_bytes_per_length / compiled.storage_bytes,
+        "buckets": [list(b) for b in compiled.buckets],
+        "on_chip_bytes": compiled.on_chip_bytes,
+        "weight_bytes": weight_bytes,
+        "dense_int8_weight_bytes": dense_bytes,
+        "patterns": {f"{ch.layer}.{ch.name}": ch.pattern for ch in choices},
+        "activation_bits": {f"{ch.layer}.{ch.name}": ch.bits for ch in choices},
+        "wide_inputs": len(wide),
+        "layer_errors": {f"{ch.layer}.{ch.name}": round(ch.error, 6) for ch in choices},
+        "candidate_errors": {
+            f"{ch.layer}.{ch.name}": {k: round(v, 6) for k, v in ch.candidates.items()}
+            for ch in choices
+        },
+        "pattern_counts": _counts(f"{ch.pattern}/a{ch.bits}" for ch in choices),
+    }
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp-compile")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        np.savez(tmp / "weights.npz", **arrays)
+        for name, image in compiled.images.items():
+            (tmp / name).write_bytes(image)
+        (tmp / "program.json").write_text(json.dumps(compiled.table, indent=1) + "\n")
+        summary["compile_s"] = round(time.perf_counter() - started, 2)
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary
+
+
+def _counts(patterns) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in patterns:
+        counts[p] = counts.get(p, 0) + 1
+    return dict(sorted(counts.items()))

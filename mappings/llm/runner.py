@@ -1,0 +1,340 @@
+"""Run a compiled program (``tandem compile``) on tandem's devices.
+
+:class:`CompiledModel` reads a compile folder; :class:`ProgramRunner` executes its decode
+program and prefill templates instruction by instruction:
+
+- ``MATMUL`` on a :class:`~tandem.host.sparse_dsp.device.SparseMpeDevice` (golden or RTL):
+  matrix-vector mode in decode, matrix-matrix mode in prefill; its cycles are counted per op.
+- ``ATTEND`` on :class:`~tandem.host.system.decode.HpuAttention` over
+  :class:`~tandem.host.hpu.device.HpuDevice` cards, one call per token of the tile so each
+  token sees exactly the keys before it (the cards append its key and value).
+- The element-wise ops (RMSNorm, (de)quantization, RoPE, SiLU and gate, add) run here on the
+  host, in float32 numpy, and are counted as host work (docs/compiler.md says what a hardware
+  unit for them would cost).
+- The GPU side (torch) does only the token embeddings, the LM head and sampling.
+"""
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tandem.mappings.nm import NMPacked, NMPattern
+
+from tandem.errors import UserError
+
+from .compiler import quantize_activations, split_digits
+from .isa import Op, decode_program
+from .program import BUFFER_NAMES, EMBEDDINGS, HIDDEN_OUT, SPILL
+
+__all__ = ["CompiledModel", "OpStats", "ProgramRunner"]
+
+
+class ProgramError(UserError):
+    """A compile folder that cannot be run (one line, exit status 2)."""
+
+
+class CompiledModel:
+    """A ``tandem compile`` output folder: programs, tensor table, packed weights."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        try:
+            self.table = json.loads((self.directory / "program.json").read_text())
+            self.summary = json.loads((self.directory / "summary.json").read_text())
+            if self.table.get("format") != "tandem-llm-program 1":
+                raise ValueError(f"format {self.table.get('format')!r}")
+            self.decode = decode_program((self.directory / "decode.bin").read_bytes())
+            self.prefill = {
+                (b["lo"], b["hi"]): decode_program((self.directory / b["file"]).read_bytes())
+                for b in self.table["prefill"].values()
+            }
+            weights = np.load(self.directory / "weights.npz", allow_pickle=False)
+            self.arrays = {k: weights[k] for k in weights.files}
+        except (OSError, ValueError, KeyError) as exc:
+            raise ProgramError(f"{self.directory}: not a tandem compile folder ({exc})") from None
+        self.card = self.table["card"]
+        self.matrices: dict[int, NMPacked] = {}
+        self.norms: dict[int, np.ndarray] = {}
+        for entry in self.table["tensors"]:
+            key = f"blk.{entry.get('layer')}.{entry.get('name')}"
+            if entry["kind"] == "matrix":
+                n, m = (int(v) for v in self.arrays[key + ".pattern"])
+                self.matrices[entry["id"]] = NMPacked(
+                    values=self.arrays[key + ".values"],
+                    indices=self.arrays[key + ".indices"],
+                    pattern=NMPattern(n, m),
+                    shape=tuple(int(v) for v in self.arrays[key + ".shape"]),
+                    scales=self.arrays[key + ".scales"],
+                )
+            elif entry["kind"] == "norm":
+                self.norms[entry["id"]] = self.arrays[key].astype(np.float32)
+        self.key_factors = self.arrays["key_factors"]
+
+    def bucket(self, length: int) -> tuple[int, int]:
+        """The prefill bucket serving a prompt of ``length`` tokens."""
+        for lo, hi in self.prefill:
+            if lo <= length <= hi:
+                return lo, hi
+        longest = max(hi for _, hi in self.prefill)
+        raise ProgramError(f"a {length}-token prompt exceeds the compiled {longest}-token maximum")
+
+    def max_columns(self) -> int:
+        return max(p.groups * p.pattern.m for p in self.matrices.values())
+
+
+@dataclass
+class OpStats:
+    """What a run did, per opcode: instructions executed, and engine cycles where modelled or
+    simulated (``MATMUL``: sparse-mpe; ``ATTEND``: the HPU cards)."""
+
+    count: dict[str, int] = field(default_factory=dict)
+    cycles: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    useful_macs: int = 0
+
+    def add(self, op: Op, cycles: int = 0, seconds: float = 0.0) -> None:
+        self.count[op.name] = self.count.get(op.name, 0) + 1
+        self.cycles[op.name] = self.cycles.get(op.name, 0) + cycles
+        self.seconds[op.name] = self.seconds.get(op.name, 0.0) + seconds
+
+
+class ProgramRunner:
+    """Execute a :class:`CompiledModel`'s programs for one sequence at a time.
+
+    Parameters
+    ----------
+    compiled
+        The compile folder.
+    model
+        The GPU side (:class:`~tandem.host.system.decode.Llama`): embeddings and LM head only.
+    mpe
+        The matrix engine (:class:`~tandem.host.sparse_dsp.device.SparseMpeDevice`).
+    attention
+        :class:`~tandem.host.system.decode.HpuAttention` over the HPU cards.
+    """
+
+    def __init__(self, compiled: CompiledModel, model, mpe, attention):
+        self.compiled, self.model, self.mpe, self.attention = compiled, model, mpe, attention
+        c = model.config
+        card = compiled.card
+        if (card["n_layers"], card["dim"], card["n_heads"], card["hidden"]) != (
+            c.n_layers,
+            c.dim,
+            c.n_heads,
+            c.hidden,
+        ):
+            raise ProgramError(
+                f"{compiled.directory} was compiled for another model shape ({card}); "
+                "compile this model with tandem compile"
+            )
+        if compiled.max_columns() > mpe.params.max_k:
+            raise ProgramError(
+                f"the program's widest matrix ({compiled.max_columns()} columns) exceeds the "
+                f"engine's max_k {mpe.params.max_k}"
+            )
+        self.config = c
+        d = c.head_dim
+        self._inv_freq = c.rope_theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        self.stats = OpStats()
+        self._loaded: int | None = None
+
+    # --- the element-wise unit (host) ----------------------------------------------------
+    def _rmsnorm(self, x, weight):
+        x = x.astype(np.float32)
+        inv = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(self.config.eps))
+        return (x * inv.astype(np.float32)) * weight
+
+    def _rope(self, x, heads: int, positions):
+        d = self.config.head_dim
+        angle = np.outer(positions.astype(np.float64), self._inv_freq)
+        angle = np.concatenate([angle, angle], axis=1)
+        cos = np.cos(angle).astype(np.float32)[:, None]
+        sin = np.sin(angle).astype(np.float32)[:, None]
+        x = x.reshape(len(positions), heads, d)
+        rotated = np.concatenate([-x[..., d // 2 :], x[..., : d // 2]], axis=-1)
+        return (x * cos + rotated * sin).reshape(len(positions), heads * d)
+
+    # --- execution ---------------------------------------------------------------------------
+    def start(self, seq: int, capacity: int) -> None:
+        """Give sequence ``seq`` KV memory for ``capacity`` tokens on the cards (empty)."""
+        import torch
+
+        c = self.config
+        empty = [torch.zeros(c.n_kv_heads, 0, c.head_dim) for _ in range(c.n_layers)]
+        self.attention.start(seq, empty, empty, capacity, factors=self.compiled.key_factors)
+        if len(self.attention.seqs[seq].slices) != 1:
+            self.attention.finish(seq)
+            raise ProgramError("a compiled program runs a sequence held on one card")
+
+    def prefill(self, seq: int, ids, every_position: bool = False) -> np.ndarray:
+        """Run the prompt ``ids`` through its bucket's template: the last token's hidden state
+        [dim], or with ``every_position`` every token's [T, dim] (teacher forcing: each token's
+        row is what a decode step of that token computes, bit for bit)."""
+        ids = list(ids)
+        program = self.compiled.prefill[self.compiled.bucket(len(ids))]
+        return self._execute(program, seq, ids, position=0, every_position=every_position)
+
+    def step(self, seq: int, token: int, position: int) -> np.ndarray:
+        """One decode step of the token at ``position``; its hidden state."""
+        return self._execute(self.compiled.decode, seq, [token], position=position)
+
+    def logits(self, hidden) -> np.ndarray:
+        """LM head on the GPU side: [vocab] float32 of a hidden state [dim] ([T, vocab] of
+        [T, dim])."""
+        import torch
+
+        x = torch.as_tensor(np.atleast_2d(hidden), dtype=torch.float32, device=self.model.device)
+        with torch.no_grad():
+            out = self.model.logits(x).float().cpu().numpy()
+        return out if np.ndim(hidden) == 2 else out[0]
+
+    def _execute(
+        self, program, seq: int, ids: list[int], position: int, every_position: bool = False
+    ) -> np.ndarray:
+        """Run ``program`` over ``ids`` (one decode token, or a prompt); the last hidden state.
+
+        The residual stream ``x`` holds every token of the run unless the program spills it
+        (then it holds one tile, moved by LOAD and STORE); every other buffer holds the tile.
+        """
+        length = len(ids)
+        embeddings = self.model.embed(ids).float().cpu().numpy()
+        spill = np.zeros_like(embeddings)
+        x_id = BUFFER_NAMES.index("x")
+        whole_x = not any(i.op == Op.STORE and i.tensor == SPILL for i in program)
+        tile_size = max((i.tokens for i in program if i.op == Op.MATMUL), default=0)
+        if program is not self.compiled.decode:
+            tile_size = self.compiled.table["prefill"][self._bucket_key(length)]["tile"]
+        buffers: dict[int, object] = {}
+        if whole_x:
+            buffers[x_id] = np.zeros((length, self.config.dim), dtype=np.float32)
+        out, pc, tile, loop = None, 0, None, None
+        while pc < len(program):
+            inst = program[pc]
+            if inst.op == Op.LOOP:
+                loop, tile = (pc + 1, pc + 1 + inst.count), (0, min(tile_size, length))
+                pc += 1
+                continue
+            if inst.op == Op.END:
+                break
+            offset, tokens = (
+                tile if tile is not None and not inst.tokens else (inst.offset, inst.tokens)
+            )
+            started = time.perf_counter()
+            if inst.op == Op.LOAD:
+                source = embeddings if inst.tensor == EMBEDDINGS else spill
+                if inst.flags:  # the last token only
+                    buffers[x_id] = source[length - 1 : length].copy()
+                elif whole_x:
+                    buffers[x_id][offset : offset + tokens] = source[offset : offset + tokens]
+                else:
+                    buffers[x_id] = source[offset : offset + tokens].copy()
+            elif inst.op == Op.STORE:
+                x = buffers[inst.src0]
+                if inst.tensor == HIDDEN_OUT:
+                    out = x[-1] if not whole_x else x[length - 1]
+                else:
+                    spill[offset : offset + tokens] = x[:tokens]
+            else:
+                self._compute(inst, buffers, offset, tokens, whole_x, seq, position)
+            if inst.op not in (Op.MATMUL, Op.ATTEND):
+                self.stats.add(inst.op, 0, time.perf_counter() - started)
+            pc += 1
+            if loop is not None and pc == loop[1]:
+                offset = tile[0] + tile[1]
+                if offset < length:
+                    tile, pc = (offset, min(tile_size, length - offset)), loop[0]
+                else:
+                    loop, tile = None, None
+        if out is None:
+            raise ProgramError("the program ended without storing a hidden state")
+        if every_position:
+            return np.array(buffers[x_id] if whole_x else spill, dtype=np.float32)
+        return np.asarray(out, dtype=np.float32)
+
+    def _bucket_key(self, length: int) -> str:
+        lo, hi = self.compiled.bucket(length)
+        return f"{lo}-{hi}"
+
+    def _compute(self, inst, buffers, offset, tokens, whole_x, seq, position) -> None:
+        x_id = BUFFER_NAMES.index("x")
+
+        def get(index):
+            if index == x_id and whole_x:
+                return buffers[index][offset : offset + tokens]
+            return buffers[index]
+
+        def put(value):
+            if inst.dst == x_id and whole_x:
+                buffers[x_id][offset : offset + tokens] = value
+            else:
+                buffers[inst.dst] = value
+
+        op = inst.op
+        if op == Op.RMSNORM:
+            put(self._rmsnorm(get(inst.src0), self.compiled.norms[inst.tensor]))
+        elif op == Op.QUANTIZE:
+            put(quantize_activations(get(inst.src0), 16 if inst.flags & 1 else 8))
+        elif op == Op.MATMUL:
+            self._matmul(inst, buffers, get(inst.src0))
+        elif op == Op.DEQUANTIZE:
+            acc = get(inst.src0)
+            _, act_scale = get(inst.src1)
+            w_scale = self.compiled.matrices[inst.tensor].scales.astype(np.float64)
+            put((acc * act_scale[:, None] * w_scale[None, :]).astype(np.float32))
+        elif op == Op.ROPE:
+            positions = position + offset + np.arange(tokens)
+            put(self._rope(get(inst.src0), inst.rows, positions))
+        elif op == Op.ATTEND:
+            self._attend(inst, buffers, get, seq, tokens)
+        elif op == Op.SILU_MUL:
+            g = get(inst.src0).astype(np.float32)
+            put((g / (np.float32(1) + np.exp(-g)) * get(inst.src1)).astype(np.float32))
+        elif op == Op.ADD:
+            put((get(inst.src0) + get(inst.src1)).astype(np.float32))
+        elif op not in (Op.SYNC, Op.NOP):
+            raise ProgramError(f"instruction {inst} is not runnable here")
+
+    def _matmul(self, inst, buffers, source) -> None:
+        q, _ = source
+        packed = self.compiled.matrices[inst.tensor]
+        if self._loaded != inst.tensor:
+            self.mpe.load(packed)
+            self._loaded = inst.tensor
+        started = time.perf_counter()
+        tokens = q.shape[0]
+        if inst.flags & 2:  # 16-bit: the two int8 digits of each token as a token pair
+            if q.dtype != np.int32:
+                raise ProgramError(f"{inst}: 16-bit MATMUL of an 8-bit buffer")
+            hi, lo = split_digits(q)
+            digits = np.stack([hi, lo], axis=1).reshape(2 * tokens, -1)
+            both = self.mpe.gemm(digits.T).T.astype(np.int64).reshape(tokens, 2, -1)
+            acc = 256 * both[:, 0] + both[:, 1]
+        elif inst.flags & 1 and tokens == 1:
+            acc = self.mpe.gemv(q[0])[None, :]
+        else:
+            acc = self.mpe.gemm(q.T).T
+        self.stats.add(Op.MATMUL, self.mpe.last_cycles, time.perf_counter() - started)
+        self.stats.useful_macs += int(packed.values.size) * q.shape[0]
+        buffers[inst.dst] = acc.astype(np.int64)
+
+    def _attend(self, inst, buffers, get, seq, tokens) -> None:
+        import torch
+
+        c = self.config
+        q, k, v = (get(i) for i in (inst.src0, inst.src1, inst.src2))
+        started = time.perf_counter()
+        outputs, cycles = [], 0
+        for t in range(tokens):
+            o = self.attention.attend(
+                inst.layer,
+                [seq],
+                torch.from_numpy(q[t].reshape(1, c.n_heads, c.head_dim)),
+                torch.from_numpy(k[t].reshape(1, c.n_kv_heads, c.head_dim)),
+                torch.from_numpy(v[t].reshape(1, c.n_kv_heads, c.head_dim)),
+            )
+            outputs.append(o.float().cpu().numpy().reshape(-1))
+            cycles += sum(self.attention.last_cycles.values())
+        self.stats.add(Op.ATTEND, cycles, time.perf_counter() - started)
+        buffers[inst.dst] = np.stack(outputs).astype(np.float32)

@@ -155,6 +155,17 @@ def _cmd_synth(args) -> int:
     return 0
 
 
+def _cmd_cosim_decode(args) -> int:
+    """``tandem cosim decode``: the decode runtime, or with ``--program`` a compiled program."""
+    if args.program is not None:
+        from tandem.mappings.llm.cli import run_program
+
+        return run_program(args)
+    from tandem.host.system import decode
+
+    return decode.run(args)
+
+
 def _add_tool_family(sub, kind: str, help_text: str) -> None:
     """``tandem map NAME`` or ``tandem pack NAME``: one subcommand per distinct tool the
     registered designs name (:attr:`tandem.registry.Design.tools`).
@@ -264,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     tp = family.add_parser("decode", help="LLM decode with every decode attention on HPU cards")
     decode.add_arguments(tp)
-    tp.set_defaults(func=decode.run, extras=("model",))
+    tp.set_defaults(func=_cmd_cosim_decode, extras=("model",))
 
     from tandem.host.system import perf
 

@@ -580,6 +580,31 @@ CASES: list[tuple[list[str], object]] = [
         )
     ),
     (["cosim", "decode", "--model", "tiny"], None),
+    (["cosim", "decode", "--model", "tiny", "--prompt", "a", "--program", IN + "/wok.npy"], None),
+    (["cosim", "decode", "--model", "tiny", "--prompt", "a", "--program", OUT + "/none"], None),
+    # compile
+    *(
+        (["compile", "tiny", "-o", OUT + "/c", *extra], None)
+        for extra in (
+            ["--patterns", "3:4"],
+            ["--patterns", ""],
+            ["--patterns", "2:4,abc"],
+            ["--budget", "nan"],
+            ["--budget", "0"],
+            ["--budget", "1"],
+            ["--criterion", "random"],
+            ["--tile", "3"],
+            ["--tile", "64"],
+            ["--calibration-tokens", "0"],
+            ["--max-prefill", "0"],
+            ["--max-prefill", "5000"],
+            ["--activation-bits", "4"],
+            ["--activation-bits", "8,x"],
+            ["--calibration-text", IN + "/nosuch.txt"],
+        )
+    ),
+    (["compile", "nosuch-model", "-o", OUT + "/c"], None),
+    (["compile", "tiny"], None),
     # perf decode
     *(
         ([*PD, *extra], None)

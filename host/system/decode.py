@@ -793,10 +793,6 @@ def run(args) -> int:
     from tandem.config import resolve_params
     from tandem.progress import stderr_progress
 
-    if args.program is not None:
-        from tandem.mappings.llm.cli import run_program
-
-        return run_program(args)
     # Every flag before any work (the model, the cards, the decode).
     integer(args.tokens, "--tokens", 1)
     hpus = integer(args.hpus, "--hpus", 1)

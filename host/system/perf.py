@@ -430,6 +430,11 @@ def engine_fit(params: HpuParams, board: Board) -> dict:
             capacity = board.capacity(name)
             if used and capacity is not None:
                 limits[name] = int(capacity * ENGINE_RESOURCE_SHARE // used)
+        if not limits:
+            return {
+                "checked": False,
+                "reason": f"board {board.name} lists none of the resources the engine uses",
+            }
         bound = min(limits, key=limits.get)
         return {
             "checked": True,

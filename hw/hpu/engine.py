@@ -414,13 +414,14 @@ class Hpu(wiring.Component):
         out_query = Signal(range(groups))
         out_chunk = Signal(range(p.row_beats + 1))
         partial = snap_tag[32]
-        result = self.result_o
         take_stats = Signal()
         m.d.sync += k_reserved.eq(k_reserved + start_k - take_stats)
         m.d.comb += [stats_fifo.r_en.eq(take_stats), recip_fifo.r_en.eq(take_stats)]
 
-        with m.If(result.ready):
-            m.d.sync += result.valid.eq(0)
+        # The output is two stages: PRE holds a beat's products o * (1/l) (or its raw words),
+        # the result register their rounding and saturation. Both move when the result
+        # register is free, so backpressure stalls them together.
+        pre = self._output_stages(m)
 
         with m.FSM(name="control"):
             with m.State("IDLE"):
@@ -446,6 +447,7 @@ class Hpu(wiring.Component):
                     partial,
                     out_query,
                     out_chunk,
+                    pre,
                 )
                 with m.If(self._out_done):
                     m.d.sync += snap_valid.eq(0)
@@ -1106,6 +1108,36 @@ class Hpu(wiring.Component):
                     m.d.sync += snapshot[g][i].eq(accumulators[g][i])
 
     # ------------------------------------------------------------------------------------
+    def _output_stages(self, m) -> dict:
+        """PRE and the result register. Returns PRE's registers and ``free`` (PRE may take a
+        beat this cycle)."""
+        p = self.params
+        result = self.result_o
+        width = p.o_bits + p.reciprocal.out_bits + 1
+        pre = {
+            "valid": Signal(name="pre_valid"),
+            "raw": Signal(name="pre_raw"),  # partial mode's o, or m and l: no rounding
+            "tag": Signal(32, name="pre_tag"),
+            "last": Signal(name="pre_last"),
+            "words": [Signal(signed(width), name=f"pre_word{i}") for i in range(p.lanes)],
+            "free": Signal(name="pre_free"),
+        }
+        advance = ~result.valid | result.ready
+        m.d.comb += pre["free"].eq(~pre["valid"] | advance)
+        words = []
+        for value in pre["words"]:
+            y = saturate(round_shift_right(value, p.out_shift), signed(p.out_bits))
+            words.append(self._word(Mux(pre["raw"], value, y)))
+        with m.If(advance):
+            m.d.sync += [
+                result.valid.eq(pre["valid"]),
+                result.payload.tag.eq(pre["tag"]),
+                result.payload.last.eq(pre["last"]),
+                result.payload.data.eq(Cat(*words)),
+                pre["valid"].eq(0),  # unless the sequencer loads PRE this cycle (later wins)
+            ]
+        return pre
+
     def _output(
         self,
         m,
@@ -1117,12 +1149,13 @@ class Hpu(wiring.Component):
         partial,
         out_query,
         out_chunk,
+        pre,
     ):
-        """Emit the result beats of the finished request; rotates each ring as it goes."""
+        """Issue the result beats of the finished request into PRE; rotates each ring as it
+        goes."""
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
-        result = self.result_o
-        load = ~result.valid | result.ready
+        load = pre["free"]
         per_query = Mux(partial, p.row_beats + 1, p.row_beats)
         last = (out_query == groups - 1) & (out_chunk == per_query - 1)
         self._out_done = load & last
@@ -1132,20 +1165,16 @@ class Hpu(wiring.Component):
         words = []
         for i in range(lanes):
             o = head[i * p.o_bits : (i + 1) * p.o_bits].as_signed()
-            y = saturate(round_shift_right(o * r, p.out_shift), signed(p.out_bits))
             # Elements past head_dim (padding of 32-wide heads) leave as zero.
             in_head = out_chunk * lanes + i < p.head_dim
-            words.append(Mux(in_head, Mux(partial, o, y), 0))
+            words.append(Mux(in_head, Mux(partial, o, o * r), 0))
         # Partial mode's extra beat per query: m in word 0, l in word 1.
         stats = [Array(running_max)[out_query], Array(running_sum)[out_query]]
         with m.If(load):
-            m.d.sync += [
-                result.valid.eq(1),
-                result.payload.tag.eq(seq_id),
-                result.payload.last.eq(last),
-            ]
+            m.d.sync += [pre["valid"].eq(1), pre["tag"].eq(seq_id), pre["last"].eq(last)]
             with m.If(out_chunk < p.row_beats):
-                m.d.sync += result.payload.data.eq(Cat(*[self._word(w) for w in words]))
+                m.d.sync += pre["raw"].eq(partial)
+                m.d.sync += [reg.eq(w) for reg, w in zip(pre["words"], words, strict=True)]
                 with m.Switch(out_query):
                     for g in range(groups):
                         with m.Case(g):
@@ -1153,7 +1182,9 @@ class Hpu(wiring.Component):
                             for j in range(len(ring)):
                                 m.d.sync += ring[j].eq(ring[(j + lanes) % len(ring)])
             with m.Else():
-                m.d.sync += result.payload.data.eq(Cat(*[self._word(v) for v in stats]))
+                m.d.sync += pre["raw"].eq(1)
+                m.d.sync += [reg.eq(0) for reg in pre["words"][len(stats) :]]
+                m.d.sync += [reg.eq(v) for reg, v in zip(pre["words"], stats, strict=False)]
             with m.If(out_chunk == per_query - 1):
                 m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
             with m.Else():

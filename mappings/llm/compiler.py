@@ -28,6 +28,7 @@ from tandem.mappings.nm import NMPattern, pack_nm, prune_magnitude, quantize_per
 from tandem.errors import UserError
 
 from . import program as prog
+from .program import LINEARS
 
 __all__ = [
     "LINEARS",
@@ -38,9 +39,6 @@ __all__ = [
     "compile_model",
     "quantize_activations",
 ]
-
-#: The linear layers of a decoder layer, llama.cpp names, in program order.
-LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 #: Default candidate patterns, sparsest first (FlightLLM's M = 16 with N in 4, 8, 16).
 DEFAULT_PATTERNS = ("4:16", "8:16", "16:16")

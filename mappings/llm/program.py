@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from .isa import WORD_BYTES, Instruction, Op, encode_program
 
 __all__ = [
+    "LINEARS",
     "CardShape",
     "Compiled",
     "allocate",
@@ -37,6 +38,9 @@ __all__ = [
 #: Bytes of the card's on-chip memory given to activation buffers (of U280's 41 MB of block
 #: RAM and UltraRAM; the rest holds the engines' own buffers).
 ACTIVATION_BUFFER_BYTES = 8 << 20
+
+#: The linear layers of a decoder layer, llama.cpp names, in program order.
+LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 #: Tensor-table ids of the HBM regions the programs read and write.
 EMBEDDINGS, HIDDEN_OUT, SPILL = 0, 1, 2
@@ -86,8 +90,6 @@ class CardShape:
 
     def weight(self, layer: int, name: str) -> int:
         """Tensor id of a linear layer's packed weights."""
-        from .compiler import LINEARS
-
         return _FIRST_WEIGHT + layer * (len(LINEARS) + 2) + LINEARS.index(name)
 
     def norm(self, layer: int, name: str) -> int:
@@ -96,8 +98,6 @@ class CardShape:
 
     def tensor_table(self) -> list[dict]:
         """Every tensor id: HBM regions, weights and norm vectors."""
-        from .compiler import LINEARS
-
         table = [
             {"id": EMBEDDINGS, "kind": "region", "name": "token embeddings (host)"},
             {"id": HIDDEN_OUT, "kind": "region", "name": "last hidden state (host)"},

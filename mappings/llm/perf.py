@@ -1,0 +1,139 @@
+"""Performance model of FPGA-only decode: a compiled decode program on one card.
+
+Batch 1, the way FlightLLM measures decode: every decode step streams every weight from HBM
+once and reads the KV cache of its context. The model walks the decode program
+(:func:`~tandem.mappings.llm.program.decode_program`) instruction by instruction:
+
+- ``MATMUL``: the matrix's rows are split over ``mpe_engines`` sparse-mpe engines, one per
+  HBM pseudo-channel; each engine's cycles are the engine's own cycle formula
+  (:func:`~tandem.mappings.nm.engine.request_cycles`, exact against the RTL) for its rows in
+  matrix-vector mode, or the time its pseudo-channel takes to deliver its weight beats where
+  that is longer.
+- ``ATTEND``: the KV heads are split over the HPU engines that fit; each engine's cycles are
+  :func:`~tandem.host.system.perf.hpu_call_cycles` (the golden cycle model with the measured
+  stream efficiency) for its heads at the context.
+- Element-wise ops: ``elementwise_lanes`` elements a cycle (an assumed vector unit; the
+  runner does them on the host today).
+
+The ops of a step run one after another (batch 1: each needs the previous one's output);
+``overlap`` hides each matrix op's fill and drain behind the next op's weight stream (the
+runner's "keep the engine busy across ops"). Bandwidth use = bytes the step must stream
+(weights + KV) / (step time x HBM peak): the figure FlightLLM reports as 65.9 % on U280.
+"""
+
+from dataclasses import dataclass
+
+from tandem.host.sparse_dsp.golden import SparseMpeParams
+from tandem.mappings.nm import NMPattern
+from tandem.mappings.nm.engine import choose_segment, request_cycles
+
+from .isa import Op
+from .program import CardShape, decode_program
+
+__all__ = ["FpgaCard", "decode_step"]
+
+
+@dataclass(frozen=True)
+class FpgaCard:
+    """A card of sparse-mpe and HPU engines on one board.
+
+    ``mpe_clock_mhz`` and ``hpu_clock_mhz``: the engines' clocks (their timing estimates, or
+    the board's default); ``hbm_gb_s`` and ``channels``: the board's HBM.
+    """
+
+    mpe: SparseMpeParams
+    mpe_engines: int
+    mpe_clock_mhz: float
+    hpu_engines: int
+    hpu_clock_mhz: float
+    hbm_gb_s: float
+    channels: int
+    elementwise_lanes: int = 64
+
+    @property
+    def channel_gb_s(self) -> float:
+        return self.hbm_gb_s / self.channels
+
+    @property
+    def mpe_beat_bytes(self) -> float:
+        """Weight bytes an engine takes a cycle: two int8 and an index per stage."""
+        p = self.mpe
+        return p.chains * p.stages * (16 + p.index_bits) / 8
+
+
+def _matrix_cycles(card: FpgaCard, rows: int, cols: int, pattern: NMPattern) -> dict:
+    """One engine's share of a matrix-vector op: cycles, weight bytes, and fill + drain."""
+    p = card.mpe
+    rows_e = -(-rows // card.mpe_engines)
+    units = -(-rows_e // 2)  # row pairs (the compiler prunes pairs to share their columns)
+    groups = -(-cols // pattern.m)
+    seg = choose_segment(p, groups, units, pattern.n, 1, p.chains)
+    segs, steps = p.stages // seg, -(-groups // seg)
+    passes = -(-units // (p.chains * segs))
+    compute = request_cycles(p.stages, p.chains, segs, steps, pattern.n, 1, passes)
+    beats = passes * steps * pattern.n
+    stream = beats * card.mpe_beat_bytes / (card.channel_gb_s * 1e9) * card.mpe_clock_mhz * 1e6
+    fill = compute - beats  # results, stages and the pipeline's own fill
+    return {
+        "cycles": max(compute, stream + fill),
+        "fill": fill,
+        "bytes": rows * groups * pattern.n * (1 + p.index_bits / 16),
+    }
+
+
+def decode_step(
+    model_shape: CardShape,
+    card: FpgaCard,
+    pattern: NMPattern,
+    context: int,
+    hpu_params,
+    *,
+    overlap: bool = True,
+) -> dict:
+    """Seconds, bytes and bandwidth use of one decode step at ``context`` tokens."""
+    from tandem.host.system.perf import hpu_call_cycles
+
+    s = model_shape
+    seconds = {"MATMUL": 0.0, "ATTEND": 0.0, "ELEMENTWISE": 0.0}
+    weight_bytes = 0.0
+    hidden_fill = 0.0
+    previous_matmul, last_rows = False, s.dim
+    heads_per_engine = -(-s.n_kv_heads // card.hpu_engines)
+    attend_cycles = hpu_call_cycles(hpu_params, [context] * heads_per_engine)
+    kv_bytes = s.n_layers * s.n_kv_heads * hpu_params.layout.region_bytes(context)
+    for inst in decode_program(s):
+        if inst.op == Op.MATMUL:
+            m = _matrix_cycles(card, inst.rows, inst.cols, pattern)
+            cycles = m["cycles"]
+            if overlap and previous_matmul:
+                cycles -= m["fill"]
+                hidden_fill += m["fill"] / (card.mpe_clock_mhz * 1e6)
+            seconds["MATMUL"] += cycles / (card.mpe_clock_mhz * 1e6)
+            weight_bytes += m["bytes"]
+            previous_matmul, last_rows = True, inst.rows
+            continue
+        if inst.op != Op.DEQUANTIZE:  # dequantization follows the results as they drain
+            previous_matmul = False
+        if inst.op == Op.ATTEND:
+            seconds["ATTEND"] += attend_cycles / (card.hpu_clock_mhz * 1e6)
+        elif inst.op in (Op.RMSNORM, Op.QUANTIZE, Op.DEQUANTIZE, Op.ROPE, Op.SILU_MUL, Op.ADD):
+            width = {
+                Op.DEQUANTIZE: last_rows,
+                Op.SILU_MUL: s.hidden,
+                Op.ROPE: inst.rows * inst.cols,
+            }.get(inst.op, s.dim)
+            seconds["ELEMENTWISE"] += -(-width // card.elementwise_lanes) / (
+                card.mpe_clock_mhz * 1e6
+            )
+    step = sum(seconds.values())
+    total_bytes = weight_bytes + kv_bytes
+    return {
+        "context": context,
+        "step_s": step,
+        "tokens_per_s": 1.0 / step,
+        "seconds": seconds,
+        "weight_bytes": weight_bytes,
+        "kv_bytes": kv_bytes,
+        "bandwidth_use": total_bytes / (step * card.hbm_gb_s * 1e9),
+        "hidden_fill_s": hidden_fill,
+    }

@@ -316,7 +316,8 @@ class ProgramRunner:
         else:
             acc = self.mpe.gemm(q.T).T
         self.stats.add(Op.MATMUL, self.mpe.last_cycles, time.perf_counter() - started)
-        self.stats.useful_macs += int(packed.values.size) * q.shape[0]
+        digits = 2 if inst.flags & 2 else 1  # a 16-bit input is two int8 digits
+        self.stats.useful_macs += int(packed.values.size) * tokens * digits
         buffers[inst.dst] = acc.astype(np.int64)
 
     def _attend(self, inst, buffers, get, seq, tokens) -> None:

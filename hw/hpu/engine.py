@@ -26,7 +26,7 @@ Dataflow of one request::
   rotates by one chunk per V beat, so every chunk passes the multipliers once per row.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu import HpuParams
@@ -77,6 +77,39 @@ def shift_by(product, left_amount, right_amount, non_negative, bits: int, is_sig
     right = round_shift_right(product, right_amount)
     shape = signed(bits) if is_signed else unsigned(bits)
     return saturate(Mux(non_negative, left, right), shape)
+
+
+def shift_by_split(
+    m: Module,
+    product,
+    left_amount,
+    right_amount,
+    non_negative,
+    bits: int,
+    is_signed: bool,
+    name: str,
+    enable,
+):
+    """:func:`shift_by` over two stages: the shifts registered (while ``enable``), then the
+    rounding carry and the saturation. Returns the second stage's (combinational) value.
+
+    ``(x + 2**(r-1)) >> r == (x >> r) + bit r-1 of x`` for r >= 1, so the first stage keeps the
+    floor and that bit and the second adds them.
+    """
+    left = Signal(signed(bits + 2 + (1 << len(left_amount))), name=f"{name}_left")
+    floor = Signal.like(Value.cast(product), name=f"{name}_floor")
+    round_bit = Signal(name=f"{name}_round")
+    up = Signal(name=f"{name}_up")
+    below = Mux(right_amount == 0, 0, right_amount - 1)[: len(right_amount)]
+    with m.If(enable):
+        m.d.sync += [
+            left.eq(_clamp(product, 1 << bits) << left_amount),
+            floor.eq(product >> right_amount),
+            round_bit.eq((right_amount != 0) & (product >> below)[0]),
+            up.eq(non_negative),
+        ]
+    shape = signed(bits) if is_signed else unsigned(bits)
+    return saturate(Mux(up, left, floor + round_bit), shape)
 
 
 def decode_scale(m: Module, bits, name: str):
@@ -1013,17 +1046,25 @@ class Hpu(wiring.Component):
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
         word = p.prob_frac_bits + 1
-        # Two stages: vw (the row's weights' products and exponents, the beat's data) and va
-        # (weights shifted and saturated; the accumulators updated). A request's last beat in
-        # either keeps the snapshot busy.
+        # Three stages: vw (the row's weights' products and exponents, the beat's data), vs
+        # (the weights' shifts) and va (their rounding and saturation; the accumulators
+        # updated). A request's last beat in any keeps the snapshot busy.
         vw_valid = Signal(name="vw_valid")
         vw_end = Signal(name="vw_end")
+        vs_valid = Signal(name="vs_valid")
+        vs_end = Signal(name="vs_end")
         va_valid = Signal(name="va_valid")
         va_end = Signal(name="va_end")
         snap_copy = Signal(name="snap_copy")
         snap_busy = Signal(name="snap_busy")
         m.d.comb += [
-            snap_busy.eq(snap_valid | snap_copy | (va_valid & va_end) | (vw_valid & vw_end)),
+            snap_busy.eq(
+                snap_valid
+                | snap_copy
+                | (va_valid & va_end)
+                | (vs_valid & vs_end)
+                | (vw_valid & vw_end)
+            ),
             gate.eq(
                 ((vb["beat"] != 0) | row_fifo.r_rdy)
                 & ~(vb["last_beat"] & vb["last_row"] & snap_busy)
@@ -1054,14 +1095,23 @@ class Hpu(wiring.Component):
                 m.d.sync += [vw_alphas[g].eq(alpha), products[g].eq(prob * v_mant)]
         vw_first = Signal(name="vw_first")
         m.d.sync += vw_first.eq(first)
+        # vs: the weights' shifts; va: their rounding carry and saturation.
+        vs_first = Signal(name="vs_first")
+        m.d.sync += vs_first.eq(vw_first)
+        vs_alphas = [Signal(word, name=f"vs_alpha{g}") for g in range(groups)]
+        shifted = []
         with m.If(vw_first):
+            m.d.sync += [vs_alphas[g].eq(vw_alphas[g]) for g in range(groups)]
+        for g in range(groups):
+            shifted.append(
+                shift_by_split(
+                    m, products[g], vw_left, vw_right, vw_up, p.weight_bits, False,
+                    f"vs_w{g}", vw_first,
+                )
+            )  # fmt: skip
+        with m.If(vs_first):
             for g in range(groups):
-                m.d.sync += [
-                    alphas[g].eq(vw_alphas[g]),
-                    weights[g].eq(
-                        shift_by(products[g], vw_left, vw_right, vw_up, p.weight_bits, False)
-                    ),
-                ]
+                m.d.sync += [alphas[g].eq(vs_alphas[g]), weights[g].eq(shifted[g])]
         vw_data = Signal(p.mem_data_bits, name="vw_data")
         vw_first_row = Signal(name="vw_first_row")
         vw_tag = Signal(33, name="vw_tag")
@@ -1073,16 +1123,27 @@ class Hpu(wiring.Component):
                 vw_first_row.eq(vb["first_row"]),
                 vw_tag.eq(v_tag),
             ]
+        vs_data = Signal(p.mem_data_bits, name="vs_data")
+        vs_first_row = Signal(name="vs_first_row")
+        vs_tag = Signal(33, name="vs_tag")
+        m.d.sync += vs_valid.eq(vw_valid)
+        with m.If(vw_valid):
+            m.d.sync += [
+                vs_data.eq(vw_data),
+                vs_end.eq(vw_end),
+                vs_first_row.eq(vw_first_row),
+                vs_tag.eq(vw_tag),
+            ]
         va_data = Signal(p.mem_data_bits, name="va_data")
         va_first_row = Signal(name="va_first_row")
         va_tag = Signal(33, name="va_tag")
-        m.d.sync += va_valid.eq(vw_valid)
-        with m.If(vw_valid):
+        m.d.sync += va_valid.eq(vs_valid)
+        with m.If(vs_valid):
             m.d.sync += [
-                va_data.eq(vw_data),
-                va_end.eq(vw_end),
-                va_first_row.eq(vw_first_row),
-                va_tag.eq(vw_tag),
+                va_data.eq(vs_data),
+                va_end.eq(vs_end),
+                va_first_row.eq(vs_first_row),
+                va_tag.eq(vs_tag),
             ]
         with m.If(va_valid):
             for g in range(groups):

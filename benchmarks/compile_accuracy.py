@@ -3,10 +3,13 @@
 Run: ``python benchmarks/compile_accuracy.py [--model smollm2-135m] [--tokens 256]
 [--configs dense 2:4 2:4-activation auto]``
 
-For each configuration the model is compiled (calibration on the ``execmodel`` text), then the
-program runs teacher-forced over a different real text (Python's LICENSE.txt): one prefill of
-``--tokens`` tokens on the golden devices (every linear layer on ``sparse-mpe``, every attention
-on the HPU), whose every position's hidden state is what a decode step of that token computes.
+Configurations: ``dense`` (int8 weights, each layer's inputs 8 or 16 bits by the budget),
+``dense-a8`` (int8 weights and inputs), ``2:4`` (magnitude), ``2:4-activation`` (Wanda), ``auto``
+(4:16, 8:16 or dense per layer within the budget). For each configuration the model is compiled
+(calibration on the ``execmodel`` text), then the program runs teacher-forced over a different real
+text (Python's LICENSE.txt): one prefill of ``--tokens`` tokens on the golden devices (every linear
+layer on ``sparse-mpe``, every attention on the HPU), whose every position's hidden state is what a
+decode step of that token computes.
 Printed per configuration: top-1 agreement of the program's next-token choice with the float
 torch model's (SDPA attention, float32 weights), perplexity of both on the text's next tokens,
 mean KL(float || program), the patterns chosen, weight bytes, and the modelled sparse-mpe
@@ -25,6 +28,7 @@ import numpy as np
 
 CONFIGS = {
     "dense": {"patterns": ("16:16",), "criterion": "magnitude"},
+    "dense-a8": {"patterns": ("16:16",), "criterion": "magnitude", "bits": (8,)},
     "2:4": {"patterns": ("2:4",), "criterion": "magnitude"},
     "2:4-activation": {"patterns": ("2:4",), "criterion": "activation"},
     "auto": {"patterns": ("4:16", "8:16", "16:16"), "criterion": "activation"},
@@ -48,7 +52,11 @@ def evaluate(name, model, tokenizer, ids, calibration, budget, workdir) -> dict:
 
     cfg = CONFIGS[name]
     options = CompileOptions(
-        patterns=cfg["patterns"], criterion=cfg["criterion"], budget=budget, max_prefill=len(ids)
+        patterns=cfg["patterns"],
+        criterion=cfg["criterion"],
+        budget=budget,
+        max_prefill=len(ids),
+        activation_bits=cfg.get("bits", (8, 16)),
     )
     out = Path(workdir) / name.replace(":", "_")
     summary = compile_model(

@@ -609,6 +609,10 @@ class Hpu(wiring.Component):
                     if next_state == "IDLE":
                         m.d.sync += pending.eq(0)
 
+        # The slot's fields are registered first, the page address formed the next cycle
+        # (a header mux, a multiply and an add in one cycle was the engine's longest path).
+        base = Signal(p.addr_bits, name="w_base")
+        page = Signal(p.position_bits - 5, name="w_page")
         with m.FSM(name="writer"):
             with m.State("IDLE"), m.If(start & header.append):
                 position = Signal(p.position_bits, name="w_position")
@@ -616,12 +620,16 @@ class Hpu(wiring.Component):
                 m.d.sync += [
                     pending.eq(1),
                     offset.eq(position[:5]),
-                    page_base.eq(header.base[: p.addr_bits] + position[5:] * layout.page_bytes),
+                    base.eq(header.base[: p.addr_bits]),
+                    page.eq(position[5:]),
                     data_k.eq(body_flat[0 : p.row_elems * 8]),
                     data_v.eq(body_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
                     scales.k.eq(header.new_k_scale),
                     scales.v.eq(header.new_v_scale),
                 ]
+                m.next = "PAGE"
+            with m.State("PAGE"):
+                m.d.sync += page_base.eq(base + page * layout.page_bytes)
                 m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
             row_states("V", "KS_AW", layout.part_bytes, data_v)

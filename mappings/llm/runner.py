@@ -93,6 +93,7 @@ class OpStats:
     cycles: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     useful_macs: int = 0
+    load_cycles: int = 0  # sparse-mpe activation-load beats, before each request's weights
 
     def add(self, op: Op, cycles: int = 0, seconds: float = 0.0) -> None:
         self.count[op.name] = self.count.get(op.name, 0) + 1
@@ -318,6 +319,13 @@ class ProgramRunner:
         self.stats.add(Op.MATMUL, self.mpe.last_cycles, time.perf_counter() - started)
         digits = 2 if inst.flags & 2 else 1  # a 16-bit input is two int8 digits
         self.stats.useful_macs += int(packed.values.size) * tokens * digits
+        # The activation load before the weights (not in the engine's request cycles).
+        params = self.mpe.params
+        words = -(-packed.groups * packed.pattern.m // params.word_bytes)
+        sent = (
+            1 if (inst.flags & 3) == 1 and tokens == 1 else tokens * digits + (tokens * digits) % 2
+        )
+        self.stats.load_cycles += sent * words * params.word_bytes // params.act_bytes
         buffers[inst.dst] = acc.astype(np.int64)
 
     def _attend(self, inst, buffers, get, seq, tokens) -> None:

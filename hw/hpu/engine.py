@@ -56,27 +56,12 @@ def _clamp(value, limit: int):
 
 
 def shift_amounts(total, limit_shift: int):
-    """``(left, right, non_negative)`` of :func:`shift_by` for the signed exponent ``total`` (at
-    most ``limit_shift``): they depend on the exponent alone, so a pipeline registers them
-    beside the product."""
+    """``(left, right, non_negative)`` of :func:`shift_by_split` for the signed exponent
+    ``total`` (at most ``limit_shift``): they depend on the exponent alone, so a pipeline
+    registers them beside the product."""
     left = Mux(total > 0, total, 0).as_unsigned()[: limit_shift.bit_length()]
     right = Mux(-total > 62, 62, Mux(total < 0, -total, 0)).as_unsigned()[:6]
     return left, right, total >= 0
-
-
-def shift_by(product, left_amount, right_amount, non_negative, bits: int, is_signed: bool):
-    """``product * 2**total`` rounded half up and saturated (the golden model computes the same
-    value exactly in float64: ``_round_scaled`` in :mod:`tandem.host.hpu.golden`).
-
-    The amounts come from :func:`shift_amounts`; positive exponents shift left after
-    clamping the product (which saturates anyway), negative ones round-shift right by at most
-    62 (every product the engine forms is below 2**52 in magnitude, so a longer shift would
-    give 0 as well).
-    """
-    left = _clamp(product, 1 << bits) << left_amount
-    right = round_shift_right(product, right_amount)
-    shape = signed(bits) if is_signed else unsigned(bits)
-    return saturate(Mux(non_negative, left, right), shape)
 
 
 def shift_by_split(
@@ -90,11 +75,16 @@ def shift_by_split(
     name: str,
     enable,
 ):
-    """:func:`shift_by` over two stages: the shifts registered (while ``enable``), then the
-    rounding carry and the saturation. Returns the second stage's (combinational) value.
+    """``product * 2**total`` rounded half up and saturated, over two stages (the golden model
+    computes the same value exactly in float64: ``_round_scaled`` in
+    :mod:`tandem.host.hpu.golden`). Returns the second stage's (combinational) value.
 
-    ``(x + 2**(r-1)) >> r == (x >> r) + bit r-1 of x`` for r >= 1, so the first stage keeps the
-    floor and that bit and the second adds them.
+    The amounts come from :func:`shift_amounts`; positive exponents shift left after clamping
+    the product (which saturates anyway), negative ones round-shift right by at most 62 (every
+    product the engine forms is below 2**52 in magnitude, so a longer shift would give 0 as
+    well). The first stage registers the shifts (while ``enable``); since ``(x + 2**(r-1)) >> r
+    == (x >> r) + bit r-1 of x`` for r >= 1, it keeps the floor and that bit, and the second
+    stage adds them and saturates.
     """
     left = Signal(signed(bits + 2 + (1 << len(left_amount))), name=f"{name}_left")
     floor = Signal.like(Value.cast(product), name=f"{name}_floor")
@@ -953,15 +943,24 @@ class Hpu(wiring.Component):
         s1_up = [stage(f"s1_up{g}", c_up[g]) for g in range(groups)]
         for g in range(groups):
             m.d.sync += s1_product[g].eq(c_dot[g] * c_mant[g])
-        # S2: shift, round and saturate into the score format.
-        s2_valid = stage("s2_valid", s1_valid)
-        s2_first_row = stage("s2_first_row", s1_first_row)
-        s2_last_row = stage("s2_last_row", s1_last_row)
+        # SH: the product's shifts; S2: their rounding carry and saturation into the score
+        # format (:func:`shift_by_split`).
+        sh_valid = stage("sh_valid", s1_valid)
+        sh_first_row = stage("sh_first_row", s1_first_row)
+        sh_last_row = stage("sh_last_row", s1_last_row)
+        shifted = [
+            shift_by_split(
+                m, s1_product[g], s1_left[g], s1_right[g], s1_up[g], p.score_bits, True,
+                f"sh_score{g}", 1,
+            )
+            for g in range(groups)
+        ]  # fmt: skip
+        s2_valid = stage("s2_valid", sh_valid)
+        s2_first_row = stage("s2_first_row", sh_first_row)
+        s2_last_row = stage("s2_last_row", sh_last_row)
         scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(groups)]
         for g in range(groups):
-            m.d.sync += scores[g].eq(
-                shift_by(s1_product[g], s1_left[g], s1_right[g], s1_up[g], p.score_bits, True)
-            )
+            m.d.sync += scores[g].eq(shifted[g])
         # S3: running max and the exp2 argument -|s - m|; a request's first row compares
         # against the initial max (the golden model's reset of m).
         running_max = [Signal(signed(p.score_bits), name=f"m{g}") for g in range(groups)]
@@ -1028,7 +1027,7 @@ class Hpu(wiring.Component):
             k_results.w_data.eq(Cat(*stats)),
         ]
         # Rows in flight between a take and its push, at most one per cycle.
-        in_flight = 9 + latency
+        in_flight = 10 + latency
         m.d.comb += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return bank_done
 

@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--budget", type=float, default=0.06, help="budget of 'auto'")
+    parser.add_argument("--budget", type=float, default=0.03, help="the layers' error budget")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)

@@ -75,7 +75,7 @@ class CompileOptions:
     """
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
-    budget: float = 0.06
+    budget: float = 0.03
     criterion: str = "magnitude"
     calibration_tokens: int = 256
     max_prefill: int = 2048

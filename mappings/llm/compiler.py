@@ -70,8 +70,8 @@ class CompileOptions:
     activation_bits
         Candidate activation widths, tried narrowest first for each pattern: 8 (one int8 per
         element) or 16 (two int8 digits, ``x = 256 * hi + lo``, that the engine multiplies as
-        a token pair sharing each weight: in decode the same cycles as int8's row pairs, in
-        prefill twice the tokens).
+        a token pair sharing each weight: twice the MACs and engine cycles of 8 bits, the same
+        weight bytes).
     """
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS

@@ -299,6 +299,28 @@ def test_cli_compile_and_run(tmp_path):
     assert done.returncode == 0, done.stderr
     outcome = json.loads(done.stdout)
     assert len(outcome["tokens"]) == 3 and outcome["op_cycles"]["MATMUL"] > 0
+    assert len(outcome["step_cycles"]) == 2  # the first token comes from the prefill
+    assert all(step["MPE"] > 0 and step["HPU"] > 0 for step in outcome["step_cycles"])
+    assert outcome["modelled_ms_per_step"] > 0
+
+
+def test_trace_puts_every_unit_on_one_serial_timeline(tiny, tmp_path):
+    model, root, _ = tiny
+    runner = _runner(model, root / "a", kernel="direct")
+    runner.start(0, 64)
+    hidden = runner.prefill(0, list(b"trace"))
+    runner.step(0, int(np.argmax(runner.logits(hidden))), 5)
+    runner.write_trace(tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {e["cat"] for e in spans} == {"prefill 5", "decode"}
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert threads == {"MPE", "HPU", "ELEMENTWISE", "DMA"}
+    ends = [e["ts"] + e["dur"] for e in spans]
+    assert all(b["ts"] >= a - 1e-3 for a, b in zip(ends, spans[1:], strict=False))
+    assert sum(runner.run_cycles[1].values()) == sum(
+        e["args"]["cycles"] for e in spans if e["cat"] == "decode"
+    )
 
 
 @pytest.mark.parametrize(

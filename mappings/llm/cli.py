@@ -120,11 +120,17 @@ def run_program(args) -> int:
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
     from tandem.host.system.decode import HpuAttention, hpu_params_for, load_model
+    from tandem.host.system.perf import engine_clock
+
+    from tandem.args import output_file
+    from tandem.boards import load_board
 
     from .runner import CompiledModel, ProgramRunner
 
     if args.tokens < 1:
         raise UserError(f"--tokens must be at least 1, not {args.tokens}")
+    if args.trace is not None:
+        output_file(args.trace, "--trace")
     if args.hpus != 1 or args.batch not in (None, 1) or len(args.prompt) != 1:
         raise UserError("--program runs one prompt on one HPU card (--hpus 1, one --prompt)")
     compiled = CompiledModel(args.program)
@@ -147,7 +153,8 @@ def run_program(args) -> int:
     memory = int(args.hpu_memory_mib * 2**20) // 64 * 64
     card = HpuDevice(params, memory_bytes=memory, backend=args.backend, **rtl)
     attention = HpuAttention(c, [card])
-    runner = ProgramRunner(compiled, model, mpe, attention)
+    hpu_clock = engine_clock(params, load_board("u55c"))
+    runner = ProgramRunner(compiled, model, mpe, attention, hpu_clock_mhz=hpu_clock["clock_mhz"])
     stop = tuple(i for i in (c.eos_id, tokenizer.special.get("<|im_end|>")) if i is not None)
     tokens, step_s = [], []
     try:
@@ -170,6 +177,14 @@ def run_program(args) -> int:
         mpe.close()
     stats = runner.stats
     text = tokenizer.decode(tokens, skip_special=True)
+    steps = runner.run_cycles[1:]  # the prefill is the first run
+    seconds = {}
+    for e in runner.timeline:
+        if e["phase"] == "decode":
+            seconds[e["unit"]] = seconds.get(e["unit"], 0.0) + e["end_s"] - e["start_s"]
+    modelled_ms = 1e3 * sum(seconds.values()) / max(1, len(steps))
+    if args.trace is not None:
+        runner.write_trace(args.trace, {"model": label, "program": str(args.program)})
     outcome = {
         "model": label,
         "program": str(args.program),
@@ -179,6 +194,10 @@ def run_program(args) -> int:
         "text": text,
         "prefill_s": prefill_s,
         "decode_s_per_step": float(np.mean(step_s)) if step_s else None,
+        "step_cycles": steps,
+        "modelled_ms_per_step": modelled_ms if steps else None,
+        "clock_mhz": {"sparse-mpe": 300.0, "hpu": hpu_clock["clock_mhz"]},
+        "trace": None if args.trace is None else str(args.trace),
         "op_count": stats.count,
         "op_cycles": stats.cycles,
         "host_seconds": {k: v for k, v in stats.seconds.items() if k not in ("MATMUL", "ATTEND")},
@@ -191,6 +210,18 @@ def run_program(args) -> int:
     print(f"model {label}, program {args.program}, backend {args.backend}")
     print(f"{args.prompt[0]!r} -> {text!r}")
     print(f"prefill {prefill_s:.2f} s ({len(ids)} tokens); decode {len(step_s)} steps")
+    for number, cycles in enumerate(steps[:4], start=1):
+        print(
+            f"  step {number}: cycles " + ", ".join(f"{k} {v}" for k, v in sorted(cycles.items()))
+        )
+    if steps:
+        print(
+            f"modelled decode step {modelled_ms:.3f} ms (sparse-mpe and element-wise unit at 300 "
+            f"MHz, HPU at {hpu_clock['clock_mhz']:g} MHz, {hpu_clock['clock_source']}; ops in "
+            "sequence)"
+        )
+    if args.trace is not None:
+        print(f"trace: {args.trace}")
     for op, n in sorted(stats.count.items()):
         print(f"  {op:<11} {n:>7} instructions, {stats.cycles.get(op, 0):>12} engine cycles")
     return 0

@@ -25,7 +25,7 @@ from tandem.mappings.nm import NMPacked, NMPattern
 from tandem.errors import UserError
 
 from .compiler import quantize_activations, split_digits
-from .isa import Op, decode_program
+from .isa import UNIT, Op, Unit, decode_program
 from .program import BUFFER_NAMES, EMBEDDINGS, HIDDEN_OUT, SPILL
 
 __all__ = ["CompiledModel", "OpStats", "ProgramRunner"]
@@ -116,8 +116,27 @@ class ProgramRunner:
         :class:`~tandem.host.system.decode.HpuAttention` over the HPU cards.
     """
 
-    def __init__(self, compiled: CompiledModel, model, mpe, attention):
+    def __init__(
+        self,
+        compiled: CompiledModel,
+        model,
+        mpe,
+        attention,
+        *,
+        mpe_clock_mhz: float = 300.0,
+        hpu_clock_mhz: float = 300.0,
+        elementwise_lanes: int = 64,
+    ):
         self.compiled, self.model, self.mpe, self.attention = compiled, model, mpe, attention
+        #: Clocks of the timeline: sparse-mpe (also the element-wise unit and DMA), the HPU.
+        self.clock_mhz = {Unit.MPE: mpe_clock_mhz, Unit.HPU: hpu_clock_mhz}
+        self.elementwise_lanes = elementwise_lanes
+        #: Every executed instruction on a serial timeline (batch 1: each op needs the last).
+        self.timeline: list[dict] = []
+        #: Cycles per unit of each run (a prefill, then one per decode step).
+        self.run_cycles: list[dict[str, int]] = []
+        self._now_s = 0.0
+        self._op_cycles = 0
         c = model.config
         card = compiled.card
         if (card["n_layers"], card["dim"], card["n_heads"], card["hidden"]) != (
@@ -200,6 +219,8 @@ class ProgramRunner:
         (then it holds one tile, moved by LOAD and STORE); every other buffer holds the tile.
         """
         length = len(ids)
+        phase = "decode" if program is self.compiled.decode else f"prefill {length}"
+        self.run_cycles.append({})
         embeddings = self.model.embed(ids).float().cpu().numpy()
         spill = np.zeros_like(embeddings)
         x_id = BUFFER_NAMES.index("x")
@@ -223,6 +244,7 @@ class ProgramRunner:
                 tile if tile is not None and not inst.tokens else (inst.offset, inst.tokens)
             )
             started = time.perf_counter()
+            self._op_cycles = 0
             if inst.op == Op.LOAD:
                 source = embeddings if inst.tensor == EMBEDDINGS else spill
                 if inst.flags:  # the last token only
@@ -241,6 +263,7 @@ class ProgramRunner:
                 self._compute(inst, buffers, offset, tokens, whole_x, seq, position)
             if inst.op not in (Op.MATMUL, Op.ATTEND):
                 self.stats.add(inst.op, 0, time.perf_counter() - started)
+            self._record(inst, buffers, tokens or 1, phase)
             pc += 1
             if loop is not None and pc == loop[1]:
                 offset = tile[0] + tile[1]
@@ -253,6 +276,71 @@ class ProgramRunner:
         if every_position:
             return np.array(buffers[x_id] if whole_x else spill, dtype=np.float32)
         return np.asarray(out, dtype=np.float32)
+
+    def _record(self, inst, buffers, tokens: int, phase: str) -> None:
+        """Put the instruction on the timeline: engine cycles where an engine ran it, else the
+        element-wise unit's ``elements / lanes`` cycles (DMA: 64 bytes a cycle)."""
+        unit = UNIT[inst.op]
+        if unit in (Unit.MPE, Unit.HPU):
+            cycles = self._op_cycles
+        elif unit == Unit.ELEMENTWISE:
+            value = buffers[inst.dst]
+            width = (value[0] if isinstance(value, tuple) else value).shape[-1]
+            size = tokens * width
+            cycles = -(-size // self.elementwise_lanes)
+        elif unit == Unit.DMA:
+            moved = 1 if inst.flags else tokens
+            cycles = -(-moved * self.config.dim * 4 // 64)
+        else:
+            cycles = 0
+        if not cycles:
+            return
+        clock = self.clock_mhz[Unit.HPU if unit == Unit.HPU else Unit.MPE]
+        seconds = cycles / (clock * 1e6)
+        self.timeline.append(
+            {
+                "unit": unit.name,
+                "name": f"{inst.op.name} L{inst.layer}",
+                "phase": phase,
+                "start_s": self._now_s,
+                "end_s": self._now_s + seconds,
+                "cycles": int(cycles),
+            }
+        )
+        self._now_s += seconds
+        run = self.run_cycles[-1]
+        run[unit.name] = run.get(unit.name, 0) + int(cycles)
+
+    def write_trace(self, path, metadata: dict | None = None) -> None:
+        """The timeline as Chrome trace JSON (open in ui.perfetto.dev): one track per unit."""
+        units = sorted({e["unit"] for e in self.timeline})
+        out = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "tandem program"}}]
+        for i, unit in enumerate(units):
+            out.append(
+                {"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": unit}}
+            )
+        for e in self.timeline:
+            out.append(
+                {
+                    "name": e["name"],
+                    "cat": e["phase"],
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": units.index(e["unit"]),
+                    "ts": round(e["start_s"] * 1e6, 4),
+                    "dur": round((e["end_s"] - e["start_s"]) * 1e6, 4),
+                    "args": {"cycles": e["cycles"], "phase": e["phase"]},
+                }
+            )
+        data = {"traceEvents": out, "displayTimeUnit": "ns", "metadata": metadata or {}}
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:  # written beside and renamed: a failed write leaves no half trace
+            tmp.write_text(json.dumps(data, indent=0) + "\n")
+            tmp.replace(path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ProgramError(f"cannot write trace {path}: {exc.strerror}") from None
 
     def _bucket_key(self, length: int) -> str:
         lo, hi = self.compiled.bucket(length)
@@ -317,6 +405,7 @@ class ProgramRunner:
         else:
             acc = self.mpe.gemm(q.T).T
         self.stats.add(Op.MATMUL, self.mpe.last_cycles, time.perf_counter() - started)
+        self._op_cycles = self.mpe.last_cycles
         digits = 2 if inst.flags & 2 else 1  # a 16-bit input is two int8 digits
         self.stats.useful_macs += int(packed.values.size) * tokens * digits
         # The activation load before the weights (not in the engine's request cycles).
@@ -346,4 +435,5 @@ class ProgramRunner:
             outputs.append(o.float().cpu().numpy().reshape(-1))
             cycles += sum(self.attention.last_cycles.values())
         self.stats.add(Op.ATTEND, cycles, time.perf_counter() - started)
+        self._op_cycles = cycles
         buffers[inst.dst] = np.stack(outputs).astype(np.float32)

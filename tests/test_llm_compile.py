@@ -323,6 +323,28 @@ def test_trace_puts_every_unit_on_one_serial_timeline(tiny, tmp_path):
     )
 
 
+def test_compile_never_replaces_a_folder_it_did_not_write(tmp_path):
+    from tandem.mappings.llm.compiler import CompileError, check_output_folder
+
+    keep = tmp_path / "work"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    with pytest.raises(CompileError, match="not a tandem compile output"):
+        check_output_folder(keep)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CompileError, match="not a folder"):
+        check_output_folder(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    check_output_folder(tmp_path / "empty")
+    check_output_folder(tmp_path / "missing")
+    done = subprocess.run(
+        [sys.executable, "-m", "tandem", "compile", "tiny", "-o", str(keep)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "not a tandem compile output" in done.stderr
+    assert sorted(p.name for p in keep.iterdir()) == ["notes.txt"]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -68,7 +68,7 @@ def run(args) -> int:
     from tandem.host.system.decode import load_model
     from tandem.host.system.texts import load_text
 
-    from .compiler import CompileOptions, compile_model
+    from .compiler import CompileOptions, check_output_folder, compile_model
 
     options = CompileOptions(
         patterns=tuple(t.strip() for t in args.patterns.split(",") if t.strip()),
@@ -83,8 +83,7 @@ def run(args) -> int:
         text = load_text(args.calibration_text)
     except ValueError as exc:
         raise UserError(str(exc).replace("--texts", "--calibration-text")) from None
-    if args.output.exists() and not args.output.is_dir():
-        raise UserError(f"-o {args.output}: exists and is not a folder")
+    check_output_folder(args.output)
     say = (lambda *a, **k: None) if args.json else print
     model, tokenizer, label = load_model(args.model, device="cpu")
     summary = compile_model(

@@ -253,6 +253,7 @@ def compile_model(
     from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 
     started = time.perf_counter()
+    check_output_folder(Path(out_dir))
     c = model.config
     ids = tokenizer.encode(text)[: options.calibration_tokens]
     if len(ids) < 8:
@@ -343,6 +344,26 @@ def compile_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return summary
+
+
+def check_output_folder(out_dir: Path) -> None:
+    """A compile replaces ``out_dir`` only when it is missing, empty or a former compile's
+    output (its ``program.json`` says so); anything else is a :class:`CompileError`."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise CompileError(f"-o {out_dir}: exists and is not a folder")
+    if not any(out_dir.iterdir()):
+        return
+    try:
+        table = json.loads((out_dir / "program.json").read_text())
+        former = table.get("format") == "tandem-llm-program 1"
+    except (OSError, ValueError, AttributeError):
+        former = False
+    if not former:
+        raise CompileError(
+            f"-o {out_dir}: a folder that is not a tandem compile output; give a new or empty one"
+        )
 
 
 def _counts(patterns) -> dict[str, int]:

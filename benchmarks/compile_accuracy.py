@@ -5,7 +5,8 @@ Run: ``python benchmarks/compile_accuracy.py [--model smollm2-135m] [--tokens 25
 
 Configurations: ``dense`` (int8 weights, each layer's inputs 8 or 16 bits by the budget),
 ``dense-a8`` (int8 weights and inputs), ``2:4`` (magnitude), ``2:4-activation`` (Wanda), ``auto``
-(4:16, 8:16 or dense per layer within the budget). For each configuration the model is compiled
+(4:16, 8:16 or dense per layer within the budget), ``mixed-w16`` (dense; 8 or 16-bit weights and
+inputs per layer within a 0.01 budget). For each configuration the model is compiled
 (calibration on the ``execmodel`` text), then the program runs teacher-forced over a different real
 text (Python's LICENSE.txt): one prefill of ``--tokens`` tokens on the golden devices (every linear
 layer on ``sparse-mpe``, every attention on the HPU), whose every position's hidden state is what a
@@ -32,6 +33,12 @@ CONFIGS = {
     "2:4": {"patterns": ("2:4",), "criterion": "magnitude"},
     "2:4-activation": {"patterns": ("2:4",), "criterion": "activation"},
     "auto": {"patterns": ("4:16", "8:16", "16:16"), "criterion": "activation"},
+    "mixed-w16": {
+        "patterns": ("16:16",),
+        "criterion": "magnitude",
+        "weight_bits": (8, 16),
+        "budget": 0.01,
+    },
 }
 #: Issue 21's target for dense int8.
 TARGET_DENSE_TOP1 = 0.97
@@ -54,9 +61,10 @@ def evaluate(name, model, tokenizer, ids, calibration, budget, workdir) -> dict:
     options = CompileOptions(
         patterns=cfg["patterns"],
         criterion=cfg["criterion"],
-        budget=budget,
+        budget=cfg.get("budget", budget),
         max_prefill=len(ids),
         activation_bits=cfg.get("bits", (8, 16)),
+        weight_bits=cfg.get("weight_bits", (8,)),
     )
     out = Path(workdir) / name.replace(":", "_")
     summary = compile_model(

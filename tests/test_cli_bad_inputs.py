@@ -600,6 +600,8 @@ CASES: list[tuple[list[str], object]] = [
             ["--max-prefill", "5000"],
             ["--activation-bits", "4"],
             ["--activation-bits", "8,x"],
+            ["--weight-bits", "4"],
+            ["--weight-bits", "x"],
             ["--calibration-text", IN + "/nosuch.txt"],
         )
     ),

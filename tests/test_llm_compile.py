@@ -185,6 +185,12 @@ def tiny(tmp_path_factory):
     compile_model(
         model, tokenizer, root / "wide", wide, text=text, model_label="tiny", log=lambda *a: None
     )
+    w16 = CompileOptions(
+        patterns=("2:4",), activation_bits=(16,), weight_bits=(16,), max_prefill=64, tile=4
+    )
+    compile_model(
+        model, tokenizer, root / "w16", w16, text=text, model_label="tiny", log=lambda *a: None
+    )
     return model, root, summary
 
 
@@ -263,13 +269,34 @@ def test_programs_track_the_float_model_and_sixteen_bits_track_it_closer(tiny):
     ids = list(b"the float model")
     want = _float_hidden(model, ids)
     errors = {}
-    for name in ("a", "wide"):
+    for name in ("a", "wide", "w16"):
         runner = _runner(model, root / name, kernel="direct")
         runner.start(0, 64)
         got = runner.prefill(0, ids, every_position=True)
         errors[name] = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert errors["wide"] < errors["a"] < 0.2, errors
     assert errors["wide"] < 0.05, errors
+
+
+def test_sixteen_bit_weights_are_exact_digit_matrices(tiny):
+    """A 16-bit weight layer stores two int8 digit matrices of one pattern; the runner's
+    256 * hi + lo equals the 16-bit weights times the input exactly."""
+    from tandem.mappings.llm.compiler import split_digits
+    from tandem.mappings.llm.runner import CompiledModel
+
+    _, root, _ = tiny
+    compiled = CompiledModel(root / "w16")
+    assert set(compiled.matrices_lo) == set(compiled.matrices)
+    summary = json.loads((root / "w16" / "summary.json").read_text())
+    assert set(summary["weight_bits"].values()) == {16}
+    for tensor, hi in list(compiled.matrices.items())[:3]:
+        lo = compiled.matrices_lo[tensor]
+        assert hi.pattern == lo.pattern == NMPattern(2, 4)
+        w = 256 * hi.dense().astype(np.int64) + lo.dense()
+        assert np.abs(w).max() <= ACT_LIMIT[16]
+        again_hi, again_lo = split_digits(w)
+        np.testing.assert_array_equal(again_hi, hi.dense())
+        np.testing.assert_array_equal(again_lo, lo.dense())
 
 
 def test_a_prompt_longer_than_compiled_is_a_user_error(tiny):

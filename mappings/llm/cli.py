@@ -60,6 +60,12 @@ def add_arguments(parser) -> None:
         help="candidate activation widths per layer, narrowest tried first: 8, 16 or 8,16 "
         "(16 bits run as two int8 digits; default 8,16)",
     )
+    parser.add_argument(
+        "--weight-bits",
+        default=",".join(map(str, defaults.weight_bits)),
+        help="candidate weight widths per layer, narrowest tried first: 8, 16 or 8,16 (16 bits "
+        "are two int8 digit matrices: twice the bytes and cycles; default 8)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -77,7 +83,8 @@ def run(args) -> int:
         calibration_tokens=args.calibration_tokens,
         max_prefill=args.max_prefill,
         tile=args.tile,
-        activation_bits=_bits(args.activation_bits),
+        activation_bits=_bits(args.activation_bits, "--activation-bits"),
+        weight_bits=_bits(args.weight_bits, "--weight-bits"),
     )
     try:
         text = load_text(args.calibration_text)
@@ -105,11 +112,11 @@ def run(args) -> int:
     return 0
 
 
-def _bits(text: str) -> tuple[int, ...]:
+def _bits(text: str, flag: str) -> tuple[int, ...]:
     try:
         return tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise UserError(f"--activation-bits takes 8 and/or 16, not {text!r}") from None
+        raise UserError(f"{flag} takes 8 and/or 16, not {text!r}") from None
 
 
 def run_program(args) -> int:

@@ -72,6 +72,10 @@ class CompileOptions:
         element) or 16 (two int8 digits, ``x = 256 * hi + lo``, that the engine multiplies as
         a token pair sharing each weight: twice the MACs and engine cycles of 8 bits, the same
         weight bytes).
+    weight_bits
+        Candidate weight widths, narrowest first (before the activation widths): 8, or 16 as
+        two int8 digit matrices of the same pattern (``W = 256 * W_hi + W_lo`` with one scale
+        per row), run one after the other: twice the weight bytes and the engine cycles.
     """
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
@@ -81,6 +85,7 @@ class CompileOptions:
     max_prefill: int = 2048
     tile: int = 16
     activation_bits: tuple[int, ...] = (8, 16)
+    weight_bits: tuple[int, ...] = (8,)
 
     def __post_init__(self):
         if not self.patterns:
@@ -104,6 +109,9 @@ class CompileOptions:
         if not self.activation_bits or set(self.activation_bits) - {8, 16}:
             given = ",".join(map(str, self.activation_bits))
             raise CompileError(f"--activation-bits takes 8 and/or 16, not {given}")
+        if not self.weight_bits or set(self.weight_bits) - {8, 16}:
+            given = ",".join(map(str, self.weight_bits))
+            raise CompileError(f"--weight-bits takes 8 and/or 16, not {given}")
 
 
 @dataclass
@@ -116,6 +124,7 @@ class LayerChoice:
     shape: tuple[int, int]
     pattern: str
     bits: int
+    weight_bits: int
     error: float
     candidates: dict[str, float] = field(default_factory=dict)
 
@@ -189,6 +198,19 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
+def quantize_weights(w, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row symmetric weights: ``(q, scales)``; int8 for 8 bits
+    (:func:`~tandem.mappings.nm.quantize_per_channel`), int32 within +-32639 for 16 (two int8
+    digits by :func:`split_digits`)."""
+    if bits == 8:
+        return quantize_per_channel(w)
+    w = np.asarray(w, dtype=np.float64)
+    peak = np.abs(w).max(axis=1)
+    scales = np.where(peak > 0, peak / ACT_LIMIT[16], 1.0)
+    q = np.clip(np.rint(w / scales[:, None]), -ACT_LIMIT[16], ACT_LIMIT[16]).astype(np.int32)
+    return q, scales.astype(np.float32)
+
+
 def layer_error(w_int: np.ndarray, scales, x: np.ndarray, bits: int, reference) -> float:
     """Relative L2 error of the quantized layer's output on ``x`` against ``reference``."""
     xq, xs = quantize_activations(x, bits)
@@ -199,10 +221,10 @@ def layer_error(w_int: np.ndarray, scales, x: np.ndarray, bits: int, reference) 
 def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
     """Prune and quantize ``w`` [out, in] for calibration inputs ``x`` [T, in].
 
-    Returns ``(pattern, bits, int8 weights, scales, error, {"N:M/aB": error})``: the sparsest
-    candidate pattern, narrowest activations first, whose relative output error (int8
-    weights and quantized per-token activations, against float) is within the budget; else
-    the candidate with the least error.
+    Returns ``(pattern, activation bits, weight bits, quantized weights, scales, error,
+    {"N:M/wW/aB": error})``: the sparsest candidate pattern, then the narrowest weights, then
+    the narrowest activations, whose relative output error (quantized weights and per-token
+    activations, against float) is within the budget; else the candidate with the least error.
     """
     reference = x @ w.T
     importance = np.linalg.norm(x, axis=0) if options.criterion == "activation" else None
@@ -214,15 +236,20 @@ def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
             if pattern.dense
             else prune_magnitude(w, pattern, pair_rows=True, importance=importance)
         )
-        q, scales = quantize_per_channel(pruned)
-        for bits in sorted(options.activation_bits):
-            error = layer_error(q, scales, x, bits, reference)
-            errors[f"{pattern}/a{bits}"] = error
-            if best is None or error < best[4]:
-                best = (pattern, bits, q, scales, error)
-            if error <= options.budget:
-                return pattern, bits, q, scales, error, errors
+        for wbits in sorted(options.weight_bits):
+            q, scales = quantize_weights(pruned, wbits)
+            for bits in sorted(options.activation_bits):
+                error = layer_error(q, scales, x, bits, reference)
+                errors[_label(pattern, wbits, bits)] = error
+                if best is None or error < best[5]:
+                    best = (pattern, bits, wbits, q, scales, error)
+                if error <= options.budget:
+                    return pattern, bits, wbits, q, scales, error, errors
     return (*best, errors)
+
+
+def _label(pattern, wbits: int, bits: int) -> str:
+    return f"{pattern}/a{bits}" if wbits == 8 else f"{pattern}/w16/a{bits}"
 
 
 def _key_factors(keys: list, strength: float) -> np.ndarray:
@@ -262,7 +289,7 @@ def compile_model(
     inputs, keys = calibrate(model, ids)
     arrays: dict[str, np.ndarray] = {}
     choices: list[LayerChoice] = []
-    wide = []
+    wide, wide_weights = [], []
     for layer in range(c.n_layers):
         chosen = {}
         for name in LINEARS:
@@ -274,28 +301,37 @@ def compile_model(
             if bits == 16:
                 wide.append((layer, group))
             for name in names:
-                w, pattern, own_bits, q, scales, error, errors = chosen[name]
+                w, pattern, own_bits, wbits, q, scales, error, errors = chosen[name]
                 if own_bits != bits:
                     x = inputs[(layer, name)]
                     error = layer_error(q, scales, x, bits, x @ w.T)
-                packed = pack_nm(q, pattern, scales)
                 key = f"blk.{layer}.{name}"
-                arrays[key + ".values"] = packed.values
-                arrays[key + ".indices"] = packed.indices
-                arrays[key + ".scales"] = packed.scales
+                planes = split_digits(q) if wbits == 16 else (q,)
+                for plane, suffix in zip(planes, ("", ".lo"), strict=False):
+                    packed = pack_nm(plane, pattern, scales)
+                    arrays[key + suffix + ".values"] = packed.values
+                    arrays[key + suffix + ".indices"] = packed.indices
+                arrays[key + ".scales"] = scales
                 arrays[key + ".pattern"] = np.asarray([pattern.n, pattern.m], dtype=np.int64)
-                arrays[key + ".shape"] = np.asarray(packed.shape, dtype=np.int64)
+                arrays[key + ".shape"] = np.asarray(q.shape, dtype=np.int64)
+                if wbits == 16:
+                    wide_weights.append((layer, name))
                 choices.append(
-                    LayerChoice(layer, name, tuple(w.shape), str(pattern), bits, error, errors)
+                    LayerChoice(
+                        layer, name, tuple(w.shape), str(pattern), bits, wbits, error, errors
+                    )
                 )
         for norm in ("attn_norm", "ffn_norm"):
             arrays[f"blk.{layer}.{norm}"] = model.w[f"blk.{layer}.{norm}.weight"].cpu().numpy()
         log(
             f"layer {layer}: "
-            + " ".join(f"{ch.name}={ch.pattern}/a{ch.bits}" for ch in choices[-len(LINEARS) :])
+            + " ".join(
+                f"{ch.name}={_label(ch.pattern, ch.weight_bits, ch.bits)}"
+                for ch in choices[-len(LINEARS) :]
+            )
         )
     arrays["key_factors"] = _key_factors(keys, KEY_SMOOTHING_STRENGTH)
-    card = prog.CardShape.for_model(c, options.tile, wide)
+    card = prog.CardShape.for_model(c, options.tile, wide, wide_weights)
     compiled = prog.compile_programs(card, options.max_prefill)
     weight_bytes = sum(
         int(v.nbytes) for k, v in arrays.items() if k.endswith((".values", ".indices"))
@@ -316,13 +352,14 @@ def compile_model(
         "dense_int8_weight_bytes": dense_bytes,
         "patterns": {f"{ch.layer}.{ch.name}": ch.pattern for ch in choices},
         "activation_bits": {f"{ch.layer}.{ch.name}": ch.bits for ch in choices},
+        "weight_bits": {f"{ch.layer}.{ch.name}": ch.weight_bits for ch in choices},
         "wide_inputs": len(wide),
         "layer_errors": {f"{ch.layer}.{ch.name}": round(ch.error, 6) for ch in choices},
         "candidate_errors": {
             f"{ch.layer}.{ch.name}": {k: round(v, 6) for k, v in ch.candidates.items()}
             for ch in choices
         },
-        "pattern_counts": _counts(f"{ch.pattern}/a{ch.bits}" for ch in choices),
+        "pattern_counts": _counts(_label(ch.pattern, ch.weight_bits, ch.bits) for ch in choices),
     }
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp-compile")

@@ -96,8 +96,8 @@ FIELDS: tuple[tuple[str, int, str], ...] = (
     (
         "flags",
         4,
-        "MATMUL: bit 0 matrix-vector mode, bit 1 16-bit activations; QUANTIZE: 1 = 16 bits; "
-        "LOAD and STORE: 1 = the last token only",
+        "MATMUL: bit 0 matrix-vector mode, bit 1 16-bit activations, bit 2 16-bit weights (two "
+        "digit matrices); QUANTIZE: 1 = 16 bits; LOAD and STORE: 1 = the last token only",
     ),
 )
 

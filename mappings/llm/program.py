@@ -59,9 +59,9 @@ INPUT_GROUPS = {
 
 @dataclass(frozen=True)
 class CardShape:
-    """What a program depends on: the model's shapes, the prefill tile, and which inputs of
-    which layers are quantized to 16 bits (``wide``: (layer, input group) pairs; the rest are
-    int8)."""
+    """What a program depends on: the model's shapes, the prefill tile, which inputs of which
+    layers are quantized to 16 bits (``wide``: (layer, input group) pairs; the rest are int8),
+    and which linear layers have 16-bit weights (``wide_weights``: (layer, name) pairs)."""
 
     n_layers: int
     dim: int
@@ -71,9 +71,10 @@ class CardShape:
     hidden: int
     tile: int
     wide: tuple[tuple[int, str], ...] = ()
+    wide_weights: tuple[tuple[int, str], ...] = ()
 
     @classmethod
-    def for_model(cls, config, tile: int, wide=()) -> "CardShape":
+    def for_model(cls, config, tile: int, wide=(), wide_weights=()) -> "CardShape":
         return cls(
             config.n_layers,
             config.dim,
@@ -83,6 +84,7 @@ class CardShape:
             config.hidden,
             tile,
             tuple(sorted(tuple(w) for w in wide)),
+            tuple(sorted(tuple(w) for w in wide_weights)),
         )
 
     def is_wide(self, layer: int, group: str) -> bool:
@@ -192,7 +194,7 @@ def layer_body(s: CardShape, layer: int, tokens: int, offset: int, mv: bool) -> 
                 tensor=w,
                 rows=rows,
                 cols=cols,
-                flags=int(mv) | 2 * int(wide(group)),
+                flags=int(mv) | 2 * int(wide(group)) | 4 * int((layer, name) in s.wide_weights),
                 **t,
             ),
             Instruction(Op.DEQUANTIZE, dst=b[out], src0=b[acc], src1=b[src], tensor=w, **t),

@@ -56,18 +56,23 @@ class CompiledModel:
             raise ProgramError(f"{self.directory}: not a tandem compile folder ({exc})") from None
         self.card = self.table["card"]
         self.matrices: dict[int, NMPacked] = {}
+        #: The low digit matrices of 16-bit weights (``W = 256 * matrices + matrices_lo``).
+        self.matrices_lo: dict[int, NMPacked] = {}
         self.norms: dict[int, np.ndarray] = {}
         for entry in self.table["tensors"]:
             key = f"blk.{entry.get('layer')}.{entry.get('name')}"
             if entry["kind"] == "matrix":
                 n, m = (int(v) for v in self.arrays[key + ".pattern"])
-                self.matrices[entry["id"]] = NMPacked(
-                    values=self.arrays[key + ".values"],
-                    indices=self.arrays[key + ".indices"],
-                    pattern=NMPattern(n, m),
-                    shape=tuple(int(v) for v in self.arrays[key + ".shape"]),
-                    scales=self.arrays[key + ".scales"],
-                )
+                for suffix, table in (("", self.matrices), (".lo", self.matrices_lo)):
+                    if key + suffix + ".values" not in self.arrays:
+                        continue
+                    table[entry["id"]] = NMPacked(
+                        values=self.arrays[key + suffix + ".values"],
+                        indices=self.arrays[key + suffix + ".indices"],
+                        pattern=NMPattern(n, m),
+                        shape=tuple(int(v) for v in self.arrays[key + ".shape"]),
+                        scales=self.arrays[key + ".scales"],
+                    )
             elif entry["kind"] == "norm":
                 self.norms[entry["id"]] = self.arrays[key].astype(np.float32)
         self.key_factors = self.arrays["key_factors"]
@@ -386,36 +391,47 @@ class ProgramRunner:
             raise ProgramError(f"instruction {inst} is not runnable here")
 
     def _matmul(self, inst, buffers, source) -> None:
+        """One MATMUL: one pass over the weights, or two for 16-bit weights (their high and
+        low digit matrices, ``256 * hi + lo``); cycles, MACs and loads summed over passes."""
         q, _ = source
-        packed = self.compiled.matrices[inst.tensor]
-        if self._loaded != inst.tensor:
-            self.mpe.load(packed)
-            self._loaded = inst.tensor
+        if inst.flags & 2 and q.dtype != np.int32:
+            raise ProgramError(f"{inst}: 16-bit MATMUL of an 8-bit buffer")
+        planes = [self.compiled.matrices[inst.tensor]]
+        if inst.flags & 4:
+            planes.append(self.compiled.matrices_lo[inst.tensor])
         started = time.perf_counter()
+        cycles, acc = 0, None
+        for plane, packed in enumerate(planes):
+            part = self._matrix_pass(inst, packed, (inst.tensor, plane), q)
+            cycles += self.mpe.last_cycles
+            acc = part if acc is None else 256 * acc + part
+        self.stats.add(Op.MATMUL, cycles, time.perf_counter() - started)
+        self._op_cycles = cycles
+        buffers[inst.dst] = acc
+
+    def _matrix_pass(self, inst, packed, key, q) -> np.ndarray:
+        """``packed @ q`` for the tile's tokens on the engine: int64 [tokens, rows]."""
+        if self._loaded != key:
+            self.mpe.load(packed)
+            self._loaded = key
         tokens = q.shape[0]
         if inst.flags & 2:  # 16-bit: the two int8 digits of each token as a token pair
-            if q.dtype != np.int32:
-                raise ProgramError(f"{inst}: 16-bit MATMUL of an 8-bit buffer")
             hi, lo = split_digits(q)
             digits = np.stack([hi, lo], axis=1).reshape(2 * tokens, -1)
             both = self.mpe.gemm(digits.T).T.astype(np.int64).reshape(tokens, 2, -1)
             acc = 256 * both[:, 0] + both[:, 1]
         elif inst.flags & 1 and tokens == 1:
-            acc = self.mpe.gemv(q[0])[None, :]
+            acc = self.mpe.gemv(q[0])[None, :].astype(np.int64)
         else:
-            acc = self.mpe.gemm(q.T).T
-        self.stats.add(Op.MATMUL, self.mpe.last_cycles, time.perf_counter() - started)
-        self._op_cycles = self.mpe.last_cycles
+            acc = self.mpe.gemm(q.T).T.astype(np.int64)
         digits = 2 if inst.flags & 2 else 1  # a 16-bit input is two int8 digits
         self.stats.useful_macs += int(packed.values.size) * tokens * digits
         # The activation load before the weights (not in the engine's request cycles).
         params = self.mpe.params
         words = -(-packed.groups * packed.pattern.m // params.word_bytes)
-        sent = (
-            1 if (inst.flags & 3) == 1 and tokens == 1 else tokens * digits + (tokens * digits) % 2
-        )
+        sent = 1 if (inst.flags & 3) == 1 and tokens == 1 else tokens * digits + tokens * digits % 2
         self.stats.load_cycles += sent * words * params.word_bytes // params.act_bytes
-        buffers[inst.dst] = acc.astype(np.int64)
+        return acc
 
     def _attend(self, inst, buffers, get, seq, tokens) -> None:
         import torch

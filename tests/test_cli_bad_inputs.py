@@ -602,6 +602,7 @@ CASES: list[tuple[list[str], object]] = [
             ["--activation-bits", "8,x"],
             ["--weight-bits", "4"],
             ["--weight-bits", "x"],
+            ["--method", "fast"],
             ["--calibration-text", IN + "/nosuch.txt"],
         )
     ),

@@ -15,7 +15,8 @@ from tandem.mappings.llm.compiler import (
     quantize_activations,
     split_digits,
 )
-from tandem.mappings.nm import NMPattern, prune_magnitude
+from tandem.mappings.nm import NMPattern, check_nm, pack_nm, prune_magnitude
+from tandem.mappings.nm.engine import mv_units
 
 SMOL = prog.CardShape(30, 576, 9, 3, 64, 1536, 16)
 
@@ -142,6 +143,26 @@ def test_activation_aware_pruning_keeps_weights_that_meet_large_inputs():
     )
 
 
+@pytest.mark.parametrize("pattern", ["16:16", "2:4"])
+def test_gptq_lowers_the_calibration_error_and_keeps_the_pattern(pattern):
+    from tandem.mappings.llm.compiler import layer_error, quantize_weights, solve_layer
+
+    rng = np.random.default_rng(3)
+    mix = rng.standard_normal((48, 48))
+    x = rng.standard_normal((400, 48)) @ mix  # correlated inputs: where compensation pays
+    w = rng.standard_normal((32, 48))
+    p = NMPattern.parse(pattern)
+    pruned = w if p.dense else prune_magnitude(w, p, pair_rows=True)
+    q0, s0 = quantize_weights(pruned, 8)
+    q1, s1 = solve_layer(w, x, p, 8)
+    assert q1.dtype == np.int8 and np.abs(q1).max() <= 127
+    if not p.dense:
+        check_nm(q1, p)
+        assert (mv_units(pack_nm(q1, p))[:, 1] >= 0).all()  # row pairs share their columns
+    reference = x @ w.T
+    assert layer_error(q1, s1, x, 8, reference) < layer_error(q0, s0, x, 8, reference)
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -150,6 +171,7 @@ def test_activation_aware_pruning_keeps_weights_that_meet_large_inputs():
         ({"criterion": "random"}, "--criterion"),
         ({"tile": 3}, "--tile"),
         ({"activation_bits": (4,)}, "--activation-bits"),
+        ({"method": "fast"}, "--method"),
     ],
 )
 def test_bad_options_are_one_line_user_errors(options, message):

@@ -61,6 +61,13 @@ def add_arguments(parser) -> None:
         "(16 bits run as two int8 digits; default 8,16)",
     )
     parser.add_argument(
+        "--method",
+        choices=("round", "gptq"),
+        default=defaults.method,
+        help="round: prune by --criterion, round to nearest (default); gptq: column by column "
+        "with the error compensated on the calibration inputs (GPTQ / SparseGPT)",
+    )
+    parser.add_argument(
         "--weight-bits",
         default=",".join(map(str, defaults.weight_bits)),
         help="candidate weight widths per layer, narrowest tried first: 8, 16 or 8,16 (16 bits "
@@ -85,6 +92,7 @@ def run(args) -> int:
         tile=args.tile,
         activation_bits=_bits(args.activation_bits, "--activation-bits"),
         weight_bits=_bits(args.weight_bits, "--weight-bits"),
+        method=args.method,
     )
     try:
         text = load_text(args.calibration_text)

@@ -72,6 +72,13 @@ class CompileOptions:
         element) or 16 (two int8 digits, ``x = 256 * hi + lo``, that the engine multiplies as
         a token pair sharing each weight: twice the MACs and engine cycles of 8 bits, the same
         weight bytes).
+    method
+        ``"round"`` (default): pruning by ``criterion``, then round-to-nearest. ``"gptq"``: each
+        layer pruned and quantized column by column with the error compensated in the later
+        columns on the calibration inputs (:func:`solve_layer`). On SmolLM2 it halves the
+        calibration text's layer error but not a held-out text's (2048 calibration tokens of
+        Python's documentation, evaluated on its LICENSE: 2:4 layers 0.43 -> 0.39-0.46), so it
+        is not the default.
     weight_bits
         Candidate weight widths, narrowest first (before the activation widths): 8, or 16 as
         two int8 digit matrices of the same pattern (``W = 256 * W_hi + W_lo`` with one scale
@@ -86,6 +93,7 @@ class CompileOptions:
     tile: int = 16
     activation_bits: tuple[int, ...] = (8, 16)
     weight_bits: tuple[int, ...] = (8,)
+    method: str = "round"
 
     def __post_init__(self):
         if not self.patterns:
@@ -109,6 +117,8 @@ class CompileOptions:
         if not self.activation_bits or set(self.activation_bits) - {8, 16}:
             given = ",".join(map(str, self.activation_bits))
             raise CompileError(f"--activation-bits takes 8 and/or 16, not {given}")
+        if self.method not in ("gptq", "round"):
+            raise CompileError(f"--method must be gptq or round, not {self.method!r}")
         if not self.weight_bits or set(self.weight_bits) - {8, 16}:
             given = ",".join(map(str, self.weight_bits))
             raise CompileError(f"--weight-bits takes 8 and/or 16, not {given}")
@@ -218,6 +228,68 @@ def layer_error(w_int: np.ndarray, scales, x: np.ndarray, bits: int, reference) 
     return _relative(x_int @ (w_int.astype(np.float64) * scales[:, None]).T, reference)
 
 
+def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: float = 0.01):
+    """Prune and quantize ``w`` [out, in] column by column, compensating each column's error in
+    the columns not yet done (GPTQ, Frantar et al., ICLR 2023; with N:M masks chosen inside the
+    sweep as SparseGPT does, Frantar and Alistarh, ICML 2023).
+
+    The error measure is ``||(W - Q) X^T||`` on the calibration inputs ``x`` [T, in]: with
+    ``H = X^T X`` (damped by ``damp`` x its mean diagonal) and the upper Cholesky factor ``U``
+    of ``H^-1``, column ``j`` is quantized (or zeroed by the mask) and its error, divided by
+    ``U[j, j]``, is subtracted from the later columns along ``U[j, j+1:]``. Masks are chosen per
+    group of M columns when the sweep reaches the group, by ``w^2 / U[j, j]^2`` summed over
+    each row pair (decode's matrix-vector mode needs pairs to share their columns). Scales are
+    per row from the original weights (``max |w| / limit``), fixed, as GPTQ keeps them.
+
+    Returns ``(q, scales)`` as :func:`quantize_weights` does.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    rows, cols = w.shape
+    limit = ACT_LIMIT[bits]
+    peak = np.abs(w).max(axis=1)
+    scales = np.where(peak > 0, peak / limit, 1.0)
+    h = x.T @ x
+    dead = np.diag(h) == 0
+    h[dead, dead] = 1.0
+    h[np.diag_indices(cols)] += damp * np.mean(np.diag(h))
+    try:
+        u = np.linalg.cholesky(np.linalg.inv(h)).T
+    except np.linalg.LinAlgError:  # not positive definite after damping: plain rounding
+        return quantize_weights(w, bits)
+    work = w.copy()
+    work[:, dead] = 0.0
+    q = np.zeros((rows, cols), dtype=np.int64)
+    m = pattern.m
+    block = max(m, block - block % m)
+    keep = np.ones((rows, cols), dtype=bool)
+    for b0 in range(0, cols, block):
+        b1 = min(b0 + block, cols)
+        wb = work[:, b0:b1].copy()
+        errs = np.zeros_like(wb)
+        ub = u[b0:b1, b0:b1]
+        for j in range(b1 - b0):
+            col = b0 + j
+            if not pattern.dense and col % m == 0:
+                width = min(m, b1 - b0 - j)
+                score = wb[:, j : j + width] ** 2 / np.diag(ub)[j : j + width] ** 2
+                pad = np.zeros((rows % 2, width))
+                pairs = np.concatenate([score, pad]).reshape(-1, 2, width).sum(axis=1)
+                score = np.repeat(pairs, 2, axis=0)[:rows]
+                order = np.argsort(-score, axis=1, kind="stable")[:, : pattern.n]
+                group = np.zeros((rows, width), dtype=bool)
+                np.put_along_axis(group, order, True, axis=1)
+                keep[:, col : col + width] = group
+            column = wb[:, j]
+            qi = np.clip(np.rint(column / scales), -limit, limit) * keep[:, col]
+            q[:, col] = qi
+            err = (column - qi * scales) / ub[j, j]
+            wb[:, j:] -= np.outer(err, ub[j, j:])
+            errs[:, j] = err
+        work[:, b1:] -= errs @ u[b0:b1, b1:]
+    return q.astype(np.int8 if bits == 8 else np.int32), scales.astype(np.float32)
+
+
 def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
     """Prune and quantize ``w`` [out, in] for calibration inputs ``x`` [T, in].
 
@@ -231,13 +303,14 @@ def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
     ranked = sorted((NMPattern.parse(t) for t in options.patterns), key=lambda p: p.n / p.m)
     errors, best = {}, None
     for pattern in ranked:
-        pruned = (
-            w
-            if pattern.dense
-            else prune_magnitude(w, pattern, pair_rows=True, importance=importance)
-        )
+        pruned = None
+        if options.method == "round" and not pattern.dense:
+            pruned = prune_magnitude(w, pattern, pair_rows=True, importance=importance)
         for wbits in sorted(options.weight_bits):
-            q, scales = quantize_weights(pruned, wbits)
+            if options.method == "gptq":
+                q, scales = solve_layer(w, x, pattern, wbits)
+            else:
+                q, scales = quantize_weights(w if pruned is None else pruned, wbits)
             for bits in sorted(options.activation_bits):
                 error = layer_error(q, scales, x, bits, reference)
                 errors[_label(pattern, wbits, bits)] = error

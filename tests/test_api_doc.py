@@ -35,6 +35,8 @@ def test_the_api_page_runs(tmp_path, capsys):
     assert {p.name for p in namespace["paths"]} == {"exp2.v", "exp2.manifest.json", "exp2.xdc"}
     assert namespace["y"].shape == (3, 64) and namespace["dev"].closed
     assert "exp2 on icarus" in capsys.readouterr().out
+    assert namespace["runner"].run_cycles[-1]["MPE"] > 0
+    assert namespace["summary"]["storage_bytes"] < namespace["summary"]["storage_bytes_per_length"]
 
 
 @pytest.mark.synth

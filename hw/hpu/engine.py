@@ -1051,13 +1051,15 @@ class Hpu(wiring.Component):
         taken (``gate``) while the snapshot is free and no copy into it is under way.
         """
         p = self.params
-        groups, lanes = p.gqa_group, p.lanes
+        groups = p.gqa_group
         word = p.prob_frac_bits + 1
-        # Three stages: vw (the row's weights' products and exponents, the beat's data), vs
-        # (the weights' shifts) and va (their rounding and saturation; the accumulators
-        # updated). A request's last beat in any keeps the snapshot busy.
+        # Stages: vw (the row's weights' products and exponents, the beat's data), vs (the
+        # weights' shifts), va (their rounding and saturation; the update's products) and,
+        # where a row is two beats or more, vb (the update's sum). A request's last beat in
+        # any keeps the snapshot busy.
         vw_valid = Signal(name="vw_valid")
         vw_end = Signal(name="vw_end")
+        tail_busy = Signal(name="v_tail_busy")  # the last update's stage holds a request's end
         vs_valid = Signal(name="vs_valid")
         vs_end = Signal(name="vs_end")
         va_valid = Signal(name="va_valid")
@@ -1068,6 +1070,7 @@ class Hpu(wiring.Component):
             snap_busy.eq(
                 snap_valid
                 | snap_copy
+                | tail_busy
                 | (va_valid & va_end)
                 | (vs_valid & vs_end)
                 | (vw_valid & vw_end)
@@ -1075,6 +1078,10 @@ class Hpu(wiring.Component):
             gate.eq(
                 ((vb["beat"] != 0) | row_fifo.r_rdy)
                 & ~(vb["last_beat"] & vb["last_row"] & snap_busy)
+                # A request's first beat never follows the previous request's last one on the
+                # next cycle: with the update over two stages, the ring then stays still while
+                # the last update lands and the copy reads it.
+                & ~(vb["first_row"] & (vb["beat"] == 0) & vw_valid & vw_end)
             ),
         ]
         first = vb["take_row"] & (vb["beat"] == 0)
@@ -1152,28 +1159,76 @@ class Hpu(wiring.Component):
                 va_first_row.eq(vs_first_row),
                 va_tag.eq(vs_tag),
             ]
-        with m.If(va_valid):
-            for g in range(groups):
-                ring = accumulators[g]
-                for i in range(lanes):
-                    head = Mux(va_first_row, 0, ring[i])
-                    updated = round_shift_right(head * alphas[g], p.prob_frac_bits) + (
-                        weights[g] * va_data[i * 8 : (i + 1) * 8].as_signed()
-                    )
-                    m.d.sync += ring[len(ring) - lanes + i].eq(updated)
-                for j in range(len(ring) - lanes):
-                    m.d.sync += ring[j].eq(ring[j + lanes])
-        # The copy happens the cycle after the last update; the next request's first update
-        # is at the earliest on that same edge, and reads nothing of the old ring.
+        update = self._update_in_one if p.row_beats == 1 else self._update_in_two
+        end_valid, end, end_tag = update(
+            m, accumulators, va_valid, va_first_row, va_data, va_end, va_tag, alphas, weights
+        )
+        # The copy happens the cycle after the last update; the next request's first update is
+        # at the earliest on that same edge (the gate keeps a cycle between a request's last
+        # beat and the next one's first), and reads nothing of the old ring.
         copy_tag = Signal(33, name="snap_copy_tag")
-        m.d.sync += snap_copy.eq(va_valid & va_end)
-        with m.If(va_valid & va_end):
-            m.d.sync += copy_tag.eq(va_tag)
+        m.d.sync += snap_copy.eq(end_valid & end)
+        with m.If(end_valid & end):
+            m.d.sync += copy_tag.eq(end_tag)
         with m.If(snap_copy):
             m.d.sync += [snap_valid.eq(1), snap_tag.eq(copy_tag)]
             for g in range(groups):
                 for i in range(p.row_elems):
                     m.d.sync += snapshot[g][i].eq(accumulators[g][i])
+        m.d.comb += tail_busy.eq(end_valid & end)
+
+    def _update_in_one(self, m, accumulators, valid, first_row, data_, end, tag, alphas, weights):
+        """``o <- round(o * alpha) + w * v`` in one cycle (a row of one beat updates the same
+        elements every cycle). Returns the last update's (valid, end, tag)."""
+        p = self.params
+        lanes = p.lanes
+        with m.If(valid):
+            for g, ring in enumerate(accumulators):
+                for i in range(lanes):
+                    head = Mux(first_row, 0, ring[i])
+                    updated = round_shift_right(head * alphas[g], p.prob_frac_bits) + (
+                        weights[g] * data_[i * 8 : (i + 1) * 8].as_signed()
+                    )
+                    m.d.sync += ring[len(ring) - lanes + i].eq(updated)
+                for j in range(len(ring) - lanes):
+                    m.d.sync += ring[j].eq(ring[j + lanes])
+        return valid, end, tag
+
+    def _update_in_two(self, m, accumulators, valid, first_row, data_, end, tag, alphas, weights):
+        """``o <- round(o * alpha) + w * v`` over two stages: VA forms the products and rotates
+        the ring (its head to the tail, unchanged), VB adds them and writes the sum where the
+        element sits after this cycle's rotation, one beat further when VA rotates again. An
+        element comes back to the head ``row_beats >= 2`` beats after its update, so VB's write
+        is there before VA reads it. Returns VB's (valid, end, tag)."""
+        p = self.params
+        lanes = p.lanes
+        vb_valid = Signal(name="vb_valid")
+        vb_end = Signal(name="vb_end")
+        vb_tag = Signal(33, name="vb_tag")
+        m.d.sync += vb_valid.eq(valid)
+        with m.If(valid):
+            m.d.sync += [vb_end.eq(end), vb_tag.eq(tag)]
+        for g, ring in enumerate(accumulators):
+            size = len(ring)
+            scaled = [Signal(signed(p.o_bits + 18), name=f"vb_scaled{g}_{i}") for i in range(lanes)]
+            added = [Signal(signed(p.o_bits), name=f"vb_wv{g}_{i}") for i in range(lanes)]
+            with m.If(valid):
+                for i in range(lanes):
+                    head = Mux(first_row, 0, ring[i])
+                    m.d.sync += [
+                        scaled[i].eq(head * alphas[g]),
+                        added[i].eq(weights[g] * data_[i * 8 : (i + 1) * 8].as_signed()),
+                    ]
+                for j in range(size):
+                    m.d.sync += ring[j].eq(ring[(j + lanes) % size])
+            with m.If(vb_valid):
+                for i in range(lanes):
+                    updated = round_shift_right(scaled[i], p.prob_frac_bits) + added[i]
+                    with m.If(valid):
+                        m.d.sync += ring[size - 2 * lanes + i].eq(updated)
+                    with m.Else():
+                        m.d.sync += ring[size - lanes + i].eq(updated)
+        return vb_valid, vb_end, vb_tag
 
     # ------------------------------------------------------------------------------------
     def _output_stages(self, m) -> dict:

@@ -160,7 +160,6 @@ class Hpu(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        self.m = m
         groups = p.gqa_group
         beat_bits = p.mem_data_bits
         pos_shape = unsigned(p.position_bits)
@@ -460,7 +459,7 @@ class Hpu(wiring.Component):
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
                     m.next = "OUT"
             with m.State("OUT"):
-                self._output(
+                out_done = self._output(
                     m,
                     snapshot,
                     out_max,
@@ -472,7 +471,7 @@ class Hpu(wiring.Component):
                     out_chunk,
                     pre,
                 )
-                with m.If(self._out_done):
+                with m.If(out_done):
                     m.d.sync += snap_valid.eq(0)
                     m.next = "IDLE"
         return m
@@ -1250,7 +1249,7 @@ class Hpu(wiring.Component):
         words = []
         for value in pre["words"]:
             y = saturate(round_shift_right(value, p.out_shift), signed(p.out_bits))
-            words.append(self._word(Mux(pre["raw"], value, y)))
+            words.append(self._word(m, Mux(pre["raw"], value, y)))
         with m.If(advance):
             m.d.sync += [
                 result.valid.eq(pre["valid"]),
@@ -1275,13 +1274,13 @@ class Hpu(wiring.Component):
         pre,
     ):
         """Issue the result beats of the finished request into PRE; rotates each ring as it
-        goes."""
+        goes. Returns the signal that the request's last beat is issued this cycle."""
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
         load = pre["free"]
         per_query = Mux(partial, p.row_beats + 1, p.row_beats)
         last = (out_query == groups - 1) & (out_chunk == per_query - 1)
-        self._out_done = load & last
+        out_done = load & last
         heads = Array(Cat(*acc[:lanes]) for acc in accumulators)
         head = heads[out_query]
         r = Array(recips)[out_query]
@@ -1312,9 +1311,10 @@ class Hpu(wiring.Component):
                 m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
             with m.Else():
                 m.d.sync += out_chunk.eq(out_chunk + 1)
+        return out_done
 
-    def _word(self, value):
+    def _word(self, m, value):
         """``value`` sign- or zero-extended (by its own signedness) to one result word."""
         word = Signal(signed(self.params.word_bits))
-        self.m.d.comb += word.eq(value)
+        m.d.comb += word.eq(value)
         return word

@@ -154,7 +154,10 @@ def test_gptq_lowers_the_calibration_error_and_keeps_the_pattern(pattern):
     p = NMPattern.parse(pattern)
     pruned = w if p.dense else prune_magnitude(w, p, pair_rows=True)
     q0, s0 = quantize_weights(pruned, 8)
-    q1, s1 = solve_layer(w, x, p, 8)
+    q1, s1, clipped = solve_layer(w, x, p, 8)
+    # the compensation pushes some weights past the row's peak: each is counted and ends at
+    # the width's limit
+    assert 0 < clipped <= np.count_nonzero(np.abs(q1) == 127)
     assert q1.dtype == np.int8 and np.abs(q1).max() <= 127
     if not p.dense:
         check_nm(q1, p)
@@ -321,6 +324,19 @@ def test_sixteen_bit_weights_are_exact_digit_matrices(tiny):
         np.testing.assert_array_equal(again_lo, lo.dense())
 
 
+def test_weights_that_do_not_match_the_program_are_a_user_error(tiny, tmp_path):
+    import shutil
+
+    from tandem.mappings.llm.runner import CompiledModel, ProgramError
+
+    _, root, _ = tiny
+    broken = tmp_path / "broken"
+    shutil.copytree(root / "a", broken)
+    np.savez(broken / "weights.npz", key_factors=np.ones(3))
+    with pytest.raises(ProgramError, match=r"weights\.npz does not match program\.json"):
+        CompiledModel(broken)
+
+
 def test_a_prompt_longer_than_compiled_is_a_user_error(tiny):
     from tandem.mappings.llm.runner import ProgramError
 
@@ -351,6 +367,7 @@ def test_cli_compile_and_run(tmp_path):
     assert len(outcome["step_cycles"]) == 2  # the first token comes from the prefill
     assert all(step["MPE"] > 0 and step["HPU"] > 0 for step in outcome["step_cycles"])
     assert outcome["modelled_ms_per_step"] > 0
+    assert isinstance(outcome["saturations"], dict)
 
 
 def test_trace_puts_every_unit_on_one_serial_timeline(tiny, tmp_path):

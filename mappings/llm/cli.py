@@ -117,6 +117,11 @@ def run(args) -> int:
         f"{summary['storage_bytes_per_length']} bytes ({summary['storage_ratio']:.0f}x)"
     )
     print(f"  on-chip activation buffers: {summary['on_chip_bytes']} bytes at most")
+    if summary["clipped_weights"]:
+        print(
+            f"  weights clipped to their width by the error compensation: "
+            f"{summary['clipped_weights']} (per layer in summary.json)"
+        )
     return 0
 
 
@@ -212,6 +217,7 @@ def run_program(args) -> int:
         "modelled_ms_per_step": modelled_ms if steps else None,
         "clock_mhz": {"sparse-mpe": 300.0, "hpu": hpu_clock["clock_mhz"]},
         "trace": None if args.trace is None else str(args.trace),
+        "saturations": dict(card.total_saturations),
         "op_count": stats.count,
         "op_cycles": stats.cycles,
         "host_seconds": {k: v for k, v in stats.seconds.items() if k not in ("MATMUL", "ATTEND")},
@@ -231,9 +237,11 @@ def run_program(args) -> int:
     if steps:
         print(
             f"modelled decode step {modelled_ms:.3f} ms (sparse-mpe and element-wise unit at 300 "
-            f"MHz, HPU at {hpu_clock['clock_mhz']:g} MHz, {hpu_clock['clock_source']}; ops in "
-            "sequence)"
+            "MHz, the board's default: this engine configuration has no timing estimate; HPU at "
+            f"{hpu_clock['clock_mhz']:g} MHz, {hpu_clock['clock_source']}; ops in sequence)"
         )
+    saturated = ", ".join(f"{n} {where}" for where, n in sorted(card.total_saturations.items()))
+    print(f"values the HPU saturated (clipped to their format): {saturated or 'none'}")
     if args.trace is not None:
         print(f"trace: {args.trace}")
     for op, n in sorted(stats.count.items()):

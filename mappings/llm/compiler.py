@@ -137,6 +137,7 @@ class LayerChoice:
     weight_bits: int
     error: float
     candidates: dict[str, float] = field(default_factory=dict)
+    clipped: int = 0  # weights clipped to their width (``method="gptq"`` only)
 
 
 #: Largest magnitude of a quantized activation per width. 16 bits stop at 127 * 256 + 127 so
@@ -215,9 +216,9 @@ def quantize_weights(w, bits: int) -> tuple[np.ndarray, np.ndarray]:
     if bits == 8:
         return quantize_per_channel(w)
     w = np.asarray(w, dtype=np.float64)
-    peak = np.abs(w).max(axis=1)
-    scales = np.where(peak > 0, peak / ACT_LIMIT[16], 1.0)
-    q = np.clip(np.rint(w / scales[:, None]), -ACT_LIMIT[16], ACT_LIMIT[16]).astype(np.int32)
+    if not np.isfinite(w).all():
+        raise CompileError("weights hold NaN or infinity")
+    q, scales = quantize_activations(w, 16)  # one scale per row, the same rule
     return q, scales.astype(np.float32)
 
 
@@ -241,7 +242,9 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
     each row pair (decode's matrix-vector mode needs pairs to share their columns). Scales are
     per row from the original weights (``max |w| / limit``), fixed, as GPTQ keeps them.
 
-    Returns ``(q, scales)`` as :func:`quantize_weights` does.
+    Returns ``(q, scales, clipped)``: ``q`` and ``scales`` as :func:`quantize_weights`
+    gives them, ``clipped`` the number of weights whose compensated value fell outside the
+    width and was clipped to it (reported per layer in ``summary.json``).
     """
     w = np.asarray(w, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
@@ -256,13 +259,14 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
     try:
         u = np.linalg.cholesky(np.linalg.inv(h)).T
     except np.linalg.LinAlgError:  # not positive definite after damping: plain rounding
-        return quantize_weights(w, bits)
+        return (*quantize_weights(w, bits), 0)
     work = w.copy()
     work[:, dead] = 0.0
     q = np.zeros((rows, cols), dtype=np.int64)
     m = pattern.m
     block = max(m, block - block % m)
     keep = np.ones((rows, cols), dtype=bool)
+    clipped = 0
     for b0 in range(0, cols, block):
         b1 = min(b0 + block, cols)
         wb = work[:, b0:b1].copy()
@@ -281,22 +285,25 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
                 np.put_along_axis(group, order, True, axis=1)
                 keep[:, col : col + width] = group
             column = wb[:, j]
-            qi = np.clip(np.rint(column / scales), -limit, limit) * keep[:, col]
+            unclipped = np.rint(column / scales)
+            clipped += int(np.count_nonzero((np.abs(unclipped) > limit) & keep[:, col]))
+            qi = np.clip(unclipped, -limit, limit) * keep[:, col]
             q[:, col] = qi
             err = (column - qi * scales) / ub[j, j]
             wb[:, j:] -= np.outer(err, ub[j, j:])
             errs[:, j] = err
         work[:, b1:] -= errs @ u[b0:b1, b1:]
-    return q.astype(np.int8 if bits == 8 else np.int32), scales.astype(np.float32)
+    return q.astype(np.int8 if bits == 8 else np.int32), scales.astype(np.float32), clipped
 
 
 def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
     """Prune and quantize ``w`` [out, in] for calibration inputs ``x`` [T, in].
 
-    Returns ``(pattern, activation bits, weight bits, quantized weights, scales, error,
-    {"N:M/wW/aB": error})``: the sparsest candidate pattern, then the narrowest weights, then
-    the narrowest activations, whose relative output error (quantized weights and per-token
-    activations, against float) is within the budget; else the candidate with the least error.
+    Returns ``(pattern, activation bits, weight bits, quantized weights, scales, error, clipped
+    weights, {"N:M/wW/aB": error})``: the sparsest candidate pattern, then the narrowest
+    weights, then the narrowest activations, whose relative output error (quantized weights and
+    per-token activations, against float) is within the budget; else the candidate with the
+    least error.
     """
     reference = x @ w.T
     importance = np.linalg.norm(x, axis=0) if options.criterion == "activation" else None
@@ -308,16 +315,17 @@ def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
             pruned = prune_magnitude(w, pattern, pair_rows=True, importance=importance)
         for wbits in sorted(options.weight_bits):
             if options.method == "gptq":
-                q, scales = solve_layer(w, x, pattern, wbits)
-            else:
+                q, scales, clipped = solve_layer(w, x, pattern, wbits)
+            else:  # round-to-nearest from the row's own peak: nothing clips
                 q, scales = quantize_weights(w if pruned is None else pruned, wbits)
+                clipped = 0
             for bits in sorted(options.activation_bits):
                 error = layer_error(q, scales, x, bits, reference)
                 errors[_label(pattern, wbits, bits)] = error
                 if best is None or error < best[5]:
-                    best = (pattern, bits, wbits, q, scales, error)
+                    best = (pattern, bits, wbits, q, scales, error, clipped)
                 if error <= options.budget:
-                    return pattern, bits, wbits, q, scales, error, errors
+                    return pattern, bits, wbits, q, scales, error, clipped, errors
     return (*best, errors)
 
 
@@ -374,7 +382,7 @@ def compile_model(
             if bits == 16:
                 wide.append((layer, group))
             for name in names:
-                w, pattern, own_bits, wbits, q, scales, error, errors = chosen[name]
+                w, pattern, own_bits, wbits, q, scales, error, clipped, errors = chosen[name]
                 if own_bits != bits:
                     x = inputs[(layer, name)]
                     error = layer_error(q, scales, x, bits, x @ w.T)
@@ -391,7 +399,15 @@ def compile_model(
                     wide_weights.append((layer, name))
                 choices.append(
                     LayerChoice(
-                        layer, name, tuple(w.shape), str(pattern), bits, wbits, error, errors
+                        layer,
+                        name,
+                        tuple(w.shape),
+                        str(pattern),
+                        bits,
+                        wbits,
+                        error,
+                        errors,
+                        clipped,
                     )
                 )
         for norm in ("attn_norm", "ffn_norm"):
@@ -432,6 +448,8 @@ def compile_model(
             f"{ch.layer}.{ch.name}": {k: round(v, 6) for k, v in ch.candidates.items()}
             for ch in choices
         },
+        "clipped_weights": sum(ch.clipped for ch in choices),
+        "clipped_per_layer": {f"{ch.layer}.{ch.name}": ch.clipped for ch in choices if ch.clipped},
         "pattern_counts": _counts(_label(ch.pattern, ch.weight_bits, ch.bits) for ch in choices),
     }
     out_dir = Path(out_dir)

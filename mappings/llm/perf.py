@@ -6,7 +6,7 @@ once and reads the KV cache of its context. The model walks the decode program
 
 - ``MATMUL``: the matrix's rows are split over ``mpe_engines`` sparse-mpe engines, one per
   HBM pseudo-channel; each engine's cycles are the engine's own cycle formula
-  (:func:`~tandem.mappings.nm.engine.request_cycles`, exact against the RTL) for its rows in
+  (:func:`~tandem.mappings.nm.engine.work_cycles`, exact against the RTL) for its rows in
   matrix-vector mode, or the time its pseudo-channel takes to deliver its weight beats where
   that is longer.
 - ``ATTEND``: the KV heads are split over the HPU engines that fit; each engine's cycles are
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tandem.host.sparse_dsp.golden import SparseMpeParams
 from tandem.mappings.nm import NMPattern
-from tandem.mappings.nm.engine import choose_segment, request_cycles
+from tandem.mappings.nm.engine import work_cycles
 
 from .isa import Op
 from .program import CardShape, decode_program
@@ -67,11 +67,7 @@ def _matrix_cycles(card: FpgaCard, rows: int, cols: int, pattern: NMPattern) -> 
     rows_e = -(-rows // card.mpe_engines)
     units = -(-rows_e // 2)  # row pairs (the compiler prunes pairs to share their columns)
     groups = -(-cols // pattern.m)
-    seg = choose_segment(p, groups, units, pattern.n, 1, p.chains)
-    segs, steps = p.stages // seg, -(-groups // seg)
-    passes = -(-units // (p.chains * segs))
-    compute = request_cycles(p.stages, p.chains, segs, steps, pattern.n, 1, passes)
-    beats = passes * steps * pattern.n
+    compute, beats = work_cycles(p, units, groups, pattern.n, 1)
     stream = beats * card.mpe_beat_bytes / (card.channel_gb_s * 1e9) * card.mpe_clock_mhz * 1e6
     fill = compute - beats  # results, stages and the pipeline's own fill
     return {

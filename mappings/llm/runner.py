@@ -54,28 +54,33 @@ class CompiledModel:
             self.arrays = {k: weights[k] for k in weights.files}
         except (OSError, ValueError, KeyError) as exc:
             raise ProgramError(f"{self.directory}: not a tandem compile folder ({exc})") from None
-        self.card = self.table["card"]
-        self.matrices: dict[int, NMPacked] = {}
-        #: The low digit matrices of 16-bit weights (``W = 256 * matrices + matrices_lo``).
-        self.matrices_lo: dict[int, NMPacked] = {}
-        self.norms: dict[int, np.ndarray] = {}
-        for entry in self.table["tensors"]:
-            key = f"blk.{entry.get('layer')}.{entry.get('name')}"
-            if entry["kind"] == "matrix":
-                n, m = (int(v) for v in self.arrays[key + ".pattern"])
-                for suffix, table in (("", self.matrices), (".lo", self.matrices_lo)):
-                    if key + suffix + ".values" not in self.arrays:
-                        continue
-                    table[entry["id"]] = NMPacked(
-                        values=self.arrays[key + suffix + ".values"],
-                        indices=self.arrays[key + suffix + ".indices"],
-                        pattern=NMPattern(n, m),
-                        shape=tuple(int(v) for v in self.arrays[key + ".shape"]),
-                        scales=self.arrays[key + ".scales"],
-                    )
-            elif entry["kind"] == "norm":
-                self.norms[entry["id"]] = self.arrays[key].astype(np.float32)
-        self.key_factors = self.arrays["key_factors"]
+        self.card = self.table.get("card")
+        try:
+            self.matrices: dict[int, NMPacked] = {}
+            #: The low digit matrices of 16-bit weights (``W = 256 * matrices + matrices_lo``).
+            self.matrices_lo: dict[int, NMPacked] = {}
+            self.norms: dict[int, np.ndarray] = {}
+            for entry in self.table["tensors"]:
+                key = f"blk.{entry.get('layer')}.{entry.get('name')}"
+                if entry["kind"] == "matrix":
+                    n, m = (int(v) for v in self.arrays[key + ".pattern"])
+                    for suffix, table in (("", self.matrices), (".lo", self.matrices_lo)):
+                        if key + suffix + ".values" not in self.arrays:
+                            continue
+                        table[entry["id"]] = NMPacked(
+                            values=self.arrays[key + suffix + ".values"],
+                            indices=self.arrays[key + suffix + ".indices"],
+                            pattern=NMPattern(n, m),
+                            shape=tuple(int(v) for v in self.arrays[key + ".shape"]),
+                            scales=self.arrays[key + ".scales"],
+                        )
+                elif entry["kind"] == "norm":
+                    self.norms[entry["id"]] = self.arrays[key].astype(np.float32)
+            self.key_factors = self.arrays["key_factors"]
+        except (KeyError, TypeError, ValueError) as exc:  # a file missing or from elsewhere
+            raise ProgramError(
+                f"{self.directory}: weights.npz does not match program.json ({exc})"
+            ) from None
 
     def bucket(self, length: int) -> tuple[int, int]:
         """The prefill bucket serving a prompt of ``length`` tokens."""

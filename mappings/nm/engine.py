@@ -153,25 +153,33 @@ def request_cycles(
     )
 
 
+def work_cycles(params, units: int, groups: int, n: int, pairs: int) -> tuple[int, int]:
+    """``(cycles, weight beats)`` of one request of ``units`` units (row pairs in the
+    matrix-vector mode, rows in the matrix-matrix mode) over ``groups`` groups of N slots, for
+    ``pairs`` token pairs: the segment choice, steps and passes of :func:`_layout`, then
+    :func:`request_cycles`. The weight beats are those of one token pair's sweep."""
+    chains = params.chains
+    seg = choose_segment(params, groups, units, n, pairs, chains)
+    segs = params.stages // seg
+    steps = -(-groups // seg)
+    passes = -(-units // (chains * segs))
+    cycles = request_cycles(params.stages, chains, segs, steps, n, pairs, passes)
+    return cycles, passes * steps * n
+
+
 def product_cycles(
     params, packed: NMPacked, mode: str, batch: int, units: int | None = None
 ) -> int:
     """Cycles of the request :func:`mpe_streams` builds for ``packed`` and ``batch`` tokens,
     without building its beats (``units``: ``len(mv_units(packed))`` when known).
 
-    Equals ``request_cycles`` of that request's layout: the same unit count, segment choice,
-    steps and passes as :func:`_layout`.
+    Equals ``request_cycles`` of that request's layout (:func:`work_cycles`).
     """
     mode_id = MODES[mode]
     if units is None:
         units = len(mv_units(packed)) if mode_id == MODE_MV else packed.shape[0]
     pairs = -(-batch // 2) if mode_id == MODE_MM else 1
-    n, groups, chains = packed.pattern.n, packed.groups, params.chains
-    seg = choose_segment(params, groups, units, n, pairs, chains)
-    segs = params.stages // seg
-    steps = -(-groups // seg)
-    passes = -(-units // (chains * segs))
-    return request_cycles(params.stages, chains, segs, steps, n, pairs, passes)
+    return work_cycles(params, units, packed.groups, packed.pattern.n, pairs)[0]
 
 
 def choose_segment(params, groups: int, units: int, n: int, pairs: int, chains: int = 1) -> int:

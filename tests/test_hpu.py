@@ -33,8 +33,8 @@ def make_sequence(params, n, rng, *, k_spread=2.0):
     k_real = rng.normal(size=(n, d)) * k_spread
     v_real = rng.normal(size=(n, d))
     q, q_scale = quantize_rows(q_real, params.q_bits)
-    k, k_scale = quantize_rows(k_real)
-    v, v_scale = quantize_rows(v_real)
+    k, k_scale = quantize_rows(k_real, params.kv_bits)
+    v, v_scale = quantize_rows(v_real, params.kv_bits)
     return {
         "q_real": q_real,
         "k_real": k_real,
@@ -88,8 +88,57 @@ def golden_for(params, seq, n, partial=False):
 
 # --- parameters and layout -----------------------------------------------------------------
 def test_port_width_must_match_lanes():
-    with pytest.raises(ParamError, match=r"mem_data_bits must be 8 \* lanes \(256\)"):
+    with pytest.raises(ParamError, match=r"mem_data_bits must be kv_bits \* lanes \(256\)"):
         HpuParams(lanes=32, mem_data_bits=512)
+    with pytest.raises(ParamError, match=r"kv_bits \* lanes \(512\)"):
+        HpuParams(lanes=32, mem_data_bits=256, kv_bits=16)
+
+
+def test_int16_kv_layout_and_golden_track_float_attention():
+    """int16 K and V: twice the row bytes, and about 1/256 of int8's quantization error."""
+
+    def attention(q, k, v):
+        logits = q @ k.T / np.sqrt(q.shape[-1])
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return (weights / weights.sum(axis=1, keepdims=True)) @ v
+
+    def relative(got, want):
+        return np.abs(got - want).max() / np.abs(want).max()
+
+    quantization, engine = {}, {}
+    for bits, lanes in ((8, 32), (16, 16)):
+        params = HpuParams(kv_bits=bits, lanes=lanes)
+        assert params.layout.row_bytes == 64 * bits // 8 and params.row_elems == 64
+        n = 200
+        seq = make_sequence(params, n, np.random.default_rng(11))
+        reference = attention(seq["q_real"], seq["k_real"], seq["v_real"])
+        k = seq["k"] * seq["ks"].astype(np.float64)[:, None]
+        v = seq["v"] * seq["vs"].astype(np.float64)[:, None]
+        quantization[bits] = relative(attention(seq["q_real"], k, v), reference)
+        engine[bits] = relative(golden_for(params, seq, n).real(params), reference)
+    assert quantization[16] < quantization[8] / 50, quantization
+    assert engine[16] < engine[8] / 2 and engine[16] < 5e-3, engine
+
+
+def test_int16_scores_saturate_and_round_like_the_float_path():
+    """The int16 path's exact integer score rounding agrees with the float path wherever the
+    float path is exact (int8 dot products), saturation counts included."""
+    from tandem.host.hpu import golden
+
+    p = HpuParams()
+    rng = np.random.default_rng(2)
+    r, g, n = 4, 3, 60
+    dots = rng.integers(-(1 << 29), 1 << 29, (r, g, n)).astype(np.float64)
+    c = (rng.random((r, g)) * np.array([1e-6, 1e-2, 1.0, 100.0])[:, None]).astype(np.float16)
+    k = (rng.random((r, n)) * 10 ** rng.uniform(-7, 3, (r, n))).astype(np.float16)
+    exact = dots * (
+        golden._scale_value(c, (r, g, 1))
+        * (golden._scale_value(k, (r, 1, n)) * float(1 << p.score_frac_bits))
+    )
+    want, want_clipped = golden._round_scaled(exact, p.score_bits, True)
+    got, got_clipped = golden._round_scaled_int(p, dots.astype(np.int64), c, k, (r, g, n))
+    assert np.array_equal(got, want) and np.array_equal(got_clipped, want_clipped)
+    assert want_clipped.any() and not want_clipped.all()
 
 
 @pytest.mark.parametrize("head_dim", [32, 64, 128])
@@ -282,6 +331,10 @@ def test_gateware_every_group_size(gqa_group):
         },
         {**SMALL, "q_bits": 8, "gqa_group": 2},
         {**SMALL, "gqa_group": 2, "read_ports": 1, "max_outstanding": 3},  # K and V share a port
+        # int16 K and V: 8 elements per 128-bit beat, 64-byte rows of 32 elements
+        {**SMALL, "kv_bits": 16, "lanes": 8, "gqa_group": 3},
+        # int16, head_dim 64 with 256-bit ports (the SmolLM2 engine's int16 format), one port
+        {"kv_bits": 16, "lanes": 16, "read_ports": 1, "max_seq_len": 256},
     ],
 )
 def test_gateware_shapes_bursts_and_memory(overrides):

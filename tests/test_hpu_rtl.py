@@ -10,7 +10,7 @@ together they cover:
 * ``gqa_group`` 1, 2 and 3 (every value 1..8 runs in the Amaranth simulator, tests/test_hpu.py);
 * ``head_dim`` 32 (rows with padding), 64 and 128;
 * 64-, 128- and 256-bit memory ports, so 1, 2 and 4 beats per 64-byte block;
-* int8 and int16 queries;
+* int8 and int16 queries; int8 and int16 K and V (``kv_bits``);
 * ``max_outstanding`` 2 and 4 (the address channel must wait) and the default 16, and
   bursts of 4, 8 and 16 beats;
 * one read port shared by K and V (the narrow configuration) and two.
@@ -47,6 +47,14 @@ CONFIGS = {
         "max_seq_len": 96,
         "max_outstanding": 4,
         "max_burst_beats": 8,
+    },
+    "hd64-g3-kv16": {
+        "head_dim": 64,
+        "lanes": 8,
+        "mem_data_bits": 128,
+        "gqa_group": 3,
+        "kv_bits": 16,
+        "max_seq_len": 96,
     },
 }
 

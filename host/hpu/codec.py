@@ -319,8 +319,8 @@ def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
     """The bytes of ``request`` on the descriptor stream, beat after beat.
 
     The header (:data:`HEADER_FIELDS`, 64 bytes, :func:`pack_header`). Then, when appending,
-    the new k row and the new v row (``row_elems`` int8 each, zero-padded); then the
-    ``gqa_group`` queries, ``row_elems`` elements of ``q_bits`` each, zero-padded.
+    the new k row and the new v row (``row_elems`` elements of ``kv_bits`` each, zero-padded);
+    then the ``gqa_group`` queries, ``row_elems`` elements of ``q_bits`` each, zero-padded.
     """
     p = params
     if not 1 <= request.length <= p.max_seq_len:
@@ -340,8 +340,8 @@ def pack_descriptor(params: HpuParams, request: HpuRequest) -> bytes:
     }
     out = [pack_header(p, header)]
     if request.append:
-        out.append(_row_bytes(request.new_k, p.row_elems, 8))
-        out.append(_row_bytes(request.new_v, p.row_elems, 8))
+        out.append(_row_bytes(request.new_k, p.row_elems, p.kv_bits))
+        out.append(_row_bytes(request.new_v, p.row_elems, p.kv_bits))
     for g in range(p.gqa_group):
         out.append(_row_bytes(q[g], p.row_elems, p.q_bits))
     return b"".join(out)

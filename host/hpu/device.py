@@ -6,7 +6,7 @@ synchronous::
 
     dev = HpuDevice(HpuParams(), memory_bytes=64 << 20, backend="golden")  # or "rtl"
     seq = dev.allocate(tokens=1024, heads=3)       # one KV region per head, 1024 tokens each
-    dev.write_kv(seq, head, k, k_scale, v, v_scale)  # int8 rows, binary16 scales (prefill)
+    dev.write_kv(seq, head, k, k_scale, v, v_scale)  # int8 (kv_bits) rows, binary16 scales
     dev.append(seq, head, k1, k1_scale, v1, v1_scale)  # host write of one more token
     y = dev.attend(seq, head, q, score_scale, new=(k, ks, v, vs))  # engine appends, then attends
     dev.write_kv_real(seq, head, k_float, v_float, smoothing=s)   # float in, quantized inside
@@ -122,8 +122,8 @@ class Attend:
 
     ``q`` are the ``gqa_group`` integer queries [G, head_dim], ``score_scale`` their binary16
     score scales (``score_scale(q_scale, head_dim)``, not the queries' own scale); ``new`` is
-    ``(k, k_scale, v, v_scale)`` of a token the engine appends first (int8 row, binary16 scale)
-    or None; ``partial`` asks for ``(m, l, o)``.
+    ``(k, k_scale, v, v_scale)`` of a token the engine appends first (``kv_bits`` row,
+    binary16 scale) or None; ``partial`` asks for ``(m, l, o)``.
     """
 
     seq: SeqAlloc
@@ -154,7 +154,7 @@ class AttendBatch:
     append
         bool [R]: the engine appends the call's new token first (all False when None).
     new_k, new_v
-        int8 rows [R, head_dim] of the appended tokens (read where ``append``).
+        Integer rows (``kv_bits``) [R, head_dim] of the appended tokens (read where ``append``).
     new_k_scale, new_v_scale
         binary16 scales [R] of the appended tokens.
     """
@@ -271,7 +271,12 @@ class GoldenHpuBackend(Backend):
         self.memory = ArrayMemory(memory_bytes)
         #: The kernel that runs: ``"native"`` or ``"numpy"``; why ``"auto"`` chose numpy.
         self.kernel, self.kernel_note = "numpy", ""
-        if kernel != "numpy":
+        if kernel != "numpy" and params.kv_bits != 8:
+            reason = f"the compiled twin reads int8 KV rows only, not kv_bits={params.kv_bits}"
+            if kernel == "native":
+                raise ValueError(f"kernel 'native' cannot run: {reason}")
+            self.kernel_note = reason
+        elif kernel != "numpy":
             built = native_golden()
             if built.library is not None:
                 self.kernel = "native"
@@ -617,7 +622,8 @@ class HpuDevice(Device):
 
     # --- host writes ---------------------------------------------------------------------
     def write_kv(self, seq: SeqAlloc, head: int, k, k_scale, v, v_scale, start: int = 0) -> None:
-        """Write int8 ``k``, ``v`` [n, head_dim] and binary16 scales [n] from position ``start``.
+        """Write integer ``k``, ``v`` [n, head_dim] (``kv_bits`` wide: int8 by default) and
+        binary16 scales [n] from position ``start``.
 
         The usual call comes once after prefill with ``start=0``; the head's length becomes
         ``start + n``.
@@ -626,8 +632,9 @@ class HpuDevice(Device):
         head = self._head(seq, head)
         start = integer(start, "start")
         layout, d = self.params.layout, self.params.head_dim
-        k = int_array(k, "k", 8, ndim=(2,))
-        v = int_array(v, "v", 8, ndim=(2,))
+        bits = self.params.kv_bits
+        k = int_array(k, "k", bits, ndim=(2,))
+        v = int_array(v, "v", bits, ndim=(2,))
         if k.shape[1] != d or v.shape[1] != d:
             raise ValueError(f"k and v must be [n, {d}] (head_dim), not {k.shape} and {v.shape}")
         n = len(k)
@@ -661,7 +668,8 @@ class HpuDevice(Device):
         self._own(seq)
         head = self._head(seq, head)
         d = self.params.head_dim
-        k, v = (_token_rows(x, name, d) for x, name in ((k, "k"), (v, "v")))
+        bits = self.params.kv_bits
+        k, v = (_token_rows(x, name, d, bits) for x, name in ((k, "k"), (v, "v")))
         k_scale, v_scale = _scales(k_scale, "k_scale"), _scales(v_scale, "v_scale")
         self.write_kv(seq, head, k, k_scale, v, v_scale, start=int(seq.lengths[head]))
 
@@ -682,7 +690,8 @@ class HpuDevice(Device):
 
         Keys are divided by the per-channel ``smoothing`` factors [head_dim] (from
         :func:`~tandem.host.hpu.params.key_smoothing` of the prefill's keys; None: no
-        smoothing), then keys and values go to int8 with one binary16 scale per token
+        smoothing), then keys and values go to ``kv_bits`` integers with one binary16 scale per
+        token
         (:func:`~tandem.host.hpu.params.quantize_rows`) and to :meth:`write_kv`. Pass the same
         ``smoothing`` to :meth:`attend_real`.
         """
@@ -692,7 +701,8 @@ class HpuDevice(Device):
         v = real_array(v, "v", ndim=(2,))
         if k.shape[1] != d or v.shape[1] != d:
             raise ValueError(f"k and v must be [n, {d}] (head_dim), not {k.shape} and {v.shape}")
-        (ki, ks), (vi, vs) = quantize_rows(k / factors), quantize_rows(v)
+        bits = self.params.kv_bits
+        (ki, ks), (vi, vs) = quantize_rows(k / factors, bits), quantize_rows(v, bits)
         self.write_kv(seq, head, ki, ks, vi, vs, start=start)
 
     def attend_real(self, seq: SeqAlloc, head: int, q, new=None, *, smoothing=None):
@@ -702,7 +712,8 @@ class HpuDevice(Device):
 
         Quantized as the decode runtime does: ``q * smoothing`` to ``q_bits`` integers per
         query, whose scale becomes the score scale (``score_scale(q_scale, head_dim)``); the
-        new key divided by ``smoothing`` and both new rows to int8 with one binary16 scale.
+        new key divided by ``smoothing`` and both new rows to ``kv_bits`` integers with one
+        binary16 scale.
         """
         p = self.params
         factors = self._smoothing(smoothing)
@@ -716,7 +727,8 @@ class HpuDevice(Device):
             k, v = (real_array(x, name, ndim=(1,)) for x, name in zip(new, ("new k", "new v")))
             if k.shape != (p.head_dim,) or v.shape != (p.head_dim,):
                 raise ValueError(f"new k and v must be [{p.head_dim}], not {k.shape} and {v.shape}")
-            (ki, ks), (vi, vs) = quantize_rows(k / factors), quantize_rows(v)
+            bits = p.kv_bits
+            (ki, ks), (vi, vs) = quantize_rows(k / factors, bits), quantize_rows(v, bits)
             token = (ki, ks, vi, vs)
         qi, qs = quantize_rows(q * factors, p.q_bits)
         result = self.attend(seq, head, qi, score_scale(qs, p.head_dim), new=token)
@@ -762,8 +774,9 @@ class HpuDevice(Device):
         new_v_scale = np.zeros(count, dtype=np.float16)
         if append.any():
             adding = [c.new for c, a in zip(calls, append, strict=True) if a]
-            new_k[append] = _stacked([n[0] for n in adding], p.head_dim, 8, "new k", 1)[:, 0]
-            new_v[append] = _stacked([n[2] for n in adding], p.head_dim, 8, "new v", 1)[:, 0]
+            bits = p.kv_bits
+            new_k[append] = _stacked([n[0] for n in adding], p.head_dim, bits, "new k", 1)[:, 0]
+            new_v[append] = _stacked([n[2] for n in adding], p.head_dim, bits, "new v", 1)[:, 0]
             new_k_scale[append] = _stacked_scales([n[1] for n in adding], "new k_scale", 1)[:, 0]
             new_v_scale[append] = _stacked_scales([n[3] for n in adding], "new v_scale", 1)[:, 0]
         seqs = [c.seq for c in calls]
@@ -816,8 +829,9 @@ class HpuDevice(Device):
         partial = _flags(batch.partial, "batch.partial", count)
         append = _flags(batch.append, "batch.append", count)
         if append.any():
-            new_k = _shaped(int_array(batch.new_k, "batch.new_k", 8), "batch.new_k", (count, d))
-            new_v = _shaped(int_array(batch.new_v, "batch.new_v", 8), "batch.new_v", (count, d))
+            bits = p.kv_bits
+            new_k = _shaped(int_array(batch.new_k, "batch.new_k", bits), "batch.new_k", (count, d))
+            new_v = _shaped(int_array(batch.new_v, "batch.new_v", bits), "batch.new_v", (count, d))
             new_k_scale = _scale_rows(batch.new_k_scale, "batch.new_k_scale", (count,))
             new_v_scale = _scale_rows(batch.new_v_scale, "batch.new_v_scale", (count,))
         else:

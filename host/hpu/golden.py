@@ -7,7 +7,8 @@ request carries them), reads every other K and V row once, and runs a one-pass o
 Number formats (every width below is a parameter or derived from one)
 ----------------------------------------------------------------------
 ``k``, ``v``
-    int8 per element, one IEEE binary16 scale per token (``k_real = k * k_scale``).
+    int8 or int16 (``kv_bits``) per element, one IEEE binary16 scale per token
+    (``k_real = k * k_scale``).
 ``q``
     int8 or int16 (``q_bits``) per element. Its per-vector scale is folded, by the host, into
     one binary16 *score scale* per query: ``c = q_scale * log2(e) / sqrt(head_dim)``
@@ -17,7 +18,7 @@ Scales in hardware
     one when the exponent field is 0) and ``exp = max(field, 1) - 25``. The sign bit is
     ignored; the host rejects negative, infinite and NaN scales.
 Dot product
-    ``dot = sum(q * k)`` exact in ``q_bits + 8 + log2(row elements)`` bits.
+    ``dot = sum(q * k)`` exact in ``q_bits + kv_bits + log2(row elements)`` bits.
 Score
     ``s = dot * c * k_scale`` as a signed fixed-point number with ``score_frac_bits``
     fraction bits and ``score_int_bits`` integer bits, rounded half up, saturating.
@@ -110,6 +111,28 @@ def _round_scaled(product, bits: int, signed: bool) -> tuple[np.ndarray, np.ndar
     return clipped.astype(np.int64), clipped != rounded
 
 
+def _round_scaled_int(p: HpuParams, dots, score_scale, k_scale, shape):
+    """Scores ``dot * c * k_scale`` rounded half up to ``score_frac_bits`` and saturated, and
+    where they saturated, in int64: the exact product ``dot * c_mant * k_mant`` (below 2**59
+    with int16 keys) shifted by ``c_exp + k_exp + score_frac_bits``, as the gateware does."""
+    r, g, n = shape
+    c_mant, c_exp = decode_scales(np.reshape(score_scale, (r, g, 1)))
+    k_mant, k_exp = decode_scales(np.reshape(k_scale, (r, 1, n)))
+    product = dots * (c_mant * k_mant)
+    shift = c_exp + k_exp + p.score_frac_bits
+    lo, hi = value_range(p.score_bits, True)
+    left = np.minimum(np.maximum(shift, 0), 62)
+    # A left shift saturates where the product exceeds the range shifted right.
+    above, below = product > (hi >> left), product < -((hi + 1) >> left)
+    up = np.where(above, hi + 1, np.where(below, lo - 1, product << left))
+    right = np.minimum(np.maximum(-shift, 0), 62)
+    half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+    down = (product + half) >> right
+    rounded = np.where(shift >= 0, up, down)
+    clipped = np.minimum(np.maximum(rounded, lo), hi)
+    return clipped, clipped != rounded
+
+
 def _per_request(saturated: np.ndarray, valid, requests: int) -> np.ndarray:
     """Count of True in ``saturated`` [R, ...] per request, where ``valid`` (broadcast) holds."""
     if not saturated.any():
@@ -158,7 +181,8 @@ def hpu_golden_batch(
     score_scale
         binary16 score scales [R, gqa_group] (:func:`~tandem.host.hpu.params.score_scale`).
     k, v
-        int8 rows [R, N, head_dim], position order, the appended token last; request r uses
+        Integer rows [R, N, head_dim] (``kv_bits``), position order, the appended token last;
+        request r uses
         its first ``lengths[r]`` rows (``N >= max(lengths)``; the rest is padding and ignored).
     k_scale, v_scale
         binary16 per-token scales [R, N].
@@ -186,12 +210,17 @@ def hpu_golden_batch(
     c_value = _scale_value(score_scale, (r, g, 1))
     k_value = _scale_value(k_scale, (r, 1, n))
     v_value = _scale_value(v_scale, (r, 1, n))
-    # Exact in float64: |dot| < 2**(q_bits + 7 + log2(head_dim)) <= 2**30, far below 2**53.
+    # Exact in float64: |dot| < 2**(q_bits + kv_bits - 2 + log2(row elements)) <= 2**37.
     dots = np.matmul(q.astype(np.float64), k.astype(np.float64).transpose(0, 2, 1))
     # s = dot * c * k_scale with score_frac_bits fraction bits (see _round_scaled).
-    scores, score_clipped = _round_scaled(
-        dots * (c_value * (k_value * float(1 << p.score_frac_bits))), p.score_bits, True
-    )  # [R, G, N]
+    if p.kv_bits == 8:
+        scores, score_clipped = _round_scaled(
+            dots * (c_value * (k_value * float(1 << p.score_frac_bits))), p.score_bits, True
+        )  # [R, G, N]
+    else:  # the product has up to 59 significant bits: exact in int64, not in float64
+        scores, score_clipped = _round_scaled_int(
+            p, dots.astype(np.int64), score_scale, k_scale, (r, g, n)
+        )
     padded = bool(r) and int(lengths.min()) < n
     valid = (np.arange(n) < lengths[:, None])[:, None, :]  # [R, 1, N]
     saturated = {"score": _per_request(score_clipped, valid if padded else None, r)}
@@ -226,9 +255,15 @@ def hpu_golden_batch(
     flat = (np.arange(r * g)[:, None] * segments + segment).reshape(-1)
     # Integer sums through float64 (bincount, BLAS), exact: |w * v| < 2**(26 + 7) and at most
     # 2**17 tokens (the parameters' ranges) keep every partial sum an integer below 2**53.
+    # int16 values are summed as two bytes (high signed, low unsigned), each sum exact.
     seg_l = np.bincount(flat, prob.reshape(-1), r * g * segments)
     seg_l = seg_l.astype(np.int64).reshape(r * g, segments)
-    seg_o = _segment_sums(w.reshape(r * g, n), v, flat, segments, g)
+    if p.kv_bits == 8:
+        seg_o = _segment_sums(w.reshape(r * g, n), v, flat, segments, g)
+    else:
+        v = v.astype(np.int64)
+        seg_o = _segment_sums(w.reshape(r * g, n), v >> 8, flat, segments, g) << 8
+        seg_o += _segment_sums(w.reshape(r * g, n), v & 0xFF, flat, segments, g)
     l_acc = np.zeros(r * g, dtype=np.int64)
     o_acc = np.zeros((r * g, d), dtype=np.int64)
     half = one >> 1
@@ -273,7 +308,7 @@ def check_batch_inputs(params: HpuParams, q, k, v, lengths):
     top = 1 << (p.q_bits - 1)
     if q.size and (q.min() < -top or q.max() >= top):
         raise ValueError(f"q must be int{p.q_bits} ({-top}..{top - 1})")
-    k, v = _int8_rows(k, "k"), _int8_rows(v, "v")
+    k, v = _kv_rows(k, "k", p.kv_bits), _kv_rows(v, "v", p.kv_bits)
     # rows per request: -1 cannot be inferred from an empty batch
     rows = k.size // (r * d) if r else (k.shape[-2] if k.ndim > 1 else 0)
     k, v = k.reshape(r, rows, d), v.reshape(r, -1 if r else rows, d)
@@ -305,11 +340,13 @@ def _segment_sums(w, v, flat, segments: int, g: int) -> np.ndarray:
     return sums.reshape(rows, segments, v.shape[-1])
 
 
-def _int8_rows(values, name: str) -> np.ndarray:
-    """``values`` as an integer array, checked to be int8 (the float64 sums rely on it)."""
+def _kv_rows(values, name: str, bits: int) -> np.ndarray:
+    """``values`` as an integer array, checked to be ``bits`` wide (the sums rely on it)."""
     values = np.asarray(values)
-    if values.dtype != np.int8 and values.size and (values.min() < -128 or values.max() > 127):
-        raise ValueError(f"{name} must be int8 (-128..127)")
+    top = 1 << (bits - 1)
+    narrow = np.issubdtype(values.dtype, np.integer) and values.dtype.itemsize * 8 <= bits
+    if not narrow and values.size and (values.min() < -top or values.max() >= top):
+        raise ValueError(f"{name} must be int{bits} ({-top}..{top - 1})")
     return values
 
 

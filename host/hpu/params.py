@@ -35,7 +35,7 @@ class HpuParams(Params):
     """Shape, memory interface and number formats of the ``hpu`` attention engine.
 
     Memory: K and V rows are read through ``read_ports`` AXI4 read masters of
-    ``mem_data_bits`` (``8 * lanes``: one beat is one cycle's worth of int8 elements), in
+    ``mem_data_bits`` (``kv_bits * lanes``: one beat is one cycle's worth of elements), in
     bursts of at most ``max_burst_beats`` beats with up to ``max_outstanding`` bursts in flight
     per port. With one port, K and V share its bandwidth, so a request takes twice the cycles
     of two ports. See :mod:`tandem.mappings.kv_layout` for the layout and
@@ -47,7 +47,7 @@ class HpuParams(Params):
     head_dim: int = param(64, "elements per query, key and value vector", choices=(32, 64, 128))
     lanes: int = param(
         32,
-        "int8 elements of K or V consumed per cycle per read port",
+        "elements of K or V consumed per cycle per read port",
         min=8,
         max=64,
         power_of_two=True,
@@ -60,8 +60,15 @@ class HpuParams(Params):
     )
     mem_data_bits: int = param(
         256,
-        "data width of every AXI4 port in bits; must equal 8 * lanes",
+        "data width of every AXI4 port in bits; must equal kv_bits * lanes",
         choices=(64, 128, 256, 512),
+    )
+    kv_bits: int = param(
+        8,
+        "KV cache format: int8 (8) or int16 (16) K and V elements, one binary16 scale per "
+        "token and row; int16 doubles the bytes per token for about 1/256 of the quantization "
+        "error (docs/hpu.md's accuracy-against-bandwidth table)",
+        choices=(8, 16),
     )
     read_ports: int = param(
         2,
@@ -107,11 +114,11 @@ class HpuParams(Params):
     out_frac_bits: int = param(16, "fraction bits of each full-mode output element", min=0, max=30)
 
     def check(self) -> None:
-        if self.mem_data_bits != 8 * self.lanes:
+        if self.mem_data_bits != self.kv_bits * self.lanes:
             raise ParamError(
                 "mem_data_bits",
-                f"mem_data_bits must be 8 * lanes ({8 * self.lanes}) so that one beat feeds one "
-                f"cycle, not {self.mem_data_bits!r}",
+                f"mem_data_bits must be kv_bits * lanes ({self.kv_bits * self.lanes}) so that one "
+                f"beat feeds one cycle, not {self.mem_data_bits!r}",
             )
         if self.out_frac_bits >= self.out_bits:
             raise ParamError(
@@ -130,7 +137,7 @@ class HpuParams(Params):
     @cached_property
     def layout(self) -> KvLayout:
         """The KV layout (:class:`tandem.mappings.kv_layout.KvLayout`) for ``head_dim``."""
-        return KvLayout(self.head_dim)
+        return KvLayout(self.head_dim, self.kv_bits // 8)
 
     @property
     def beat_bytes(self) -> int:
@@ -145,7 +152,7 @@ class HpuParams(Params):
     @property
     def row_elems(self) -> int:
         """Elements per stored row, padding included (padding meets zero query elements)."""
-        return self.layout.row_bytes
+        return self.layout.row_elems
 
     @property
     def row_beats(self) -> int:
@@ -175,7 +182,7 @@ class HpuParams(Params):
     @property
     def dot_bits(self) -> int:
         """Signed width of an exact q.k dot product."""
-        return self.q_bits + 8 + (self.row_elems - 1).bit_length()
+        return self.q_bits + self.kv_bits + (self.row_elems - 1).bit_length()
 
     @property
     def score_bits(self) -> int:
@@ -190,7 +197,7 @@ class HpuParams(Params):
     @property
     def o_bits(self) -> int:
         """Signed width of an accumulator element: sum of max_seq_len products w * v."""
-        return self.weight_bits + 8 + self.position_bits
+        return self.weight_bits + self.kv_bits + self.position_bits
 
     @property
     def word_bits(self) -> int:

@@ -207,7 +207,7 @@ class Hpu(wiring.Component):
         def stored_rows(header):
             return (header.length - header.append)[: p.position_bits]
 
-        row_bits = p.row_elems * 8
+        row_bits = p.row_elems * p.kv_bits
         q_base = 2 * row_bits
         q_width = p.row_elems * p.q_bits
         q_banks = [
@@ -359,7 +359,7 @@ class Hpu(wiring.Component):
             for g in range(groups)
         ]
         v_head = data.View(v_request, v_requests.r_data)
-        new_v = Signal(p.row_elems * 8)
+        new_v = Signal(p.row_elems * p.kv_bits)
         new_v_scale = Signal(16)
         v_tag = Signal(33)  # seq_id and the partial flag of the V side's request
         v_gate = Signal()
@@ -513,7 +513,7 @@ class Hpu(wiring.Component):
 
     # ------------------------------------------------------------------------------------
     def _writer(self, m, start, header, body_flat, writes_idle):
-        """Write the appended token: k row, v row (head_dim bytes strobed), then both scales.
+        """Write the appended token: k row, v row (head_dim elements strobed), then both scales.
 
         ``start`` hands the writer a descriptor slot (``header``, ``body_flat``); it
         writes only when the slot's append flag is set. Drives ``writes_idle`` (no write
@@ -526,8 +526,9 @@ class Hpu(wiring.Component):
         layout = p.layout
         offset = Signal(5, name="w_offset")
         page_base = Signal(p.addr_bits, name="w_page_base")
-        data_k = Signal(p.row_elems * 8, name="w_k")
-        data_v = Signal(p.row_elems * 8, name="w_v")
+        data_k = Signal(p.row_elems * p.kv_bits, name="w_k")
+        data_v = Signal(p.row_elems * p.kv_bits, name="w_v")
+        row_used_bytes = p.head_dim * p.kv_bits // 8  # the rest of a row is padding
         scales = Signal(data.StructLayout({"k": 16, "v": 16}), name="w_scales")
         outstanding = Signal(range(8), name="w_outstanding")
         beat = Signal(range(p.row_beats + 1), name="w_beat")
@@ -542,7 +543,7 @@ class Hpu(wiring.Component):
         m.d.sync += outstanding.eq(outstanding + aw_fire - b_fire)
         row_strobes = Array(
             Const(
-                sum(1 << j for j in range(beat_bytes) if b * beat_bytes + j < p.head_dim),
+                sum(1 << j for j in range(beat_bytes) if b * beat_bytes + j < row_used_bytes),
                 beat_bytes,
             )
             for b in range(p.row_beats)
@@ -611,8 +612,8 @@ class Hpu(wiring.Component):
                     offset.eq(position[:5]),
                     base.eq(header.base[: p.addr_bits]),
                     page.eq(position[5:]),
-                    data_k.eq(body_flat[0 : p.row_elems * 8]),
-                    data_v.eq(body_flat[p.row_elems * 8 : 2 * p.row_elems * 8]),
+                    data_k.eq(body_flat[0 : p.row_elems * p.kv_bits]),
+                    data_v.eq(body_flat[p.row_elems * p.kv_bits : 2 * p.row_elems * p.kv_bits]),
                     scales.k.eq(header.new_k_scale),
                     scales.v.eq(header.new_v_scale),
                 ]
@@ -875,7 +876,8 @@ class Hpu(wiring.Component):
         b_first_row = stage("kb_first_row", a_first_row)
         b_last_row = stage("kb_last_row", a_last_row)
         b_bank = stage("kb_bank", a_bank)
-        product_bits = p.q_bits + 8
+        product_bits = p.q_bits + p.kv_bits
+        e = p.kv_bits  # element width of K and V
         b_products = []
         for g in range(groups):
             row = []
@@ -883,7 +885,7 @@ class Hpu(wiring.Component):
                 product = Signal(signed(product_bits), name=f"kb_product{g}_{i}")
                 m.d.sync += product.eq(
                     a_chunk[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
-                    * a_data[i * 8 : (i + 1) * 8].as_signed()
+                    * a_data[i * e : (i + 1) * e].as_signed()
                 )
                 row.append(product)
             b_products.append(row)
@@ -895,7 +897,7 @@ class Hpu(wiring.Component):
         s_first_row = stage("ks_first_row", b_first_row)
         s_last_row = stage("ks_last_row", b_last_row)
         s_bank = stage("ks_bank", b_bank)
-        partial_bits = p.q_bits + 8 + (lanes - 1).bit_length()
+        partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
         s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
         for g in range(groups):
             m.d.sync += s_partial[g].eq(sum(b_products[g]))
@@ -1186,7 +1188,7 @@ class Hpu(wiring.Component):
                 for i in range(lanes):
                     head = Mux(first_row, 0, ring[i])
                     updated = round_shift_right(head * alphas[g], p.prob_frac_bits) + (
-                        weights[g] * data_[i * 8 : (i + 1) * 8].as_signed()
+                        weights[g] * data_[i * p.kv_bits : (i + 1) * p.kv_bits].as_signed()
                     )
                     m.d.sync += ring[len(ring) - lanes + i].eq(updated)
                 for j in range(len(ring) - lanes):
@@ -1216,7 +1218,7 @@ class Hpu(wiring.Component):
                     head = Mux(first_row, 0, ring[i])
                     m.d.sync += [
                         scaled[i].eq(head * alphas[g]),
-                        added[i].eq(weights[g] * data_[i * 8 : (i + 1) * 8].as_signed()),
+                        added[i].eq(weights[g] * data_.word_select(i, p.kv_bits).as_signed()),
                     ]
                 for j in range(size):
                     m.d.sync += ring[j].eq(ring[(j + lanes) % size])

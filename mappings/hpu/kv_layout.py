@@ -12,8 +12,9 @@ Layout of one (sequence, KV head) region, starting at a 64-byte aligned ``base``
 * Tokens are stored contiguously by position in pages of :data:`PAGE_TOKENS` = 32 tokens, so
   the address of any token follows from its position alone and a sequence grows without
   knowing its final length.
-* A row holds one token's ``head_dim`` int8 elements, zero-padded to ``row_bytes`` (a multiple
-  of 64), so every row is 64-byte aligned.
+* A row holds one token's ``head_dim`` elements (int8, or little-endian int16 with
+  ``elem_bytes=2``: the ``kv_bits`` of :class:`~tandem.host.hpu.params.HpuParams`), zero-padded
+  to ``row_bytes`` (a multiple of 64), so every row is 64-byte aligned.
 * A scale block holds the 32 per-token scales of its page as IEEE binary16, little-endian,
   token ``t`` at byte ``2 * (t % 32)``: one 64-byte block, read in the same burst as the rows
   it scales ("beside the rows").
@@ -50,14 +51,31 @@ class KvLayout:
     ----------
     head_dim
         Elements per K or V row.
+    elem_bytes
+        Bytes per element: 1 (int8) or 2 (int16, little-endian).
     """
 
     head_dim: int
+    elem_bytes: int = 1
+
+    def __post_init__(self):
+        if self.elem_bytes not in (1, 2):
+            raise ValueError(f"elem_bytes must be 1 or 2, not {self.elem_bytes!r}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy type of a stored element: int8 or little-endian int16."""
+        return np.dtype(np.int8) if self.elem_bytes == 1 else np.dtype("<i2")
 
     @property
     def row_bytes(self) -> int:
-        """Bytes per stored row: ``head_dim`` int8 elements rounded up to 64 bytes."""
-        return -(-self.head_dim // BLOCK_BYTES) * BLOCK_BYTES
+        """Bytes per stored row: ``head_dim`` elements rounded up to 64 bytes."""
+        return -(-self.head_dim * self.elem_bytes // BLOCK_BYTES) * BLOCK_BYTES
+
+    @property
+    def row_elems(self) -> int:
+        """Elements per stored row, padding included."""
+        return self.row_bytes // self.elem_bytes
 
     @property
     def part_bytes(self) -> int:
@@ -114,53 +132,57 @@ class KvLayout:
         return bursts
 
     def write_rows(self, memory, base: int, start: int, rows, scales, *, value: bool) -> None:
-        """Store int8 ``rows`` [n, head_dim] and binary16 ``scales`` [n] from ``start`` on.
+        """Store integer ``rows`` [n, head_dim] and binary16 ``scales`` [n] from ``start`` on.
 
         ``memory`` is a writable uint8 buffer (numpy array, bytearray or mmap) indexed by byte
         address. Vectorized over rows.
         """
-        rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.head_dim)
+        rows = np.asarray(rows).reshape(-1, self.head_dim)
         self.write_tokens(memory, base, start + np.arange(len(rows)), rows, scales, value=value)
 
     def write_tokens(self, memory, bases, positions, rows, scales, *, value: bool) -> None:
-        """Store one int8 row [head_dim] and binary16 scale per (``bases``, ``positions``) pair.
+        """Store one row [head_dim] and binary16 scale per (``bases``, ``positions``) pair.
 
         ``bases`` and ``positions`` broadcast together (several regions at once); ``rows`` is
         [..., head_dim] and ``scales`` [...] in their broadcast shape. Only the row's
-        ``head_dim`` bytes and the scale's two bytes are written.
+        ``head_dim`` elements and the scale's two bytes are written.
         """
         view = _bytes(memory)
         bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
-        rows = np.asarray(rows, dtype=np.int8).reshape(-1, self.head_dim)
+        rows = self._elements(rows).reshape(-1, self.head_dim)
         scales = np.asarray(scales, dtype=np.float16).reshape(-1)
         row_at = self.row_address(bases, positions, value=value).reshape(-1)
-        view[row_at[:, None] + np.arange(self.head_dim)] = rows.view(np.uint8)
+        width = self.head_dim * self.elem_bytes
+        view[row_at[:, None] + np.arange(width)] = rows.view(np.uint8).reshape(-1, width)
         scale_at = self.scale_address(bases, positions, value=value).reshape(-1)
         scale_bytes = scales.astype("<f2").view(np.uint8).reshape(-1, 2)
         view[scale_at[:, None] + np.arange(2)] = scale_bytes
 
     def write_kv_tokens(self, memory, bases, positions, k, k_scale, v, v_scale) -> None:
-        """:meth:`write_tokens` of K and V rows at once (addresses computed once): int8 ``k``,
+        """:meth:`write_tokens` of K and V rows at once (addresses computed once): ``k``,
         ``v`` [count, head_dim] and binary16 scales [count] at 1-D ``bases``, ``positions``."""
         view = _bytes(memory)
         bases, positions = np.asarray(bases), np.asarray(positions)
         offset = positions % PAGE_TOKENS
         k_part = bases + positions // PAGE_TOKENS * self.page_bytes
         k_row = k_part + BLOCK_BYTES + offset * self.row_bytes
-        rows = np.stack([np.asarray(k, np.int8), np.asarray(v, np.int8)])
+        rows = np.stack([self._elements(k), self._elements(v)])
         starts = np.stack([k_row, k_row + self.part_bytes])
-        view[starts[..., None] + np.arange(self.head_dim)] = rows.view(np.uint8)
+        width = self.head_dim * self.elem_bytes
+        view[starts[..., None] + np.arange(width)] = rows.view(np.uint8).reshape(
+            *starts.shape, width
+        )
         words = view[: view.size - view.size % 2].view("<u2")
         scale_word = k_part // 2 + offset
         scales = np.stack([np.asarray(k_scale, "<f2"), np.asarray(v_scale, "<f2")])
         words[np.stack([scale_word, scale_word + self.part_bytes // 2])] = scales.view("<u2")
 
     def read_rows(self, memory, base: int, start: int, count: int, *, value: bool):
-        """``(rows int8 [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
+        """``(rows [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
         return self.read_tokens(memory, base, start + np.arange(count), value=value)
 
     def read_tokens(self, memory, bases, positions, *, value: bool):
-        """``(rows int8 [..., head_dim], scales float16 [...])`` at (``bases``, ``positions``).
+        """``(rows [..., head_dim], scales float16 [...])`` at (``bases``, ``positions``).
 
         ``bases`` and ``positions`` broadcast together, so one call reads the rows of many
         regions. Rows are gathered as whole 64-byte blocks (every row starts on one), scales as
@@ -184,7 +206,8 @@ class KvLayout:
         index = np.stack([row_block, row_block + v_blocks])  # [2, count]
         if per_row > 1:
             index = index[..., None] + np.arange(per_row)
-        rows = blocks[index].reshape(2, -1, self.row_bytes)[..., : self.head_dim].view(np.int8)
+        rows = blocks[index].reshape(2, -1, self.row_bytes)
+        rows = rows[..., : self.head_dim * self.elem_bytes].view(self.dtype)
         words = view[: view.size - view.size % 2].view("<u2")
         scale_word = k_part // 2 + offset
         scales = words[np.stack([scale_word, scale_word + v_blocks * BLOCK_BYTES // 2])]
@@ -200,7 +223,8 @@ class KvLayout:
 
         Reads each region's pages as one contiguous span (a region stores its tokens in
         position order, page after page), so no per-token address is computed: what the
-        golden backend reads for a batch of attention requests.
+        golden backend reads for a batch of attention requests. Rows come as the stored
+        type (int8, or int16 with ``elem_bytes=2``).
         """
         view = _bytes(memory)
         bases = np.asarray(bases, dtype=np.int64).reshape(-1)
@@ -220,14 +244,25 @@ class KvLayout:
             scales[r, :, :used] = (
                 span[:, :, :BLOCK_BYTES].view("<u2")[..., :scale_words].transpose(1, 0, 2)
             )
-        rows = rows.reshape(count, 2, pages * PAGE_TOKENS, self.row_bytes)[:, :, :longest, :d]
+        width = d * self.elem_bytes
+        rows = rows.reshape(count, 2, pages * PAGE_TOKENS, self.row_bytes)[:, :, :longest, :width]
         scales = scales.reshape(count, 2, pages * PAGE_TOKENS)[:, :, :longest].view("<f2")
         beyond = np.arange(longest) >= lengths[:, None]  # [R, N]: rows past a region's end
         if beyond.any():
             rows = np.where(beyond[:, None, :, None], 0, rows)
             scales = np.where(beyond[:, None, :], 0, scales)
-        rows = rows.view(np.int8)
+        rows = np.ascontiguousarray(rows).view(self.dtype)
         return rows[:, 0], scales[:, 0], rows[:, 1], scales[:, 1]
+
+    def _elements(self, rows) -> np.ndarray:
+        """``rows`` as the stored element type, checked to fit it (no silent wrap-around)."""
+        values = np.asarray(rows)
+        info = np.iinfo(self.dtype)
+        if values.size and (values.min() < info.min or values.max() > info.max):
+            raise ValueError(
+                f"KV elements must fit {8 * self.elem_bytes} bits ({info.min}..{info.max})"
+            )
+        return np.ascontiguousarray(values, dtype=self.dtype)
 
 
 def _bytes(memory) -> np.ndarray:

@@ -1,6 +1,6 @@
 """cocotb regression of the ``hpu`` decode-attention engine against :func:`hpu_golden`.
 
-The testbench plays host and device memory: it keeps each sequence's KV cache (the int8 rows
+The testbench plays host and device memory: it keeps each sequence's KV cache (the ``kv_bits`` rows
 and binary16 scales the host wrote), writes them into :class:`DeviceMemory` at the addresses
 of :class:`~tandem.mappings.hpu.kv_layout.KvLayout`, sends descriptors (:func:`pack_descriptor`,
 split into little-endian beats) and compares every result beat bit-exactly with
@@ -82,7 +82,8 @@ def make_tokens(rng, params: HpuParams, count: int, kind: str = "gauss", directi
     ``gauss`` draws normal rows with a per-token magnitude spread over a factor ~8, so scales
     differ between tokens. ``ramp`` makes keys line up more and more with ``direction`` as the
     position ``at + i`` grows, so a query along ``direction`` grows the running maximum on
-    most rows (the rescale path). ``extreme`` adds -128 elements, zero and subnormal scales,
+    most rows (the rescale path). ``extreme`` adds most negative elements (-128 with int8
+    ``kv_bits``), zero and subnormal scales,
     key scales large enough to saturate scores and value scales that saturate the weight.
     """
     d = params.head_dim
@@ -92,11 +93,12 @@ def make_tokens(rng, params: HpuParams, count: int, kind: str = "gauss", directi
     if kind == "ramp":
         position = (at + np.arange(count))[:, None] / max(params.max_seq_len, 1)
         k_real = 0.3 * k_real + (0.5 + 6.0 * position) * np.asarray(direction)[None, :]
-    k, k_scale = quantize_rows(k_real)
-    v, v_scale = quantize_rows(v_real)
+    k, k_scale = quantize_rows(k_real, params.kv_bits)
+    v, v_scale = quantize_rows(v_real, params.kv_bits)
     if kind == "extreme":
-        k[rng.random(k.shape) < 0.05] = -128
-        v[rng.random(v.shape) < 0.05] = -128
+        lowest = -(1 << (params.kv_bits - 1))
+        k[rng.random(k.shape) < 0.05] = lowest
+        v[rng.random(v.shape) < 0.05] = lowest
         for scales, big in ((k_scale, (4.0, 60.0, 1000.0)), (v_scale, (3.0, 8.0, 300.0))):
             pick = rng.random(count)
             scales[pick < 0.05] = 0.0

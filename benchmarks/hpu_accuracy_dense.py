@@ -11,7 +11,8 @@ the same tokens. The texts are one batch of the runtime (two sub-batches, one go
 * The runtime's own :class:`~tandem.host.system.decode.HpuAttention` runs every decode
   attention on the golden model (bit-exact with the RTL), with its own quantization: key
   smoothing from the prefill's keys per (layer, KV head) (``HpuAttention.start``), K / s and V
-  int8 with binary16 per-token scales, q * s int16 (``--set q_bits=8`` for int8).
+  int8 (``--set kv_bits=16 --set lanes=16``: int16) with binary16 per-token scales, q * s int16
+  (``--set q_bits=8`` for int8).
 * :class:`DenseProbe` wraps it. Each ``attend`` (one layer of a sub-batch) also appends the
   step's float k and v to float caches it keeps alongside, and computes, for every sequence
   and query head, float32 ``scaled_dot_product_attention`` on the unquantized q, K and V of
@@ -308,7 +309,14 @@ def measure(model, prompts, forced, params, *, smoothing=True, strength=None, to
         smoothing=smoothing,
         smoothing_strength=strength,
     )
-    probe = DenseProbe(hpu, c, q_bits=params.q_bits, smoothing=smoothing, strength=strength)
+    probe = DenseProbe(
+        hpu,
+        c,
+        q_bits=params.q_bits,
+        kv_bits=params.kv_bits,
+        smoothing=smoothing,
+        strength=strength,
+    )
     try:
         got = Decoder(model, probe).generate(prompts, steps, forced=forced, keep_logits=True)
     finally:
@@ -467,8 +475,8 @@ def main(argv=None) -> int:
         f"{label}: {c.n_layers} layers x {c.n_heads} query heads ({c.n_kv_heads} KV, head_dim "
         f"{c.head_dim}); texts {', '.join(args.texts)}: prompt {args.prompt_tokens} tokens, then "
         f"{args.tokens} teacher-forced decode steps each (query positions "
-        f"{args.prompt_tokens}..{length - 2}); int8 K/V, int{params.q_bits} q, key smoothing "
-        f"{smoothing}"
+        f"{args.prompt_tokens}..{length - 2}); int{params.kv_bits} K/V, int{params.q_bits} q, "
+        f"key smoothing {smoothing}"
     )
     print(
         f"every decode step x layer x query head: {summary['measurements']} relative L2 errors "

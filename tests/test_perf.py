@@ -445,3 +445,25 @@ def test_step_cycles_agree_with_runtime():
         assert set(predicted) == set(measured)
         for card, cycles in measured.items():
             assert predicted[card] == pytest.approx(cycles, rel=0.10), (step, card)
+
+
+def test_int16_kv_format_doubles_bytes_and_card_time():
+    """``kv_bits=16``: the same ports with half the lanes, so each token's rows take twice the
+    bytes and beats, and the cards' share of a decode step grows accordingly."""
+    from tandem.host.system.perf import decode_projection
+
+    rows = {
+        bits: decode_projection(
+            "llama-2-7b", "a100-80gb", [16], hpus=2, kv_bits=bits, input_tokens=1024
+        )[-1]
+        for bits in (8, 16)
+    }
+    card = {bits: row["hpu"] for bits, row in rows.items()}
+    assert card[8]["kv_format"].startswith("int8") and card[16]["kv_format"].startswith("int16")
+    # Per token and (layer, KV head): K and V rows of head_dim elements and two binary16 scales.
+    assert card[8]["kv_bytes_per_token"] == 2 * 128 + 4
+    assert card[16]["kv_bytes_per_token"] == 2 * 256 + 4
+    hpu = {bits: row["split_ms"]["hpu"] for bits, row in rows.items()}
+    assert 1.8 < hpu[16] / hpu[8] < 2.1, hpu
+    with pytest.raises(UserError, match="kv-bits"):
+        decode_projection("llama-2-7b", "a100-80gb", [16], hpus=2, kv_bits=4)

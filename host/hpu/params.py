@@ -118,7 +118,8 @@ class HpuParams(Params):
             raise ParamError(
                 "mem_data_bits",
                 f"mem_data_bits must be kv_bits * lanes ({self.kv_bits * self.lanes}) so that one "
-                f"beat feeds one cycle, not {self.mem_data_bits!r}",
+                f"beat feeds one cycle, not {self.mem_data_bits!r} (set lanes to "
+                f"{self.mem_data_bits // self.kv_bits} or mem_data_bits to match)",
             )
         if self.out_frac_bits >= self.out_bits:
             raise ParamError(

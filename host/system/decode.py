@@ -12,7 +12,8 @@ The split of the HPU paper (Rhee et al., arXiv 2504.16112):
 
 Quantization (what :mod:`tandem.host.hpu` documents): K is smoothed per channel with factors
 ``s`` (:func:`~tandem.host.hpu.key_smoothing` of the keys the prefill produced, once per
-sequence, layer and KV head), then K / s and V go to int8 with one binary16 scale per token; the
+sequence, layer and KV head), then K / s and V go to ``kv_bits`` integers (int8 by default, int16
+with ``kv_bits=16``) with one binary16 scale per token; the
 queries ``q * s`` go to int16 with one scale per vector, folded into the score scale
 (:func:`~tandem.host.hpu.score_scale`). Scores are unchanged by the smoothing.
 
@@ -212,9 +213,16 @@ class TorchAttention:
 
 
 def hpu_params_for(config: LlamaConfig, **overrides) -> HpuParams:
-    """The engine's parameters for ``config``: its head_dim and GQA group, defaults otherwise."""
+    """The engine's parameters for ``config``: its head_dim and GQA group, defaults otherwise.
+
+    ``kv_bits=16`` alone keeps the port width and halves ``lanes`` (a beat carries half as
+    many elements).
+    """
     values = {"head_dim": config.head_dim, "gqa_group": config.gqa_group}
     values.update(overrides)
+    if "lanes" not in overrides and "kv_bits" in overrides:
+        port = values.get("mem_data_bits", HpuParams().mem_data_bits)
+        values["lanes"] = port // values["kv_bits"]
     return HpuParams(**values)
 
 
@@ -340,8 +348,9 @@ class HpuAttention:
             )
         else:
             factors = np.ones((c.n_layers, c.n_kv_heads, c.head_dim))
-        ki, ks = quantize_rows(k_all / factors[:, :, None, :])
-        vi, vs = quantize_rows(v_all)
+        bits = self.params.kv_bits
+        ki, ks = quantize_rows(k_all / factors[:, :, None, :], bits)
+        vi, vs = quantize_rows(v_all, bits)
         slices = self._place(capacity)
         for s in slices:
             dev = self.devices[s.device]
@@ -374,7 +383,7 @@ class HpuAttention:
         qi, qs = quantize_rows(qn * factors[:, :, None, :], p.q_bits)
         qc = score_scale(qs, c.head_dim)
         kv_new[0] /= factors
-        (ki, vi), (ks, vs) = quantize_rows(kv_new)
+        (ki, vi), (ks, vs) = quantize_rows(kv_new, p.kv_bits)
         # Every (sequence, slice) the new token's attention covers, grouped by card: one call
         # per KV head of each, the token appended where its slice holds the new position.
         jobs: dict[int, list[tuple[int, _Slice, bool, bool]]] = {}

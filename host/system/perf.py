@@ -151,6 +151,7 @@ import numpy as np
 import yaml
 from tandem.host.hpu import HpuParams
 from tandem.host.hpu.cycles import Memory, batch_cycles, request_beats, request_cycles
+from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 from tandem.mappings.hpu.placement import CardSpace, Slice, place_batch
 
 from tandem.boards import Board, Gpu, load_board, load_gpu
@@ -744,6 +745,7 @@ def decode_projection(
     clock_mhz: float | None = None,
     latency: int = 100,
     pcie_latency_us: float = 0.0,
+    kv_bits: int = 8,
 ) -> list[dict]:
     """Project decode throughput for the GPU alone and, with ``hpus > 0``, GPU + HPUs.
 
@@ -765,6 +767,9 @@ def decode_projection(
         Read latency (cycles) of the measured stream efficiency to use.
     pcie_latency_us
         Fixed latency added to every transfer (default 0).
+    kv_bits
+        The cards' KV format: 8 (int8) or 16 (int16 rows, the same port width with half the
+        lanes, so twice the bytes and beats per token).
 
     Returns
     -------
@@ -810,7 +815,16 @@ def decode_projection(
             f"--hpu-latency {latency}: the stream efficiency was measured at read latencies "
             f"{', '.join(map(str, eff.latencies))} only"
         )
+    if kv_bits not in (8, 16):
+        raise UserError(f"--kv-bits must be 8 or 16, not {kv_bits}")
     params = hpu_params_for_model(m, max_seq_len=max(capacity_tokens, 1))
+    if kv_bits != params.kv_bits:
+        params = hpu_params_for_model(
+            m,
+            max_seq_len=max(capacity_tokens, 1),
+            kv_bits=kv_bits,
+            lanes=params.mem_data_bits // kv_bits,
+        )
     hbm = board.memory[0]
     fit = engine_fit(params, board)
     port_engines = max(1, int(hbm["channels"]) // params.read_ports)
@@ -849,7 +863,8 @@ def decode_projection(
             "read_latency_cycles": latency,
             "per": "call: one request of the busiest engine's read beats",
         },
-        "kv_format": "int8 rows + binary16 scale per token (KvLayout)",
+        "kv_format": f"int{params.kv_bits} rows + binary16 scale per token (KvLayout)",
+        "kv_bytes_per_token": 2 * params.layout.part_bytes // PAGE_TOKENS,
     }
     for b in batches:
         rows.append(
@@ -1111,6 +1126,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--pcie-latency-us", type=float, default=0.0, help="fixed latency per transfer (default 0)"
     )
+    parser.add_argument(
+        "--kv-bits",
+        type=int,
+        default=8,
+        choices=(8, 16),
+        help="the cards' KV format: int8 (default) or int16 rows (twice the bytes per token)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows")
     parser.add_argument("--plot", metavar="FILE", help="draw tokens/s against batch (PNG)")
 
@@ -1318,6 +1340,7 @@ def run(args) -> int:
         clock_mhz=args.hpu_clock_mhz,
         latency=args.hpu_latency,
         pcie_latency_us=args.pcie_latency_us,
+        kv_bits=args.kv_bits,
     )
     if args.plot:
         plot(rows, args.plot)

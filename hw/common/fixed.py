@@ -7,7 +7,7 @@ The rounding modes carry the same names and meanings as in :mod:`tandem.host.com
 from amaranth.hdl import Const, Mux, Shape, Value
 from tandem.host.common.fixed import ROUNDING_MODES, value_range
 
-__all__ = ["round_shift_right", "saturate"]
+__all__ = ["clamp", "clamp_changes", "round_shift_right", "saturate", "saturate_changes"]
 
 
 def round_shift_right(value: Value, shift: "int | Value", rounding: str = "half_up") -> Value:
@@ -54,3 +54,21 @@ def saturate(value: Value, shape: Shape) -> Value:
     return (
         clamped.as_signed()[: shape.width].as_signed() if shape.signed else clamped[: shape.width]
     )
+
+
+def saturate_changes(value: Value, shape: Shape) -> Value:
+    """Whether :func:`saturate` changes ``value`` (it lies outside the range of ``shape``)."""
+    shape = Shape.cast(shape)
+    lo, hi = value_range(shape.width, shape.signed)
+    value = Value.cast(value)
+    return (value > hi) | (value < lo)
+
+
+def clamp(value: Value, limit: int) -> Value:
+    """``value`` clamped into ``[-limit, limit]`` (a symmetric range, unlike :func:`saturate`)."""
+    return Mux(value > limit, limit, Mux(value < -limit, -limit, value))
+
+
+def clamp_changes(value: Value, limit: int) -> Value:
+    """Whether :func:`clamp` changes ``value``."""
+    return (value > limit) | (value < -limit)

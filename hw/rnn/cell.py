@@ -75,7 +75,7 @@ class Cell(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        ub, cb, gw, nb, hw = p.units_per_block, p.c_bits, p.gate_frac + 1, p.batch, p.h_word
+        ub, cb, gw = p.units_per_block, p.c_bits, p.gate_frac + 1
         gru = p.cell == "gru"
         exact_tanh = clamp_is_exact(p, "tanh")
         en = Signal()
@@ -89,38 +89,13 @@ class Cell(wiring.Component):
             m.d.sync += [valid[0].eq(self.i.valid), tag[0].eq(self.i.payload.tag)]
             m.d.sync += [valid[k].eq(valid[k - 1]) for k in (1, 2)]
             m.d.sync += [tag[k].eq(tag[k - 1]) for k in (1, 2)]
-        state_addr = [t.b * p.max_row_blocks + t.row for t in tag]
 
-        # stage 1: cell update (GRU: n's pre-activation)
-        sum_frac = p.gate_frac + max(p.gate_frac, p.cell_frac)
-        c_new = [Signal(signed(cb), name=f"c_new_{u}") for u in range(ub)]
-        n_pre = [Signal(signed(p.act_bits), name=f"n_pre_{u}") for u in range(ub)]
-        o_gate = [Signal(signed(gw + 1), name=f"o_gate_{u}") for u in range(ub)]
-        flags = []
-        for u in range(ub):
-            g = self.i.payload.gates[u]
-            c_old = Mux(self.i.payload.tag.step0, 0, self.i.payload.state[u])
-            with m.If(en):
-                if gru:  # c_new keeps the old h
-                    n_sum = g.n_x + round_shift_right(g.r * g.n_h, p.gate_frac, "half_up")
-                    m.d.sync += [
-                        n_pre[u].eq(clamp(n_sum, p.act_max)),
-                        c_new[u].eq(c_old),
-                        o_gate[u].eq(g.z),
-                    ]
-                    if not exact_tanh:
-                        flags.append(clamp_changes(n_sum, p.act_max))
-                else:  # c has cell_frac fraction bits
-                    fc = (g.f * c_old) << (sum_frac - p.gate_frac - p.cell_frac)
-                    ig = (g.i * g.g) << (sum_frac - 2 * p.gate_frac)
-                    c_sum = round_shift_right(fc + ig, sum_frac - p.cell_frac, "half_up")
-                    m.d.sync += [c_new[u].eq(saturate(c_sum, signed(cb))), o_gate[u].eq(g.o)]
-                    flags.append(saturate_changes(c_sum, signed(cb)))
+        c_new, n_pre, o_gate, flags = self._update(m, en)
         with m.If(en):
             m.d.sync += sat[0].eq(self.i.payload.sat | (Cat(*flags).any() if flags else 0))
         if not gru:
             m.d.comb += [
-                self.state_wr.addr.eq(state_addr[0]),
+                self.state_wr.addr.eq(tag[0].b * p.max_row_blocks + tag[0].row),
                 self.state_wr.data.eq(Cat(*c_new)),
                 self.state_wr.en.eq(en & valid[0]),
             ]
@@ -177,25 +152,7 @@ class Cell(wiring.Component):
         m.d.comb += beat_sat.eq(sat[2] | Cat(*h_flags).any())
         write = Signal()
         m.d.comb += [write.eq(en & valid[2]), self.written.eq(write)]
-        unit0 = tag[2].row * ub
-        groups = hw // ub
-        m.d.comb += [
-            self.h_wr.addr.eq(tag[2].par * (nb * p.h_words) + tag[2].b * p.h_words + unit0 // hw),
-            self.h_wr.data.eq(Cat(*(h_new * groups))),
-        ]
-        if groups > 1:
-            group = (unit0 % hw) // ub
-            for g in range(groups):
-                for u in range(ub):
-                    m.d.comb += self.h_wr.en[g * ub + u].eq(write & (group == g))
-        else:
-            m.d.comb += self.h_wr.en.eq(Mux(write, (1 << hw) - 1, 0))
-        if gru:  # the unit's h is its state: kept where an LSTM keeps c
-            m.d.comb += [
-                self.state_wr.addr.eq(state_addr[2]),
-                self.state_wr.data.eq(Cat(*h_new)),
-                self.state_wr.en.eq(write),
-            ]
+        self._write(m, tag[2], h_new, write)
         sat_seen = Signal()  # a counted place saturated in this sequence
         with m.If(self.start):
             m.d.sync += sat_seen.eq(0)
@@ -210,3 +167,61 @@ class Cell(wiring.Component):
             ]
         m.d.comb += self.busy.eq(self.o.valid | valid[2])
         return m
+
+    def _update(self, m, en):
+        """Stage 1: c' (LSTM) or n's clamped pre-activation (GRU), the output gate (z) and the
+        old state carried on; returns them and the flags of counted saturations."""
+        p = self.params
+        ub, cb, gw = p.units_per_block, p.c_bits, p.gate_frac + 1
+        gru = p.cell == "gru"
+        exact_tanh = clamp_is_exact(p, "tanh")
+        sum_frac = p.gate_frac + max(p.gate_frac, p.cell_frac)
+        c_new = [Signal(signed(cb), name=f"c_new_{u}") for u in range(ub)]
+        n_pre = [Signal(signed(p.act_bits), name=f"n_pre_{u}") for u in range(ub)]
+        o_gate = [Signal(signed(gw + 1), name=f"o_gate_{u}") for u in range(ub)]
+        flags = []
+        for u in range(ub):
+            g = self.i.payload.gates[u]
+            c_old = Mux(self.i.payload.tag.step0, 0, self.i.payload.state[u])
+            with m.If(en):
+                if gru:  # c_new keeps the old h
+                    n_sum = g.n_x + round_shift_right(g.r * g.n_h, p.gate_frac, "half_up")
+                    m.d.sync += [
+                        n_pre[u].eq(clamp(n_sum, p.act_max)),
+                        c_new[u].eq(c_old),
+                        o_gate[u].eq(g.z),
+                    ]
+                    if not exact_tanh:
+                        flags.append(clamp_changes(n_sum, p.act_max))
+                else:  # c has cell_frac fraction bits
+                    fc = (g.f * c_old) << (sum_frac - p.gate_frac - p.cell_frac)
+                    ig = (g.i * g.g) << (sum_frac - 2 * p.gate_frac)
+                    c_sum = round_shift_right(fc + ig, sum_frac - p.cell_frac, "half_up")
+                    m.d.sync += [c_new[u].eq(saturate(c_sum, signed(cb))), o_gate[u].eq(g.o)]
+                    flags.append(saturate_changes(c_sum, signed(cb)))
+        return c_new, n_pre, o_gate, flags
+
+    def _write(self, m, tag, h_new, write):
+        """Stage 4: the new h into the h memory (its units' lanes of the h word) and, for a
+        GRU, into the state memory."""
+        p = self.params
+        ub, nb, hw = p.units_per_block, p.batch, p.h_word
+        unit0 = tag.row * ub
+        groups = hw // ub
+        m.d.comb += [
+            self.h_wr.addr.eq(tag.par * (nb * p.h_words) + tag.b * p.h_words + unit0 // hw),
+            self.h_wr.data.eq(Cat(*(h_new * groups))),
+        ]
+        if groups > 1:
+            group = (unit0 % hw) // ub
+            for g in range(groups):
+                for u in range(ub):
+                    m.d.comb += self.h_wr.en[g * ub + u].eq(write & (group == g))
+        else:
+            m.d.comb += self.h_wr.en.eq(Mux(write, (1 << hw) - 1, 0))
+        if p.cell == "gru":  # the unit's h is its state: kept where an LSTM keeps c
+            m.d.comb += [
+                self.state_wr.addr.eq(tag.b * p.max_row_blocks + tag.row),
+                self.state_wr.data.eq(Cat(*h_new)),
+                self.state_wr.en.eq(write),
+            ]

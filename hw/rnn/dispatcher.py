@@ -180,8 +180,15 @@ class Dispatcher(wiring.Component):
         with m.If(draining & (done == cur_base) & ~self.busy):
             m.d.sync += draining.eq(0)
 
-        # the issued beat, registered with the operand and weight reads
-        slice_count = hw // tc
+        self._emit(m, issue, entry, t, b, x_rd.data, w_data)
+        return m
+
+    def _emit(self, m, issue, entry, t, b, x_word, w_word):
+        """Registers the issued beat (the program ``entry`` for batch element ``b`` at step
+        ``t``) with the operand and weight reads, and drives ``o`` from it."""
+        p, tc = self.params, self.params.tile_cols
+        en = self.o.ready
+        slice_count = p.h_word // tc
         ctrl_layout = data.StructLayout(
             {
                 "valid": 1,
@@ -212,7 +219,7 @@ class Dispatcher(wiring.Component):
 
         beat = self.o.payload
         for k in range(tc):
-            x_k = x_rd.data[k * STATE_BITS : (k + 1) * STATE_BITS]
+            x_k = x_word.word_select(k, STATE_BITS)
             h_k = self.h_rd.data.word_select(k, STATE_BITS)
             for s in range(1, slice_count):
                 h_k = Mux(ctrl.slice == s, self.h_rd.data.word_select(s * tc + k, STATE_BITS), h_k)
@@ -222,6 +229,5 @@ class Dispatcher(wiring.Component):
             beat.tag.eq(ctrl.tag),
             beat.first.eq(ctrl.first),
             beat.last.eq(ctrl.last),
-            beat.weights.eq(w_data),
+            beat.weights.eq(w_word),
         ]
-        return m

@@ -127,6 +127,7 @@ def test_mac_array_sums_row_blocks_from_their_bias(shape):
         {},
         {"cell": "gru"},
         {"act_range_bits": 3, "tile_rows": 16},  # sigmoid's clamp is not exact: counted
+        {"act_range_bits": 3, "state_frac": 8, "act_segment_bits": 11},  # no remainder bits
     ],
 )
 def test_activations_match_the_tables_and_count_clamps(overrides):

@@ -61,7 +61,8 @@ def table_value(params: RnnParams, kind: str, neg, rem, word):
     p = params
     gw = p.gate_frac + 1
     base, slope = word[:gw], word[gw:]
-    y = base + (round_shift_right(slope * rem, p.rem_bits, "half_up") if p.rem_bits else slope)
+    # Without remainder bits a segment is one input value: its base alone (as the golden model).
+    y = base + round_shift_right(slope * rem, p.rem_bits, "half_up") if p.rem_bits else base
     return Mux(neg, (1 << p.gate_frac) - y, y) if kind == "sigmoid" else Mux(neg, -y, y)
 
 

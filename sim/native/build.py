@@ -7,8 +7,12 @@ valid, ready and payload, each AXI4 port's channels; :func:`binding_source`) tha
 ``libtandem_native.so`` with the machine's C++ compiler. Builds are cached like the cocotb
 ones, under ``~/.cache/tandem/sim/<design>-native-<key>`` (``tandem cache`` lists and cleans
 them), keyed by the design, its parameters, the Verilog, Verilator's version, the harness
-source and whether waves (FST) are recorded; a file lock serializes concurrent builds of one
-key.
+source, the build flags and whether waves (FST) are recorded; a file lock serializes
+concurrent builds of one key.
+
+The build Verilates first, then reads the generated model (:func:`fast_eval_shape`): when its
+evaluation has the one shape the harness's fast evaluation relies on, the binding turns that
+on (``TANDEM_FAST_EVAL``, see ``harness.h``), and the C++ is compiled after.
 """
 
 import hashlib
@@ -23,11 +27,17 @@ from tandem.errors import ToolError
 from tandem.generate import generate, tool_versions
 from tandem.registry import Design
 
-__all__ = ["LIBRARY", "binding_source", "build_native", "native_key"]
+__all__ = ["LIBRARY", "binding_source", "build_native", "fast_eval_shape", "native_key"]
 
 #: File name of the built library inside its build folder.
 LIBRARY = "libtandem_native.so"
 HARNESS = Path(__file__).with_name("harness.h")
+#: Verilator's options besides the files, the top and the output (part of the cache key).
+VERILATOR_FLAGS = ("-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3", "--output-split", "0")
+#: The C++ compiler's options for the model and the harness (part of the cache key). Verilator's
+#: makefile puts its own ``-Os`` (OPT_FAST) after the user's flags for the harness, so the build
+#: sets OPT_FAST as well.
+CXX_FLAGS = ("-fPIC", "-O3", "-march=native")
 
 _READ_SIGNALS = (
     "araddr",
@@ -65,10 +75,23 @@ def _member(port: str) -> str:
     return "top->" + re.sub("__", "___05F", port)
 
 
-def binding_source(manifest: dict) -> str:
-    """C++ ``bind_ports`` registering every stream and AXI port the manifest lists."""
+def binding_source(manifest: dict, *, fast_eval: bool = False) -> str:
+    """C++ ``bind_ports`` registering every stream and AXI port the manifest lists, and every
+    input but the clock (the fast evaluation compares them); ``fast_eval`` turns it on."""
     ports = {p["name"]: p for p in manifest["ports"]}
-    lines = ['#include "harness.h"', "", "void bind_ports(tandem::Harness& h, Vtop* top) {"]
+    lines = [
+        f"#define TANDEM_FAST_EVAL {int(fast_eval)}",
+        '#include "harness.h"',
+        "",
+        "void bind_ports(tandem::Harness& h, Vtop* top) {",
+    ]
+    for port in manifest["ports"]:
+        if port["direction"] == "input" and port.get("role") != "clock":
+            member = _member(port["name"])
+            lines.append(
+                f"    h.inputs.emplace_back(reinterpret_cast<uint8_t*>(&{member}), "
+                f"sizeof({member}));"
+            )
     for name, stream in manifest["streams"].items():
         width = int(stream["payload_width"])
         payload = _member(f"{name}__payload")
@@ -161,6 +184,7 @@ def native_key(design: Design, params: Params, verilog_sha: str, waves: bool) ->
         "verilog": verilog_sha,
         "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest(),
         "binding": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "flags": [VERILATOR_FLAGS, CXX_FLAGS],
         "waves": waves,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
@@ -203,31 +227,86 @@ def build_native(
             for name, content in files.items():
                 (build_dir / name).write_bytes(content)
             manifest = json.loads(files[manifest_path.name])
-            (build_dir / "bind.cpp").write_text(binding_source(manifest))
-            _compile(design, build_dir, waves)
+            _compile(design, manifest, build_dir, waves)
             (build_dir / ".tandem-built").write_text("ok\n")
     return library, json.loads(manifest_path.read_text())
 
 
-def _compile(design: Design, build_dir: Path, waves: bool) -> None:
-    cflags = f"-fPIC -O3 -march=native -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
-    command = [
+def _function(source: str, name: str) -> str | None:
+    """The body of the generated C++ function ``name`` (Verilator closes each at column 0)."""
+    match = re.search(rf"^\w[\w ]*\b{name}\(Vtop___024root\* vlSelf\) \{{\n(.*?)^\}}", source,
+                      re.M | re.S)  # fmt: skip
+    return None if match is None else match.group(1)
+
+
+def _statements(body: str) -> str:
+    """A function body without its debug lines, comments and whitespace."""
+    keep = [
+        line
+        for line in body.splitlines()
+        if not line.strip().startswith(("VL_DEBUG_IF", "Vtop__Syms*", "auto& vlSelfRef", "//"))
+    ]
+    return re.sub(r"\s+", "", "".join(keep))
+
+
+#: The active region's triggers of a model clocked by the rising edge of ``clk`` alone.
+_RISING_CLK = (
+    "vlSelfRef.__VactTriggered[0U]=(QData)((IData)(((IData)(vlSelfRef.clk)"
+    "&(~(IData)(vlSelfRef.__Vtrigprevexpr___TOP__clk__0)))));"
+    "vlSelfRef.__Vtrigprevexpr___TOP__clk__0=vlSelfRef.clk;"
+)
+
+
+def fast_eval_shape(obj_dir: Path) -> str | None:
+    """Why the Verilated model in ``obj_dir`` cannot take the harness's fast evaluation, or
+    None when it can.
+
+    The fast evaluation calls the model's own active and NBA phases for a rising edge and
+    skips a falling edge whose inputs did not change (``harness.h``), which is the model's
+    eval() exactly when: eval() runs the ico, act and nba phases and no others; the only
+    trigger is the rising edge of ``clk`` (no other clock, no reset edge, no falling edge); no
+    ico logic reads ``clk``. Anything else (another Verilator's code, ``--threads``, a second
+    clock) leaves the plain eval().
+    """
+    sources = sorted(p for p in obj_dir.glob("Vtop___024root*.cpp") if "Slow" not in p.name)
+    source = "\n".join(p.read_text() for p in sources)
+    body = _function(source, "Vtop___024root___eval")
+    if body is None:
+        return "no Vtop___024root___eval"
+    phases = set(re.findall(r"Vtop___024root___eval_phase__(\w+)\(", body))
+    if phases != {"ico", "act", "nba"}:
+        return f"eval() runs the phases {sorted(phases)}"
+    for name in ("Vtop___024root___eval_phase__act", "Vtop___024root___eval_phase__nba"):
+        if _function(source, name) is None:
+            return f"no {name}"
+    triggers = _function(source, r"Vtop___024root___eval_triggers(?:_vec)?__act")
+    if triggers is None or _statements(triggers) != _RISING_CLK:
+        return "the active region is not triggered by the rising edge of clk alone"
+    for match in re.finditer(r"^\w[\w ]*\b(Vtop___024root___\w*ico\w*)\(", source, re.M):
+        body = _function(source, match.group(1))
+        if body is not None and re.search(r"vlSelfRef\.clk\b", body):
+            return f"{match.group(1)} reads clk"
+    return None
+
+
+def _run(command: list[str], cwd: Path, log) -> int:
+    log.write(" ".join(command) + "\n")
+    log.flush()
+    return subprocess.run(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def _compile(design: Design, manifest: dict, build_dir: Path, waves: bool) -> None:
+    cxx_flags = " ".join(CXX_FLAGS)
+    cflags = f"{cxx_flags} -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
+    verilate = [
         "verilator",
         "--cc",
         "--exe",
-        "--build",
-        "-j",
-        "2",
         "--prefix",
         "Vtop",
         "--top-module",
         design.top,
-        "-Wno-fatal",
-        "-Wno-lint",
-        "-Wno-style",
-        "-O3",
-        "--output-split",
-        "0",
+        *VERILATOR_FLAGS,
         "-CFLAGS",
         cflags,
         "-LDFLAGS",
@@ -240,12 +319,18 @@ def _compile(design: Design, build_dir: Path, waves: bool) -> None:
         "bind.cpp",
     ]
     if waves:
-        command[1:1] = ["--trace-fst", "--trace-structs"]
+        verilate[1:1] = ["--trace-fst", "--trace-structs"]
+    make = ["make", "-C", "obj", "-f", "Vtop.mk", "-j", "2", f"OPT_FAST={CXX_FLAGS[1]}"]
+    bind = build_dir / "bind.cpp"
+    bind.write_text(binding_source(manifest))
     with open(build_dir / "build.log", "w") as log:
-        log.write(" ".join(command) + "\n")
-        log.flush()
-        done = subprocess.run(command, cwd=build_dir, stdout=log, stderr=subprocess.STDOUT)
-    if done.returncode != 0 or not (build_dir / LIBRARY).exists():
+        done = _run(verilate, build_dir, log)
+        if done == 0:
+            why = "waves are recorded" if waves else fast_eval_shape(build_dir / "obj")
+            log.write(f"fast evaluation: {'off, ' + why if why else 'on'}\n")
+            bind.write_text(binding_source(manifest, fast_eval=why is None))
+            done = _run(make, build_dir, log)
+    if done != 0 or not (build_dir / LIBRARY).exists():
         lines = (build_dir / "build.log").read_text(errors="replace").splitlines()
         errors = [line for line in lines if "error" in line.lower()] or lines
         raise ToolError(

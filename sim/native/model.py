@@ -13,26 +13,128 @@ import ctypes
 from pathlib import Path
 
 import numpy as np
+from tandem.host.common import bits
 
-__all__ = ["NativeModel", "ints_to_words", "words_to_ints"]
+__all__ = [
+    "NativeModel",
+    "fields_to_words",
+    "ints_to_words",
+    "words_to_fields",
+    "words_to_ints",
+]
 
 _u32p = np.ctypeslib.ndpointer(dtype=np.uint32, flags="C_CONTIGUOUS")
 _u64p = np.ctypeslib.ndpointer(dtype=np.uint64, flags="C_CONTIGUOUS")
 
 
-def ints_to_words(values, words: int) -> np.ndarray:
-    """Beats from non-negative ints (already masked to the port width): ``(n, words)``."""
-    values = list(values)
-    raw = b"".join(int(v).to_bytes(4 * words, "little") for v in values)
+def ints_to_words(values, words: int, width: int | None = None) -> np.ndarray:
+    """Beats ``(n, words)`` from ints, masked to ``width`` bits (all ``32 * words`` bits when
+    None); a negative int gives its two's complement bits."""
+    width = 32 * words if width is None else width
+    if width <= 64:  # one numpy pass where every value fits an int64 or a uint64
+        array = np.asarray(values)
+        if array.dtype.kind in "iu" and array.ndim == 1:
+            mask = np.uint64((1 << width) - 1)
+            wide = array.astype(np.int64).view(np.uint64) if array.dtype.kind == "i" else array
+            wide = wide.astype(np.uint64) & mask
+            return np.ascontiguousarray(wide.view("<u4").reshape(-1, 2)[:, :words])
+    mask = (1 << width) - 1
+    values = [int(v) & mask for v in values]
+    raw = b"".join(v.to_bytes(4 * words, "little") for v in values)
     return np.frombuffer(raw, dtype="<u4").reshape(len(values), words).astype(np.uint32)
 
 
-def words_to_ints(array: np.ndarray) -> list[int]:
-    """Ints from beats ``(n, words)``."""
+def words_to_ints(array: np.ndarray, *, signed_width: int | None = None) -> list[int]:
+    """Ints from beats ``(n, words)``; read as ``signed_width``-bit two's complement when
+    given."""
     data = np.ascontiguousarray(array, dtype="<u4")
+    if data.shape[1] <= 2:
+        wide = np.zeros((len(data), 2), np.uint32)
+        wide[:, : data.shape[1]] = data
+        values = wide.view("<u8")[:, 0]
+        if signed_width is None:
+            return values.tolist()
+        if signed_width == 64:
+            return values.view(np.int64).tolist()
+        top = np.uint64(1 << (signed_width - 1))
+        return ((values ^ top).astype(np.int64) - np.int64(1 << (signed_width - 1))).tolist()
     step = data.shape[1] * 4
     raw = data.tobytes()
-    return [int.from_bytes(raw[i : i + step], "little") for i in range(0, len(raw), step)]
+    out = [int.from_bytes(raw[i : i + step], "little") for i in range(0, len(raw), step)]
+    if signed_width is not None:
+        top = 1 << (signed_width - 1)
+        out = [v - (top << 1) if v & top else v for v in out]
+    return out
+
+
+def _columns(widths, signed: bool | None) -> list[tuple[bits.Field, int]]:
+    """``(field, bit offset)`` of every scalar element of the field list ``widths``."""
+    columns = []
+    for field, offset in bits.field_offsets(bits.as_fields(widths, signed=signed)):
+        if field.width > 64:
+            raise ValueError(f"field {field.name!r}: fields of at most 64 bits, not {field.width}")
+        columns += [(field, offset + i * field.width) for i in range(field.elements)]
+    return columns
+
+
+def fields_to_words(widths, rows, words: int, width: int) -> np.ndarray:
+    """Beats ``(n, words)`` packing each row of ``rows`` (``[n, columns]`` ints) into the
+    fields ``widths`` (the first lowest, raw fields: a value fits when its signed or its
+    unsigned reading does), masked to the port's ``width``. The beats
+    :func:`tandem.host.common.bits.pack_rows` gives, without a Python int per beat."""
+    columns = _columns(widths, None)
+    rows = np.asarray(rows)
+    if rows.ndim == 1 and len(columns) == 1:
+        rows = rows[:, None]
+    if rows.ndim != 2 or rows.shape[1] != len(columns):
+        raise ValueError(f"rows must be [n, {len(columns)}], not {list(rows.shape)}")
+    top = max((offset + field.width for field, offset in columns), default=0)
+    out = np.zeros((len(rows), max(words, -(-top // 32)) + 2), np.uint64)
+    for index, (field, offset) in enumerate(columns):
+        column = rows[:, index].astype(np.int64)
+        w = field.width
+        low = -(1 << (w - 1)) if field.signed is not False else 0
+        high = (1 << (w - 1)) - 1 if field.signed else (1 << w) - 1
+        bad = (column < low) | (column > high) if w < 64 else column < low
+        if np.any(bad):
+            value = int(column[np.argmax(bad)])
+            kind = {None: "raw", True: "signed", False: "unsigned"}[field.signed]
+            raise ValueError(
+                f"field {field.name!r} = {value} does not fit {kind} {w} bits ({low}..{high})"
+            )
+        value = column.view(np.uint64) & np.uint64((1 << w) - 1)
+        word, shift = divmod(offset, 32)
+        out[:, word] |= (value << np.uint64(shift)) & np.uint64(0xFFFFFFFF)
+        out[:, word + 1] |= (value >> np.uint64(32 - shift)) & np.uint64(0xFFFFFFFF)
+        if shift:
+            out[:, word + 2] |= value >> np.uint64(64 - shift)
+    beats = out[:, :words].astype(np.uint32)
+    if width % 32:
+        beats[:, -1] &= np.uint32((1 << (width % 32)) - 1)
+    return beats
+
+
+def words_to_fields(array: np.ndarray, widths) -> np.ndarray:
+    """The signed fields ``widths`` of each beat of ``array`` (``(n, words)``): int64
+    ``[n, columns]``, as :func:`tandem.host.common.bits.unpack_rows` reads them."""
+    columns = _columns(widths, True)
+    top = max((offset + field.width for field, offset in columns), default=0)
+    data = np.zeros((len(array), max(array.shape[1], -(-top // 32)) + 2), np.uint64)
+    data[:, : array.shape[1]] = array
+    out = np.zeros((len(array), len(columns)), np.int64)
+    for index, (field, offset) in enumerate(columns):
+        word, shift = divmod(offset, 32)
+        value = (data[:, word] >> np.uint64(shift)) | (data[:, word + 1] << np.uint64(32 - shift))
+        if shift:
+            value |= data[:, word + 2] << np.uint64(64 - shift)
+        w = field.width
+        if w < 64:
+            sign = np.uint64(1 << (w - 1))
+            value = ((value & np.uint64((1 << w) - 1)) ^ sign).astype(np.int64) - np.int64(
+                1 << (w - 1)
+            )
+        out[:, index] = value.view(np.int64) if value.dtype == np.uint64 else value
+    return out
 
 
 class NativeModel:
@@ -57,6 +159,7 @@ class NativeModel:
             "tn_new": (vp, [u64, ctypes.c_char_p]),
             "tn_free": (None, [vp]),
             "tn_traced": (i32, []),
+            "tn_fast_eval": (i32, [vp, i32]),
             "tn_source": (i32, [vp, ctypes.c_char_p]),
             "tn_sink": (i32, [vp, ctypes.c_char_p]),
             "tn_cycle": (u64, [vp]),
@@ -113,8 +216,7 @@ class NativeModel:
     def _beats(self, port: str, beats) -> np.ndarray:
         if isinstance(beats, np.ndarray) and beats.dtype == np.uint32 and beats.ndim == 2:
             return np.ascontiguousarray(beats)
-        mask = (1 << self.width(port)) - 1
-        return ints_to_words([int(v) & mask for v in beats], self.words(port))
+        return ints_to_words(beats, self.words(port), self.width(port))
 
     def send(self, port: str, beats) -> None:
         """Queue ``beats`` (ints, or a ``(n, words)`` uint32 array) on input stream ``port``."""
@@ -183,6 +285,11 @@ class NativeModel:
     def until_memory_idle(self, deadline: int) -> bool:
         """Step until no read burst is in flight and every write is answered."""
         return self._lib.tn_until_memory_idle(self._h, int(deadline)) == 0
+
+    def fast_eval(self, on: bool) -> bool:
+        """Turn the fast evaluation (``harness.h``, "Evaluation") on or off; whether it is on
+        (never for a build whose model was not in the shape it needs, nor with waves)."""
+        return bool(self._lib.tn_fast_eval(self._h, int(on)))
 
     # --- device memory -----------------------------------------------------------------
     def hold_memory(self, held: bool) -> None:

@@ -17,17 +17,12 @@ from multiprocessing.connection import Connection
 import numpy as np
 from tandem.host.common import bits
 
-from .model import NativeModel, words_to_ints
+from .model import NativeModel, fields_to_words, ints_to_words, words_to_fields, words_to_ints
 
 __all__ = ["HpuServer", "StreamServer", "serve"]
 
 #: Edges of reset at start and after a failed request, as the cocotb testbenches hold it.
 RESET_CYCLES = 2
-
-
-def _to_signed(values: list[int], width: int) -> list[int]:
-    top = 1 << (width - 1)
-    return [v - (1 << width) if v & top else v for v in values]
 
 
 class StreamServer:
@@ -47,14 +42,16 @@ class StreamServer:
             raise ValueError(f"{self.design} has no stream {name!r} here (has {names})")
         return name
 
-    def _payloads(self, spec) -> list[int]:
+    def _payloads(self, name: str, spec) -> np.ndarray:
+        """The beats of a ``send``/``load`` step as ``(n, words)`` uint32."""
+        words, width = self.model.words(name), self.model.width(name)
         if isinstance(spec, tuple) and spec and spec[0] == "fields":
             _, widths, rows = spec
             rows = np.asarray(rows, np.int64)
             if rows.size == 0:
-                return []
-            return bits.pack_rows(bits.as_fields(widths), rows.reshape(len(rows), -1))
-        return [int(v) for v in spec]
+                return np.zeros((0, words), np.uint32)
+            return fields_to_words(widths, rows.reshape(len(rows), -1), words, width)
+        return ints_to_words(spec, words, width)
 
     def run(self, steps, budget: int):
         model = self.model
@@ -71,7 +68,7 @@ class StreamServer:
             op = step[0]
             if op in ("send", "load"):
                 name = self._port(step[1], self.inputs)
-                beats = self._payloads(step[2])
+                beats = self._payloads(name, step[2])
                 model.send(name, beats)
                 if op == "load" and not model.until_sent(name, deadline):
                     raise TimeoutError(
@@ -93,16 +90,13 @@ class StreamServer:
                     raise TimeoutError(
                         f"{name}: {count} beats: not done within the budget of the request"
                     )
-                beats = words_to_ints(model.take(name, count))
-                stream = model.streams[name]
-                if stream["payload_signed"]:
-                    beats = _to_signed(beats, int(stream["payload_width"]))
+                words = model.take(name, count)
                 if len(step) > 3:
-                    widths = step[3]
-                    fields = bits.as_fields(widths, signed=True)
-                    mask = (1 << bits.payload_bits(fields)) - 1
-                    array = bits.unpack_rows(fields, [b & mask for b in beats])
-                    beats = array.reshape(-1, len(widths))
+                    beats = words_to_fields(words, step[3]).reshape(-1, len(step[3]))
+                else:
+                    stream = model.streams[name]
+                    signed = int(stream["payload_width"]) if stream["payload_signed"] else None
+                    beats = words_to_ints(words, signed_width=signed)
                 outputs.append(beats)
             else:
                 raise ValueError(f"unknown step {op!r}")

@@ -10,7 +10,9 @@ significant word first.
 """
 
 import ctypes
+import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tandem.host.common import bits
@@ -67,48 +69,91 @@ def words_to_ints(array: np.ndarray, *, signed_width: int | None = None) -> list
     return out
 
 
-def _columns(widths, signed: bool | None) -> list[tuple[bits.Field, int]]:
-    """``(field, bit offset)`` of every scalar element of the field list ``widths``."""
-    columns = []
+class _Plan(NamedTuple):
+    """How the scalar elements of a field list sit in a beat, as arrays over the elements
+    (sorted by position; ``order`` maps them back to the field list's order)."""
+
+    fields: list[bits.Field]  # the field of each element
+    order: np.ndarray  # element index in the field list
+    width: np.ndarray  # int64 bits
+    low: np.ndarray  # int64 lowest value that fits
+    span: np.ndarray  # uint64 highest minus lowest value that fits
+    mask: np.ndarray  # uint64 2**width - 1
+    word: np.ndarray  # int64 index of the 64-bit word holding the lowest bit
+    shift: np.ndarray  # uint64 position of the lowest bit in that word
+    split: np.ndarray  # int64 elements that reach into the next word
+    words: int  # 64-bit words up to the top of the highest element
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(widths: tuple, signed: bool | None) -> _Plan:
+    fields, offsets = [], []
     for field, offset in bits.field_offsets(bits.as_fields(widths, signed=signed)):
         if field.width > 64:
             raise ValueError(f"field {field.name!r}: fields of at most 64 bits, not {field.width}")
-        columns += [(field, offset + i * field.width) for i in range(field.elements)]
-    return columns
+        fields += [field] * field.elements
+        offsets += [offset + i * field.width for i in range(field.elements)]
+    offset = np.array(offsets, np.int64)
+    order = np.argsort(offset, kind="stable")
+    fields, offset = [fields[i] for i in order], offset[order]
+    lows, highs = [], []
+    for f in fields:
+        lows.append(-(1 << (f.width - 1)) if f.signed is not False else 0)
+        highs.append((1 << (f.width - 1)) - 1 if f.signed else (1 << f.width) - 1)
+    width = np.array([f.width for f in fields], np.int64)
+    shift = offset % 64
+    return _Plan(
+        fields=fields,
+        order=order,
+        width=width,
+        low=np.array(lows, np.int64),
+        span=np.array([min(h - lo, 2**64 - 1) for h, lo in zip(highs, lows)], np.uint64),
+        mask=np.array([(1 << w) - 1 for w in width.tolist()], np.uint64),
+        word=offset // 64,
+        shift=shift.astype(np.uint64),
+        split=np.flatnonzero(shift + width > 64),
+        words=-(-int(np.max(offset + width, initial=0)) // 64),
+    )
+
+
+def _starts(target: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of the sorted ``target`` starts."""
+    return np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
 
 
 def fields_to_words(widths, rows, words: int, width: int) -> np.ndarray:
     """Beats ``(n, words)`` packing each row of ``rows`` (``[n, columns]`` ints) into the
     fields ``widths`` (the first lowest, raw fields: a value fits when its signed or its
     unsigned reading does), masked to the port's ``width``. The beats
-    :func:`tandem.host.common.bits.pack_rows` gives, without a Python int per beat."""
-    columns = _columns(widths, None)
+    :func:`tandem.host.common.bits.pack_rows` gives, in a few numpy passes over all the
+    columns at once (a request carries thousands of beats of tens of fields)."""
+    plan = _plan(tuple(widths), None)
     rows = np.asarray(rows)
-    if rows.ndim == 1 and len(columns) == 1:
+    if rows.ndim == 1 and len(plan.fields) == 1:
         rows = rows[:, None]
-    if rows.ndim != 2 or rows.shape[1] != len(columns):
-        raise ValueError(f"rows must be [n, {len(columns)}], not {list(rows.shape)}")
-    top = max((offset + field.width for field, offset in columns), default=0)
-    out = np.zeros((len(rows), max(words, -(-top // 32)) + 2), np.uint64)
-    for index, (field, offset) in enumerate(columns):
-        column = rows[:, index].astype(np.int64)
-        w = field.width
-        low = -(1 << (w - 1)) if field.signed is not False else 0
-        high = (1 << (w - 1)) - 1 if field.signed else (1 << w) - 1
-        bad = (column < low) | (column > high) if w < 64 else column < low
-        if np.any(bad):
-            value = int(column[np.argmax(bad)])
-            kind = {None: "raw", True: "signed", False: "unsigned"}[field.signed]
-            raise ValueError(
-                f"field {field.name!r} = {value} does not fit {kind} {w} bits ({low}..{high})"
-            )
-        value = column.view(np.uint64) & np.uint64((1 << w) - 1)
-        word, shift = divmod(offset, 32)
-        out[:, word] |= (value << np.uint64(shift)) & np.uint64(0xFFFFFFFF)
-        out[:, word + 1] |= (value >> np.uint64(32 - shift)) & np.uint64(0xFFFFFFFF)
-        if shift:
-            out[:, word + 2] |= value >> np.uint64(64 - shift)
-    beats = out[:, :words].astype(np.uint32)
+    if rows.ndim != 2 or rows.shape[1] != len(plan.fields):
+        raise ValueError(f"rows must be [n, {len(plan.fields)}], not {list(rows.shape)}")
+    rows = rows.astype(np.int64)[:, plan.order]
+    bad = (rows - plan.low).view(np.uint64) > plan.span  # below low wraps to a huge value
+    if np.any(bad):
+        row, column = np.unravel_index(np.argmax(bad), bad.shape)
+        field, low = plan.fields[column], int(plan.low[column])
+        kind = {None: "raw", True: "signed", False: "unsigned"}[field.signed]
+        raise ValueError(
+            f"field {field.name!r} = {int(rows[row, column])} does not fit {kind} "
+            f"{field.width} bits ({low}..{low + int(plan.span[column])})"
+        )
+    value = rows.view(np.uint64) & plan.mask
+    out = np.zeros((len(rows), max(-(-words // 2), plan.words) + 1), np.uint64)
+    if len(rows) and len(plan.fields):  # the fields' bits never overlap: a sum is their OR
+        starts = _starts(plan.word)
+        out[:, plan.word[starts]] = np.add.reduceat(value << plan.shift, starts, axis=1)
+        if len(plan.split):
+            high = value[:, plan.split] >> (np.uint64(64) - plan.shift[plan.split])
+            target = plan.word[plan.split] + 1
+            starts = _starts(target)
+            out[:, target[starts]] += np.add.reduceat(high, starts, axis=1)
+    beats = np.ascontiguousarray(out.view("<u4")[:, :words])
     if width % 32:
         beats[:, -1] &= np.uint32((1 << (width % 32)) - 1)
     return beats
@@ -117,23 +162,18 @@ def fields_to_words(widths, rows, words: int, width: int) -> np.ndarray:
 def words_to_fields(array: np.ndarray, widths) -> np.ndarray:
     """The signed fields ``widths`` of each beat of ``array`` (``(n, words)``): int64
     ``[n, columns]``, as :func:`tandem.host.common.bits.unpack_rows` reads them."""
-    columns = _columns(widths, True)
-    top = max((offset + field.width for field, offset in columns), default=0)
-    data = np.zeros((len(array), max(array.shape[1], -(-top // 32)) + 2), np.uint64)
+    plan = _plan(tuple(widths), True)
+    data = np.zeros((len(array), 2 * (max(-(-array.shape[1] // 2), plan.words) + 1)), "<u4")
     data[:, : array.shape[1]] = array
-    out = np.zeros((len(array), len(columns)), np.int64)
-    for index, (field, offset) in enumerate(columns):
-        word, shift = divmod(offset, 32)
-        value = (data[:, word] >> np.uint64(shift)) | (data[:, word + 1] << np.uint64(32 - shift))
-        if shift:
-            value |= data[:, word + 2] << np.uint64(64 - shift)
-        w = field.width
-        if w < 64:
-            sign = np.uint64(1 << (w - 1))
-            value = ((value & np.uint64((1 << w) - 1)) ^ sign).astype(np.int64) - np.int64(
-                1 << (w - 1)
-            )
-        out[:, index] = value.view(np.int64) if value.dtype == np.uint64 else value
+    data = data.view(np.uint64)
+    value = data[:, plan.word] >> plan.shift
+    if len(plan.split):
+        split = plan.split
+        value[:, split] |= data[:, plan.word[split] + 1] << (np.uint64(64) - plan.shift[split])
+    value &= plan.mask
+    sign = np.uint64(1) << (plan.width - 1).astype(np.uint64)
+    out = np.empty_like(value, dtype=np.int64)
+    out[:, plan.order] = (value ^ sign).view(np.int64) - sign.view(np.int64)
     return out
 
 

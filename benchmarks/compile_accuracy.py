@@ -30,6 +30,7 @@ import numpy as np
 CONFIGS = {
     "dense": {"patterns": ("16:16",), "criterion": "magnitude"},
     "dense-a8": {"patterns": ("16:16",), "criterion": "magnitude", "bits": (8,)},
+    "dense-a16": {"patterns": ("16:16",), "criterion": "magnitude", "bits": (16,)},
     "2:4": {"patterns": ("2:4",), "criterion": "magnitude"},
     "2:4-activation": {"patterns": ("2:4",), "criterion": "activation"},
     "auto": {"patterns": ("4:16", "8:16", "16:16"), "criterion": "activation"},
@@ -49,7 +50,9 @@ def _log_softmax(x):
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def evaluate(name, model, tokenizer, ids, calibration, budget, workdir) -> dict:
+def evaluate(
+    name, model, tokenizer, ids, calibration, budget, workdir, kv_bits=8, method="round"
+) -> dict:
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
@@ -65,6 +68,7 @@ def evaluate(name, model, tokenizer, ids, calibration, budget, workdir) -> dict:
         max_prefill=len(ids),
         activation_bits=cfg.get("bits", (8, 16)),
         weight_bits=cfg.get("weight_bits", (8,)),
+        method=method,
     )
     out = Path(workdir) / name.replace(":", "_")
     summary = compile_model(
@@ -74,7 +78,8 @@ def evaluate(name, model, tokenizer, ids, calibration, budget, workdir) -> dict:
     c = model.config
     max_k = 1 << max(6, (compiled.max_columns() - 1).bit_length())
     mpe = SparseMpeDevice(SparseMpeParams(max_k=max_k, max_batch=options.tile), kernel="direct")
-    card = HpuDevice(hpu_params_for(c), memory_bytes=64 << 20)
+    hpu = hpu_params_for(c, kv_bits=kv_bits) if kv_bits != 8 else hpu_params_for(c)
+    card = HpuDevice(hpu, memory_bytes=64 << 20)
     runner = ProgramRunner(compiled, model, mpe, HpuAttention(c, [card]))
     started = time.perf_counter()
     runner.start(0, len(ids) + 1)
@@ -129,6 +134,12 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--budget", type=float, default=0.03, help="the layers' error budget")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument(
+        "--kv-bits", type=int, default=8, choices=(8, 16), help="the HPU's KV format"
+    )
+    parser.add_argument(
+        "--method", default="round", choices=("round", "gptq"), help="weight quantization"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     import torch
@@ -147,7 +158,8 @@ def main(argv=None) -> int:
     calibration = load_text("execmodel")
     print(
         f"{label}: teacher-forced over {len(ids)} tokens of Python's LICENSE.txt; calibration on "
-        "the 'execmodel' text; golden sparse-mpe + HPU, element-wise ops on the host"
+        "the 'execmodel' text; golden sparse-mpe + HPU, element-wise ops on the host; HPU KV "
+        f"int{args.kv_bits}; weights by {args.method}"
     )
     print(
         f"{'config':<15} {'top-1':>7} {'ppl':>7} {'float':>7} {'KL':>8} {'MiB':>6} "
@@ -156,7 +168,17 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.configs:
-            row = evaluate(name, model, tokenizer, ids, calibration, args.budget, workdir)
+            row = evaluate(
+                name,
+                model,
+                tokenizer,
+                ids,
+                calibration,
+                args.budget,
+                workdir,
+                kv_bits=args.kv_bits,
+                method=args.method,
+            )
             rows.append(row)
             patterns = ", ".join(f"{n}x{p}" for p, n in row["patterns"].items())
             print(

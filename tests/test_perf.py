@@ -454,7 +454,14 @@ def test_int16_kv_format_doubles_bytes_and_card_time():
 
     rows = {
         bits: decode_projection(
-            "llama-2-7b", "a100-80gb", [16], hpus=2, kv_bits=bits, input_tokens=1024
+            "llama-2-7b",
+            "a100-80gb",
+            [16],
+            hpus=2,
+            kv_bits=bits,
+            input_tokens=1024,
+            engines=16,
+            clock_mhz=300.0,  # the same engines at the same clock: only the bytes differ
         )[-1]
         for bits in (8, 16)
     }

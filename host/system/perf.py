@@ -356,7 +356,7 @@ def load_efficiency() -> StreamEfficiency:
     """The measured stream efficiency shipped in :data:`EFFICIENCY_FILE`."""
     data = yaml.safe_load((resources.files("tandem.constraints") / EFFICIENCY_FILE).read_text())
     return StreamEfficiency(
-        params=data["params"],
+        params={**HpuParams().to_dict(), **data["params"]},  # unnamed: the default
         command=data["command"],
         simulator=data["simulator"],
         seed=data["seed"],
@@ -377,10 +377,13 @@ def load_engine_resources() -> list[dict]:
 
 def synthesized_engine(params: HpuParams) -> dict | None:
     """The stored synthesis of ``params`` (:data:`RESOURCES_FILE`): every parameter but
-    ``max_seq_len`` (a few counter bits) equal; None when there is none."""
+    ``max_seq_len`` (a few counter bits) equal; None when there is none. A parameter an
+    entry does not name (stored before the parameter existed) has its default value."""
+    defaults = HpuParams().to_dict()
     wanted = {k: v for k, v in params.to_dict().items() if k != "max_seq_len"}
     for entry in load_engine_resources():
-        if {k: v for k, v in entry["params"].items() if k != "max_seq_len"} == wanted:
+        stored = {**defaults, **entry["params"]}
+        if {k: v for k, v in stored.items() if k != "max_seq_len"} == wanted:
             return entry
     return None
 

@@ -66,6 +66,30 @@ COMPONENTS = ("total", "K", "V", "q", "q, K, V", "engine")
 TARGET_MEAN, TARGET_MAX = 0.01, 0.03
 
 
+#: KV formats the decomposition can simulate in float (``--simulate-format``).
+SIMULATED_FORMATS = (None, "fp8", "fp16")
+#: Largest finite OCP fp8 e4m3 magnitude.
+E4M3_MAX = 448.0
+
+
+def _e4m3(x):
+    """``x`` rounded to the nearest OCP fp8 e4m3 value (3 mantissa bits, exponents -6..8,
+    subnormals down to 2**-9), saturating at +-448."""
+    magnitude = np.abs(x)
+    exponent = np.maximum(np.floor(np.log2(np.maximum(magnitude, 2.0**-9))), -6.0)
+    step = 2.0 ** (exponent - 3)
+    return np.sign(x) * np.minimum(np.round(magnitude / step) * step, E4M3_MAX)
+
+
+def _simulated(x, kv_format: str):
+    """Rows ``x`` [..., d] stored in ``kv_format`` and read back, as float64."""
+    if kv_format == "fp16":
+        return x.astype(np.float16).astype(np.float64)
+    top = np.abs(x).max(axis=-1, keepdims=True)
+    scale = np.where(top > 0, top / E4M3_MAX, 1.0)
+    return _e4m3(x / scale) * scale
+
+
 def _rel_l2(y, r):
     """``||y - r|| / ||r||`` along the last axis."""
     return np.linalg.norm(y - r, axis=-1) / np.linalg.norm(r, axis=-1)
@@ -113,7 +137,12 @@ class DenseProbe:
         The model's shapes.
     q_bits, kv_bits
         Widths of the quantized q and of K and V in the decomposition; the runtime's are
-        ``params.q_bits`` and 8.
+        ``params.q_bits`` and ``params.kv_bits``.
+    simulate
+        None, or a KV format the engine does not take (``"fp8"``: OCP e4m3 with one
+        per-token scale mapping the row's largest magnitude to 448; ``"fp16"``: IEEE binary16
+        elements, no scale) in which the decomposition's K and V are quantized instead, in
+        float: what that format would cost in accuracy, beside the card's own ``total``.
     smoothing
         Key smoothing as ``HpuAttention(smoothing=...)``: factors from the prefill's keys.
     """
@@ -125,9 +154,13 @@ class DenseProbe:
         *,
         q_bits: int,
         kv_bits: int = 8,
+        simulate: str | None = None,
         smoothing: bool = True,
         strength: float = KEY_SMOOTHING_STRENGTH,
     ):
+        if simulate not in SIMULATED_FORMATS:
+            raise ValueError(f"simulate must be one of {SIMULATED_FORMATS}, not {simulate!r}")
+        self.simulate = simulate
         self.inner = inner
         self.config = config
         self.q_bits, self.kv_bits, self.smoothing = q_bits, kv_bits, smoothing
@@ -144,6 +177,9 @@ class DenseProbe:
         """Dequantized copy of rows ``x`` [..., d] as the runtime stores them."""
         from tandem.host.hpu import quantize_rows
 
+        if self.simulate is not None:
+            f = 1.0 if factors is None else factors
+            return _simulated(x / f, self.simulate) * f
         if factors is None:
             values, scales = quantize_rows(x, self.kv_bits)
             return values * scales.astype(np.float64)[..., None]
@@ -284,7 +320,17 @@ def summarize(records: dict[str, np.ndarray], names: list[str]) -> dict:
     }
 
 
-def measure(model, prompts, forced, params, *, smoothing=True, strength=None, torch_logits=True):
+def measure(
+    model,
+    prompts,
+    forced,
+    params,
+    *,
+    smoothing=True,
+    strength=None,
+    torch_logits=True,
+    simulate=None,
+):
     """Teacher-forced decode of ``forced`` after ``prompts`` on HPU attention, probed densely.
 
     ``forced[b]`` are the tokens that follow prompt b: the prefill "predicts" the first, decode
@@ -314,6 +360,7 @@ def measure(model, prompts, forced, params, *, smoothing=True, strength=None, to
         c,
         q_bits=params.q_bits,
         kv_bits=params.kv_bits,
+        simulate=simulate,
         smoothing=smoothing,
         strength=strength,
     )
@@ -380,6 +427,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-smoothing", action="store_true", help="quantize K as it is")
+    parser.add_argument(
+        "--simulate-format",
+        choices=("fp8", "fp16"),
+        help="quantize the decomposition's K and V in this format (float; the engine does not "
+        "take it); the total stays the card's",
+    )
     parser.add_argument(
         "--smoothing-strength",
         type=float,
@@ -457,6 +510,7 @@ def main(argv=None) -> int:
         params,
         smoothing=not args.no_smoothing,
         strength=args.smoothing_strength,
+        simulate=args.simulate_format,
     )
     records = probe.records
     summary = summarize(records, list(args.texts))
@@ -498,6 +552,11 @@ def main(argv=None) -> int:
     )
     print("decomposition (one thing quantized at a time, float arithmetic; engine: HPU vs float")
     print("attention on its own quantized inputs):")
+    if args.simulate_format:
+        print(
+            f"  K, V and 'q, K, V' with K and V in {args.simulate_format} (simulated in float; "
+            "'engine' then compares the card with that simulation, not with its own inputs)"
+        )
     _print_table("component", summary["components"])
     print(
         f"logits, HPU vs torch attention (teacher forcing, {agreement['positions']} positions): "

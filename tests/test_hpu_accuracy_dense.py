@@ -104,6 +104,19 @@ def test_nothing_quantized_is_exact(tiny):
     assert len(records["total"]) == 2 * STEPS * TINY.n_layers * TINY.n_heads
 
 
+def test_simulated_formats_rank_as_their_precision(tiny):
+    # fp16 rows are close to exact; fp8 e4m3 (3 mantissa bits) is coarser than int8 per token.
+    errors = {}
+    for fmt in ("fp16", "fp8", None):
+        records, _ = probed_decode(tiny, TorchAttention(TINY), q_bits=16, kv_bits=8, simulate=fmt)
+        errors[fmt] = float(records["q, K, V"].mean())
+    assert errors["fp16"] < errors[None] / 20 < errors["fp8"] / 20, errors
+    e4m3 = bench._e4m3(np.array([0.0, 1.0, 1.0625, 1.07, 448.0, 1e4, -3e-3, 2.0**-10]))
+    assert e4m3.tolist() == [0.0, 1.0, 1.0, 1.125, 448.0, 448.0, -2.0**-9 * 2, 0.0]
+    with pytest.raises(ValueError, match="simulate"):
+        bench.DenseProbe(TorchAttention(TINY), TINY, q_bits=16, simulate="fp4")
+
+
 class _Planted(TorchAttention):
     """Float32 attention with the output of one (sequence, layer, query head, position) off."""
 

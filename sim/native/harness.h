@@ -97,9 +97,20 @@ struct Source {
     CData* valid = nullptr;
     const CData* ready = nullptr;
     Setter set;
-    std::deque<Words> queue;
+    std::vector<uint32_t> queue;  // beats back to back, `words` each
+    size_t head = 0;              // first beat not yet taken by the design (in words)
     bool driving = false, fire = false;
     uint64_t transfers = 0, last_transfer = 0;
+    uint64_t pending() const { return (queue.size() - head) / words; }
+    const uint32_t* front() const { return queue.data() + head; }
+    void pop() {
+        head += words;
+        if (head == queue.size()) clear();
+    }
+    void clear() {
+        queue.clear();
+        head = 0;
+    }
 };
 
 struct Sink {
@@ -348,14 +359,14 @@ class Harness {
                 continue;
             }
             if (s.fire) {
-                s.queue.pop_front();
+                s.pop();
                 ++s.transfers;
                 s.last_transfer = cycle;
                 s.driving = false;
             }
             if (!s.driving) {
-                if (!s.queue.empty()) {
-                    s.set(s.queue.front().data());
+                if (s.pending()) {
+                    s.set(s.front());
                     *s.valid = 1;
                     s.driving = true;
                 } else {
@@ -551,7 +562,7 @@ class Harness {
 
     void reset(int cycles) {
         for (auto& s : sources) {
-            s.queue.clear();
+            s.clear();
             s.driving = false;
             *s.valid = 0;
         }
@@ -639,22 +650,29 @@ void tn_run(void* p, uint64_t cycles) {
 // Queue `count` beats (words_of(width) words each) on input stream `port`.
 void tn_send(void* p, int port, const uint32_t* words, uint64_t count) {
     auto& s = static_cast<tandem::Harness*>(p)->sources[port];
-    for (uint64_t i = 0; i < count; ++i)
-        s.queue.emplace_back(words + i * s.words, words + (i + 1) * s.words);
+    if (s.head) {  // drop the beats already taken
+        s.queue.erase(s.queue.begin(), s.queue.begin() + s.head);
+        s.head = 0;
+    }
+    s.queue.insert(s.queue.end(), words, words + count * s.words);
 }
 
 // Offer one beat now (before the next edge), ahead of anything queued.
 void tn_command(void* p, int port, const uint32_t* words) {
     auto& s = static_cast<tandem::Harness*>(p)->sources[port];
-    s.queue.emplace_front(words, words + s.words);
-    s.set(s.queue.front().data());
+    if (s.head >= static_cast<size_t>(s.words))
+        s.head -= s.words;
+    else
+        s.queue.insert(s.queue.begin() + s.head, s.words, 0);
+    std::memcpy(s.queue.data() + s.head, words, s.words * sizeof(uint32_t));
+    s.set(s.front());
     *s.valid = 1;
     s.driving = true;
     static_cast<tandem::Harness*>(p)->dirty = true;
 }
 
 uint64_t tn_pending(void* p, int port) {
-    return static_cast<tandem::Harness*>(p)->sources[port].queue.size();
+    return static_cast<tandem::Harness*>(p)->sources[port].pending();
 }
 
 uint64_t tn_last_transfer(void* p, int port) {
@@ -686,7 +704,7 @@ uint64_t tn_take(void* p, int port, uint32_t* out, uint64_t count) {
 int tn_until_sent(void* p, int port, uint64_t deadline) {
     auto* h = static_cast<tandem::Harness*>(p);
     auto& s = h->sources[port];
-    while (!s.queue.empty()) {
+    while (s.pending()) {
         if (h->cycle >= deadline) return 1;
         h->tick();
     }

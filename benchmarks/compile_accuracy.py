@@ -6,7 +6,10 @@ Run: ``python benchmarks/compile_accuracy.py [--model smollm2-135m] [--tokens 25
 Configurations: ``dense`` (int8 weights, each layer's inputs 8 or 16 bits by the budget),
 ``dense-a8`` (int8 weights and inputs), ``2:4`` (magnitude), ``2:4-activation`` (Wanda), ``auto``
 (4:16, 8:16 or dense per layer within the budget), ``mixed-w16`` (dense; 8 or 16-bit weights and
-inputs per layer within a 0.01 budget). For each configuration the model is compiled
+inputs per layer within a 0.01 budget), ``dense-a16`` (int8 weights, 16-bit inputs everywhere),
+``dense-g64`` and ``dense-a16-g64`` (the same with one weight scale per 64 columns, not per row:
+``--weight-group 64``). ``--kv-bits 16`` runs the HPU with int16 K and V; ``--method gptq``
+quantizes the weights by GPTQ. For each configuration the model is compiled
 (calibration on the ``execmodel`` text), then the program runs teacher-forced over a different real
 text (Python's LICENSE.txt): one prefill of ``--tokens`` tokens on the golden devices (every linear
 layer on ``sparse-mpe``, every attention on the HPU), whose every position's hidden state is what a
@@ -31,6 +34,13 @@ CONFIGS = {
     "dense": {"patterns": ("16:16",), "criterion": "magnitude"},
     "dense-a8": {"patterns": ("16:16",), "criterion": "magnitude", "bits": (8,)},
     "dense-a16": {"patterns": ("16:16",), "criterion": "magnitude", "bits": (16,)},
+    "dense-g64": {"patterns": ("16:16",), "criterion": "magnitude", "group": 64},
+    "dense-a16-g64": {
+        "patterns": ("16:16",),
+        "criterion": "magnitude",
+        "bits": (16,),
+        "group": 64,
+    },
     "2:4": {"patterns": ("2:4",), "criterion": "magnitude"},
     "2:4-activation": {"patterns": ("2:4",), "criterion": "activation"},
     "auto": {"patterns": ("4:16", "8:16", "16:16"), "criterion": "activation"},
@@ -69,6 +79,7 @@ def evaluate(
         activation_bits=cfg.get("bits", (8, 16)),
         weight_bits=cfg.get("weight_bits", (8,)),
         method=method,
+        weight_group=cfg.get("group", 0),
     )
     out = Path(workdir) / name.replace(":", "_")
     summary = compile_model(

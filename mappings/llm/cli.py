@@ -73,6 +73,14 @@ def add_arguments(parser) -> None:
         help="candidate weight widths per layer, narrowest tried first: 8, 16 or 8,16 (16 bits "
         "are two int8 digit matrices: twice the bytes and cycles; default 8)",
     )
+    parser.add_argument(
+        "--weight-group",
+        type=int,
+        default=defaults.weight_group,
+        metavar="COLS",
+        help="columns per weight scale: 0 = one scale per row (default), or a multiple of 16 "
+        "dividing every layer's columns (64: one pass of the engine per 64-column block)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -93,6 +101,7 @@ def run(args) -> int:
         activation_bits=_bits(args.activation_bits, "--activation-bits"),
         weight_bits=_bits(args.weight_bits, "--weight-bits"),
         method=args.method,
+        weight_group=args.weight_group,
     )
     try:
         text = load_text(args.calibration_text)

@@ -83,6 +83,14 @@ class CompileOptions:
         Candidate weight widths, narrowest first (before the activation widths): 8, or 16 as
         two int8 digit matrices of the same pattern (``W = 256 * W_hi + W_lo`` with one scale
         per row), run one after the other: twice the weight bytes and the engine cycles.
+    weight_group
+        Columns per weight scale: 0 (default) for one scale per row; else a multiple of 16
+        dividing every layer's columns (64: llama.cpp's Q8_0 has 32). The engine runs a
+        matrix as one pass per column block, each with its own accumulators; the
+        element-wise unit's ``DEQUANTIZE`` sums the blocks' results, each times its scale
+        (``MATMUL``/``DEQUANTIZE`` ``count`` = blocks). On SmolLM2, per-row int8 weights alone
+        (float everything else) agree with float on 95.3 % of next-token choices; 64-column
+        groups 98.4 %.
     """
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
@@ -94,6 +102,7 @@ class CompileOptions:
     activation_bits: tuple[int, ...] = (8, 16)
     weight_bits: tuple[int, ...] = (8,)
     method: str = "round"
+    weight_group: int = 0
 
     def __post_init__(self):
         if not self.patterns:
@@ -122,6 +131,11 @@ class CompileOptions:
         if not self.weight_bits or set(self.weight_bits) - {8, 16}:
             given = ",".join(map(str, self.weight_bits))
             raise CompileError(f"--weight-bits takes 8 and/or 16, not {given}")
+        group = self.weight_group
+        if isinstance(group, bool) or not isinstance(group, int) or group < 0 or group % 16:
+            raise CompileError(f"--weight-group must be 0 or a multiple of 16, not {group!r}")
+        if group > 65536:
+            raise CompileError(f"--weight-group must be at most 65536, not {group}")
 
 
 @dataclass
@@ -209,27 +223,45 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def quantize_weights(w, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row symmetric weights: ``(q, scales)``; int8 for 8 bits
-    (:func:`~tandem.mappings.nm.quantize_per_channel`), int32 within +-32639 for 16 (two int8
-    digits by :func:`split_digits`)."""
+def quantize_weights(w, bits: int, group: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric weights: ``(q, scales)``; int8 for 8 bits
+    (:func:`~tandem.mappings.nm.quantize_per_channel`'s rule), int32 within +-32639 for 16 (two
+    int8 digits by :func:`split_digits`). One scale per row (``scales`` [rows]) or, with
+    ``group`` columns per scale, one per row and column block (``scales`` [rows, blocks])."""
+    w = np.asarray(w, dtype=np.float64)
+    rows, cols = w.shape
+    if group:
+        if cols % group:
+            raise CompileError(f"--weight-group {group} does not divide a layer's {cols} columns")
+        q, scales = quantize_weights(w.reshape(rows * (cols // group), group), bits)
+        return q.reshape(rows, cols), scales.reshape(rows, cols // group)
     if bits == 8:
         return quantize_per_channel(w)
-    w = np.asarray(w, dtype=np.float64)
     if not np.isfinite(w).all():
         raise CompileError("weights hold NaN or infinity")
     q, scales = quantize_activations(w, 16)  # one scale per row, the same rule
     return q, scales.astype(np.float32)
 
 
+def column_scales(scales: np.ndarray, cols: int) -> np.ndarray:
+    """Per-row ``[rows]`` or per-block ``[rows, blocks]`` scales as ``[rows, cols]``."""
+    scales = np.asarray(scales, dtype=np.float64)
+    if scales.ndim == 1:
+        return np.broadcast_to(scales[:, None], (len(scales), cols))
+    return np.repeat(scales, cols // scales.shape[1], axis=1)
+
+
 def layer_error(w_int: np.ndarray, scales, x: np.ndarray, bits: int, reference) -> float:
     """Relative L2 error of the quantized layer's output on ``x`` against ``reference``."""
     xq, xs = quantize_activations(x, bits)
     x_int = xq.astype(np.float64) * xs[:, None]
-    return _relative(x_int @ (w_int.astype(np.float64) * scales[:, None]).T, reference)
+    w_real = w_int.astype(np.float64) * column_scales(scales, w_int.shape[1])
+    return _relative(x_int @ w_real.T, reference)
 
 
-def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: float = 0.01):
+def solve_layer(
+    w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: float = 0.01, group: int = 0
+):
     """Prune and quantize ``w`` [out, in] column by column, compensating each column's error in
     the columns not yet done (GPTQ, Frantar et al., ICLR 2023; with N:M masks chosen inside the
     sweep as SparseGPT does, Frantar and Alistarh, ICML 2023).
@@ -240,7 +272,8 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
     ``U[j, j]``, is subtracted from the later columns along ``U[j, j+1:]``. Masks are chosen per
     group of M columns when the sweep reaches the group, by ``w^2 / U[j, j]^2`` summed over
     each row pair (decode's matrix-vector mode needs pairs to share their columns). Scales are
-    per row from the original weights (``max |w| / limit``), fixed, as GPTQ keeps them.
+    per row (or per row and ``group`` columns) from the original weights (``max |w| / limit``),
+    fixed, as GPTQ keeps them (its "static groups").
 
     Returns ``(q, scales, clipped)``: ``q`` and ``scales`` as :func:`quantize_weights`
     gives them, ``clipped`` the number of weights whose compensated value fell outside the
@@ -250,8 +283,13 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
     x = np.asarray(x, dtype=np.float64)
     rows, cols = w.shape
     limit = ACT_LIMIT[bits]
-    peak = np.abs(w).max(axis=1)
-    scales = np.where(peak > 0, peak / limit, 1.0)
+    if group and cols % group:
+        raise CompileError(f"--weight-group {group} does not divide a layer's {cols} columns")
+    peak = np.abs(w.reshape(rows, -1, group or cols)).max(axis=2)
+    scales = np.where(peak > 0, peak / limit, 1.0)  # [rows, blocks]
+    per_column = column_scales(scales, cols)
+    if not group:
+        scales = scales[:, 0]
     h = x.T @ x
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
@@ -259,7 +297,7 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
     try:
         u = np.linalg.cholesky(np.linalg.inv(h)).T
     except np.linalg.LinAlgError:  # not positive definite after damping: plain rounding
-        return (*quantize_weights(w, bits), 0)
+        return (*quantize_weights(w, bits, group), 0)
     work = w.copy()
     work[:, dead] = 0.0
     q = np.zeros((rows, cols), dtype=np.int64)
@@ -285,11 +323,11 @@ def solve_layer(w, x, pattern: NMPattern, bits: int, *, block: int = 128, damp: 
                 np.put_along_axis(group, order, True, axis=1)
                 keep[:, col : col + width] = group
             column = wb[:, j]
-            unclipped = np.rint(column / scales)
+            unclipped = np.rint(column / per_column[:, col])
             clipped += int(np.count_nonzero((np.abs(unclipped) > limit) & keep[:, col]))
             qi = np.clip(unclipped, -limit, limit) * keep[:, col]
             q[:, col] = qi
-            err = (column - qi * scales) / ub[j, j]
+            err = (column - qi * per_column[:, col]) / ub[j, j]
             wb[:, j:] -= np.outer(err, ub[j, j:])
             errs[:, j] = err
         work[:, b1:] -= errs @ u[b0:b1, b1:]
@@ -314,10 +352,11 @@ def choose_pattern(w: np.ndarray, x: np.ndarray, options: CompileOptions):
         if options.method == "round" and not pattern.dense:
             pruned = prune_magnitude(w, pattern, pair_rows=True, importance=importance)
         for wbits in sorted(options.weight_bits):
+            group = options.weight_group
             if options.method == "gptq":
-                q, scales, clipped = solve_layer(w, x, pattern, wbits)
-            else:  # round-to-nearest from the row's own peak: nothing clips
-                q, scales = quantize_weights(w if pruned is None else pruned, wbits)
+                q, scales, clipped = solve_layer(w, x, pattern, wbits, group=group)
+            else:  # round-to-nearest from the row's (or block's) own peak: nothing clips
+                q, scales = quantize_weights(w if pruned is None else pruned, wbits, group)
                 clipped = 0
             for bits in sorted(options.activation_bits):
                 error = layer_error(q, scales, x, bits, reference)
@@ -363,6 +402,13 @@ def compile_model(
     started = time.perf_counter()
     check_output_folder(Path(out_dir))
     c = model.config
+    group = options.weight_group
+    columns = {c.dim, c.hidden, c.n_heads * c.head_dim}
+    if group and any(cols % group for cols in columns):
+        raise CompileError(
+            f"--weight-group {group} must divide every layer's columns "
+            f"({', '.join(map(str, sorted(columns)))})"
+        )
     ids = tokenizer.encode(text)[: options.calibration_tokens]
     if len(ids) < 8:
         raise CompileError(f"calibration text gives {len(ids)} tokens; at least 8 are needed")
@@ -389,7 +435,7 @@ def compile_model(
                 key = f"blk.{layer}.{name}"
                 planes = split_digits(q) if wbits == 16 else (q,)
                 for plane, suffix in zip(planes, ("", ".lo"), strict=False):
-                    packed = pack_nm(plane, pattern, scales)
+                    packed = pack_nm(plane, pattern)  # scales: stored beside, [rows(, blocks)]
                     arrays[key + suffix + ".values"] = packed.values
                     arrays[key + suffix + ".indices"] = packed.indices
                 arrays[key + ".scales"] = scales
@@ -420,10 +466,10 @@ def compile_model(
             )
         )
     arrays["key_factors"] = _key_factors(keys, KEY_SMOOTHING_STRENGTH)
-    card = prog.CardShape.for_model(c, options.tile, wide, wide_weights)
+    card = prog.CardShape.for_model(c, options.tile, wide, wide_weights, options.weight_group)
     compiled = prog.compile_programs(card, options.max_prefill)
     weight_bytes = sum(
-        int(v.nbytes) for k, v in arrays.items() if k.endswith((".values", ".indices"))
+        int(v.nbytes) for k, v in arrays.items() if k.endswith((".values", ".indices", ".scales"))
     )
     dense_bytes = sum(ch.shape[0] * ch.shape[1] for ch in choices)
     summary = {
@@ -448,6 +494,7 @@ def compile_model(
             f"{ch.layer}.{ch.name}": {k: round(v, 6) for k, v in ch.candidates.items()}
             for ch in choices
         },
+        "weight_group": group,
         "clipped_weights": sum(ch.clipped for ch in choices),
         "clipped_per_layer": {f"{ch.layer}.{ch.name}": ch.clipped for ch in choices if ch.clipped},
         "pattern_counts": _counts(_label(ch.pattern, ch.weight_bits, ch.bits) for ch in choices),

@@ -46,11 +46,13 @@ class Op(enum.IntEnum):
     NOP = 0
     LOAD = 1  # DMA: dst <- HBM region `tensor` (the token embeddings, a spilled tile)
     STORE = 2  # DMA: HBM region `tensor` <- src0 (the last hidden state; a spilled tile)
-    MATMUL = 3  # MPE: dst (int32) <- weights `tensor` [rows, cols] @ src0 (int8)
+    MATMUL = 3  # MPE: dst (int32) <- weights `tensor` [rows, cols] @ src0 (int8); `count`
+    # column blocks (0: one): one pass and one accumulator per row per block
     ATTEND = 4  # HPU: dst <- attention of layer `layer` for queries src0; appends K src1, V src2
     RMSNORM = 5  # dst <- rmsnorm(src0) * norm vector `tensor`
     QUANTIZE = 6  # dst (int8, or 16 bits as two int8 digits with flags 1; a scale per token)
     DEQUANTIZE = 7  # dst <- src0 (int32) * token scales of src1 * channel scales of `tensor`
+    # (with `count` blocks: the sum over blocks of each block's result times its scale)
     ROPE = (
         8  # dst <- RoPE of src0 ([tokens, heads = rows, head_dim = cols]) at the tokens' positions
     )
@@ -92,7 +94,7 @@ FIELDS: tuple[tuple[str, int, str], ...] = (
     ("cols", 16, "columns of a matrix op; head_dim of RoPE and ATTEND"),
     ("tokens", 12, "tokens of the op; 0: the current tile's (from the length register)"),
     ("offset", 12, "first token of the op in the sequence's rows; with tokens 0: the tile's"),
-    ("count", 12, "LOOP: instructions in the body"),
+    ("count", 12, "LOOP: instructions in the body; MATMUL, DEQUANTIZE: weight column blocks"),
     (
         "flags",
         4,

@@ -99,11 +99,14 @@ def decode_step(
     kv_bytes = s.n_layers * s.n_kv_heads * hpu_params.layout.region_bytes(context)
     for inst in decode_program(s):
         if inst.op == Op.MATMUL:
-            m = _matrix_cycles(card, inst.rows, inst.cols, pattern)
-            cycles = m["cycles"]
-            if overlap and previous_matmul:
-                cycles -= m["fill"]
-                hidden_fill += m["fill"] / (card.mpe_clock_mhz * 1e6)
+            blocks = max(1, inst.count)  # column blocks with scales of their own: a pass each
+            m = _matrix_cycles(card, inst.rows, inst.cols // blocks, pattern)
+            cycles = blocks * m["cycles"]
+            m["bytes"] *= blocks
+            # Each pass after the first overlaps the one before, as consecutive ops do.
+            hidden = (blocks - 1 + int(previous_matmul)) * m["fill"] if overlap else 0
+            cycles -= hidden
+            hidden_fill += hidden / (card.mpe_clock_mhz * 1e6)
             seconds["MATMUL"] += cycles / (card.mpe_clock_mhz * 1e6)
             weight_bytes += m["bytes"]
             previous_matmul, last_rows = True, inst.rows

@@ -61,7 +61,8 @@ INPUT_GROUPS = {
 class CardShape:
     """What a program depends on: the model's shapes, the prefill tile, which inputs of which
     layers are quantized to 16 bits (``wide``: (layer, input group) pairs; the rest are int8),
-    and which linear layers have 16-bit weights (``wide_weights``: (layer, name) pairs)."""
+    which linear layers have 16-bit weights (``wide_weights``: (layer, name) pairs), and the
+    columns per weight scale (``weight_group``; 0: one scale per row)."""
 
     n_layers: int
     dim: int
@@ -72,9 +73,12 @@ class CardShape:
     tile: int
     wide: tuple[tuple[int, str], ...] = ()
     wide_weights: tuple[tuple[int, str], ...] = ()
+    weight_group: int = 0
 
     @classmethod
-    def for_model(cls, config, tile: int, wide=(), wide_weights=()) -> "CardShape":
+    def for_model(
+        cls, config, tile: int, wide=(), wide_weights=(), weight_group: int = 0
+    ) -> "CardShape":
         return cls(
             config.n_layers,
             config.dim,
@@ -85,7 +89,13 @@ class CardShape:
             tile,
             tuple(sorted(tuple(w) for w in wide)),
             tuple(sorted(tuple(w) for w in wide_weights)),
+            int(weight_group),
         )
+
+    def weight_blocks(self, cols: int) -> int:
+        """Column blocks (one scale each per row) of a matrix of ``cols`` columns; 0 when each
+        row has one scale (the ``count`` field of its ``MATMUL`` and ``DEQUANTIZE``)."""
+        return cols // self.weight_group if self.weight_group else 0
 
     def is_wide(self, layer: int, group: str) -> bool:
         return (layer, group) in self.wide
@@ -195,9 +205,18 @@ def layer_body(s: CardShape, layer: int, tokens: int, offset: int, mv: bool) -> 
                 rows=rows,
                 cols=cols,
                 flags=int(mv) | 2 * int(wide(group)) | 4 * int((layer, name) in s.wide_weights),
+                count=s.weight_blocks(cols),
                 **t,
             ),
-            Instruction(Op.DEQUANTIZE, dst=b[out], src0=b[acc], src1=b[src], tensor=w, **t),
+            Instruction(
+                Op.DEQUANTIZE,
+                dst=b[out],
+                src0=b[acc],
+                src1=b[src],
+                tensor=w,
+                count=s.weight_blocks(cols),
+                **t,
+            ),
         ]
 
     return [

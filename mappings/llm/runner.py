@@ -35,6 +35,21 @@ class ProgramError(UserError):
     """A compile folder that cannot be run (one line, exit status 2)."""
 
 
+def column_block(packed: NMPacked, block: int, blocks: int) -> NMPacked:
+    """Column block ``block`` of ``blocks`` of ``packed`` (whole N:M groups; scales
+    [rows, blocks]) as a matrix of its own with that block's scale per row."""
+    rows, cols = packed.shape
+    per_block = packed.groups // blocks * packed.pattern.n  # slots per row in one block
+    slots = slice(block * per_block, (block + 1) * per_block)
+    return NMPacked(
+        values=packed.values[:, slots],
+        indices=packed.indices[:, slots],
+        pattern=packed.pattern,
+        shape=(rows, cols // blocks),
+        scales=np.ascontiguousarray(packed.scales[:, block]),
+    )
+
+
 class CompiledModel:
     """A ``tandem compile`` output folder: programs, tensor table, packed weights."""
 
@@ -381,7 +396,11 @@ class ProgramRunner:
             acc = get(inst.src0)
             _, act_scale = get(inst.src1)
             w_scale = self.compiled.matrices[inst.tensor].scales.astype(np.float64)
-            put((acc * act_scale[:, None] * w_scale[None, :]).astype(np.float32))
+            if inst.count:  # acc [tokens, blocks, rows]: each block times its own scales
+                acc = np.einsum("tbr,rb->tr", acc.astype(np.float64), w_scale)
+                put((acc * act_scale[:, None]).astype(np.float32))
+            else:
+                put((acc * act_scale[:, None] * w_scale[None, :]).astype(np.float32))
         elif op == Op.ROPE:
             positions = position + offset + np.arange(tokens)
             put(self._rope(get(inst.src0), inst.rows, positions))
@@ -397,22 +416,32 @@ class ProgramRunner:
 
     def _matmul(self, inst, buffers, source) -> None:
         """One MATMUL: one pass over the weights, or two for 16-bit weights (their high and
-        low digit matrices, ``256 * hi + lo``); cycles, MACs and loads summed over passes."""
+        low digit matrices, ``256 * hi + lo``), per column block when the weights have a scale
+        per block (``count`` blocks: the result is [tokens, blocks, rows]); cycles, MACs and
+        loads summed over passes."""
         q, _ = source
         if inst.flags & 2 and q.dtype != np.int32:
             raise ProgramError(f"{inst}: 16-bit MATMUL of an 8-bit buffer")
         planes = [self.compiled.matrices[inst.tensor]]
         if inst.flags & 4:
             planes.append(self.compiled.matrices_lo[inst.tensor])
+        blocks = max(1, inst.count)
+        width = inst.cols // blocks
         started = time.perf_counter()
-        cycles, acc = 0, None
-        for plane, packed in enumerate(planes):
-            part = self._matrix_pass(inst, packed, (inst.tensor, plane), q)
-            cycles += self.mpe.last_cycles
-            acc = part if acc is None else 256 * acc + part
+        cycles, results = 0, []
+        for block in range(blocks):
+            acc = None
+            columns = slice(block * width, (block + 1) * width)
+            for plane, packed in enumerate(planes):
+                if inst.count:
+                    packed = column_block(packed, block, blocks)
+                part = self._matrix_pass(inst, packed, (inst.tensor, plane, block), q[:, columns])
+                cycles += self.mpe.last_cycles
+                acc = part if acc is None else 256 * acc + part
+            results.append(acc)
         self.stats.add(Op.MATMUL, cycles, time.perf_counter() - started)
         self._op_cycles = cycles
-        buffers[inst.dst] = acc
+        buffers[inst.dst] = np.stack(results, axis=1) if inst.count else results[0]
 
     def _matrix_pass(self, inst, packed, key, q) -> np.ndarray:
         """``packed @ q`` for the tile's tokens on the engine: int64 [tokens, rows]."""

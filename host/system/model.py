@@ -14,8 +14,16 @@ installed. Reading the file needs ``pip install gguf``.
 :func:`load_gguf` reads the metadata into :class:`LlamaConfig`, dequantizes every tensor to
 float32 (Q4_1 weights and a Q8_0 embedding: the activations are those of this 4-bit model),
 undoes llama.cpp's q/k row permutation (back to the rotate-half RoPE channel order) and builds
-the :class:`Tokenizer` from the vocabulary and merges in the file. Every failure is a
-:class:`ModelError` (a :class:`~tandem.errors.UserError`: one line, exit status 2).
+the :class:`Tokenizer` from the vocabulary and merges in the file. Any Llama-architecture GGUF
+with a GPT-2 byte-level BPE vocabulary (``tokenizer.ggml.model`` ``gpt2``) reads, in every
+tensor type the ``gguf`` package dequantizes (F32, F16, BF16, Q8_0, Q4_x, K-quants...); what
+:class:`~tandem.host.system.decode.Llama` does not compute is refused: SentencePiece
+vocabularies, RoPE scaling (``rope_freqs.weight``, ``rope.scaling.type``), a head size other
+than ``dim / heads``, experts. Every failure is a :class:`ModelError` (a
+:class:`~tandem.errors.UserError`: one line, exit status 2).
+
+:func:`write_gguf` writes such a file (llama.cpp's tensor names, q/k row order and
+metadata), e.g. of :func:`random_llama` weights, to try a shape SmolLM2 does not have.
 """
 
 import importlib.util
@@ -46,6 +54,7 @@ __all__ = [
     "load_gguf",
     "model_cache_dir",
     "random_llama",
+    "write_gguf",
 ]
 
 
@@ -299,24 +308,42 @@ def load_gguf(path: str | Path):
             field = reader.fields.get(key)
             return default if field is None else field.contents()
 
+        def need(key):
+            value = meta(key)
+            if value is None:
+                raise ModelError(f"{path}: no {key} in the metadata")
+            return value
+
         arch = meta("general.architecture")
         if arch != "llama":
             raise ModelError(f"{path}: architecture {arch!r}, expected 'llama'")
-        tokens = meta("tokenizer.ggml.tokens")
+        _check_llama_features(path, meta, reader)
+        tokens = need("tokenizer.ggml.tokens")
+        n_heads = int(need("llama.attention.head_count"))
         config = LlamaConfig(
-            n_layers=int(meta("llama.block_count")),
-            dim=int(meta("llama.embedding_length")),
-            n_heads=int(meta("llama.attention.head_count")),
-            n_kv_heads=int(meta("llama.attention.head_count_kv")),
-            hidden=int(meta("llama.feed_forward_length")),
+            n_layers=int(need("llama.block_count")),
+            dim=int(need("llama.embedding_length")),
+            n_heads=n_heads,
+            n_kv_heads=int(meta("llama.attention.head_count_kv", n_heads)),
+            hidden=int(need("llama.feed_forward_length")),
             vocab=len(tokens),
             rope_theta=float(meta("llama.rope.freq_base", 10000.0)),
             eps=float(meta("llama.attention.layer_norm_rms_epsilon", 1e-5)),
             bos_id=meta("tokenizer.ggml.bos_token_id"),
             eos_id=meta("tokenizer.ggml.eos_token_id"),
         )
+        for key in ("llama.attention.key_length", "llama.attention.value_length",
+                    "llama.rope.dimension_count"):  # fmt: skip
+            if meta(key, config.head_dim) != config.head_dim:
+                raise ModelError(
+                    f"{path}: {key} {meta(key)} differs from embedding_length / head_count "
+                    f"= {config.head_dim}; only head_dim = dim / heads with full RoPE is read"
+                )
         tokenizer = Tokenizer(
-            tokens, meta("tokenizer.ggml.merges"), meta("tokenizer.ggml.token_type")
+            # A byte-level vocabulary has no merges (the writer leaves empty arrays out).
+            tokens,
+            meta("tokenizer.ggml.merges", []),
+            meta("tokenizer.ggml.token_type"),
         )
         weights = {}
         hd = config.head_dim
@@ -338,6 +365,111 @@ def load_gguf(path: str | Path):
     if missing:
         raise ModelError(f"{path}: missing tensor {missing[0]}")
     return config, weights, tokenizer
+
+
+def write_gguf(
+    path: str | Path,
+    config: LlamaConfig,
+    weights,
+    tokenizer: Tokenizer,
+    *,
+    tensor_types=None,
+    name: str = "tandem-llama",
+    context_length: int = 2048,
+) -> Path:
+    """Write a Llama-architecture GGUF that :func:`load_gguf` (and llama.cpp) reads back.
+
+    Parameters
+    ----------
+    path
+        The ``.gguf`` file to write.
+    config, weights
+        The shape and the float weights, named and shaped as :func:`load_gguf` returns them
+        (``random_llama`` makes some): q/k rows in rotate-half RoPE order, permuted here the
+        way llama.cpp's converter stores them.
+    tokenizer
+        Its tokens, merges and control tokens become the ``tokenizer.ggml.*`` metadata
+        (``gpt2`` model, ``smollm`` pre-tokenizer: the split :class:`Tokenizer` implements).
+    tensor_types
+        ``{tensor name: type}`` with types the ``gguf`` package quantizes (``"F32"``,
+        ``"F16"``, ``"Q8_0"``, ``"Q4_0"``, ``"Q4_1"``...; a row must be a whole number of
+        blocks); tensors not named are F32 if 1-D (norms, as llama.cpp keeps them), else F16.
+    """
+    import gguf
+
+    path = Path(path)
+    types = dict(tensor_types or {})
+    missing = [n for n in _weight_names(config) if n not in weights]
+    if missing:
+        raise ValueError(f"weights lack {missing[0]}")
+    unknown = set(types) - set(weights)
+    if unknown:
+        raise ValueError(f"tensor_types names no weight: {sorted(unknown)[0]}")
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_name(name)
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(config.dim)
+    writer.add_block_count(config.n_layers)
+    writer.add_feed_forward_length(config.hidden)
+    writer.add_head_count(config.n_heads)
+    writer.add_head_count_kv(config.n_kv_heads)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(config.rope_theta)
+    writer.add_layer_norm_rms_eps(config.eps)
+    writer.add_vocab_size(config.vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokenizer.tokens)
+    control = set(tokenizer.special.values())
+    writer.add_token_types(
+        [gguf.TokenType.CONTROL if i in control else gguf.TokenType.NORMAL
+         for i in range(len(tokenizer))]
+    )  # fmt: skip
+    writer.add_token_merges(
+        [" ".join(pair) for pair in sorted(tokenizer.ranks, key=tokenizer.ranks.get)]
+    )
+    if config.bos_id is not None:
+        writer.add_bos_token_id(config.bos_id)
+    if config.eos_id is not None:
+        writer.add_eos_token_id(config.eos_id)
+    hd = config.head_dim
+    for tensor_name, tensor in weights.items():
+        array = np.asarray(tensor.detach().cpu() if hasattr(tensor, "detach") else tensor)
+        array = array.astype(np.float32)
+        heads = {"attn_q": config.n_heads, "attn_k": config.n_kv_heads}.get(
+            tensor_name.split(".")[-2]
+        )
+        if heads:  # rotate-half order -> llama.cpp's adjacent pairs (load_gguf undoes it)
+            array = array.reshape(heads, 2, hd // 2, -1).swapaxes(1, 2).reshape(array.shape)
+        kind = types.get(tensor_name, "F32" if array.ndim == 1 else "F16")
+        try:
+            qtype = gguf.GGMLQuantizationType[kind]
+        except KeyError:
+            raise ValueError(f"{tensor_name}: unknown GGUF tensor type {kind!r}") from None
+        data = gguf.quants.quantize(np.ascontiguousarray(array), qtype)
+        writer.add_tensor(tensor_name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _check_llama_features(path: Path, meta, reader) -> None:
+    """ModelError for what :class:`~tandem.host.system.decode.Llama` does not compute."""
+    model = meta("tokenizer.ggml.model", "gpt2")
+    if model != "gpt2":
+        raise ModelError(
+            f"{path}: tokenizer {model!r}; only GPT-2 byte-level BPE ('gpt2') is read "
+            "(SentencePiece 'llama' vocabularies are not)"
+        )
+    scaling = meta("llama.rope.scaling.type", "none")
+    if scaling != "none" or any(t.name == "rope_freqs.weight" for t in reader.tensors):
+        what = "rope_freqs.weight" if scaling == "none" else f"rope scaling {scaling!r}"
+        raise ModelError(f"{path}: {what}: only plain RoPE (rope.freq_base) is computed")
+    experts = meta("llama.expert_count", 0)
+    if experts:
+        raise ModelError(f"{path}: {experts} experts: mixture-of-experts layers are not read")
 
 
 def _weight_names(config: LlamaConfig) -> list[str]:

@@ -398,10 +398,15 @@ def compile_model(
     moved in place, so a failed compile leaves nothing half-written.
     """
     from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
+    from tandem.host.system.decode import hpu_params_for
 
     started = time.perf_counter()
     check_output_folder(Path(out_dir))
     c = model.config
+    try:  # ATTEND runs on the HPU: refuse a head_dim or GQA group it has no configuration for
+        hpu_params_for(c)
+    except UserError as exc:
+        raise CompileError(f"the HPU cannot serve this model: {exc}") from None
     group = options.weight_group
     columns = {c.dim, c.hidden, c.n_heads * c.head_dim}
     if group and any(cols % group for cols in columns):

@@ -83,38 +83,68 @@ def _tag_of(payload):
 
 
 # --- MAC array -------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", [(8, 8, 2), (16, 4, 3), (4, 1, 1)])
-def test_mac_array_sums_row_blocks_from_their_bias(shape):
-    tr, tc, nb = shape
-    p = RnnParams(tile_rows=tr, tile_cols=tc, batch=nb, max_input=16, max_hidden=16)
+@pytest.mark.parametrize(
+    "shape", [(8, 8, 2, "memory"), (16, 4, 3, "memory"), (32, 4, 2, "stream"), (4, 1, 1, "memory")]
+)
+def test_mac_array_reads_its_operands_and_sums_row_blocks_from_their_bias(shape):
+    tr, tc, nb, source = shape
+    p = RnnParams(
+        tile_rows=tr, tile_cols=tc, batch=nb, max_input=16, max_hidden=16, weight_source=source
+    )
     rng = np.random.default_rng(tr + tc)
-    biases = rng.integers(-(1 << 30), 1 << 30, (p.max_row_blocks, tr))
-    bias_init = [_word(b, p.acc_bits) for b in biases]
-    bias_mem = Memory(shape=tr * p.acc_bits, depth=p.max_row_blocks, init=bias_init)
-    wmax = 1 << (p.weight_bits - 1)
+    hw, slices, wb = p.h_word, p.h_word // tc, p.weight_bits
+    mems = {
+        "x_rd": rng.integers(-(1 << 15), 1 << 15, (2 * nb * p.max_x_blocks, tc)),
+        "h_rd": rng.integers(-(1 << 15), 1 << 15, (2 * nb * p.h_words, hw)),
+        "w_rd": rng.integers(-(1 << (wb - 1)), 1 << (wb - 1), (p.max_entries, tr, tc)),
+        "bias_rd": rng.integers(-(1 << 30), 1 << 30, (p.max_row_blocks, tr)),
+    }
+    widths = {"x_rd": STATE_BITS, "h_rd": STATE_BITS, "w_rd": wb, "bias_rd": p.acc_bits}
+    memories = {
+        name: Memory(
+            shape=values[0].size * widths[name],
+            depth=len(values),
+            init=[_word(v.reshape(-1), widths[name]) for v in values],
+        )
+        for name, values in mems.items()
+        if name != "w_rd" or source == "memory"
+    }
     beats, expected = [], []
     for _ in range(12):  # row blocks of 1..3 tiles, batch elements interleaved per tile
         row, tiles = int(rng.integers(p.max_row_blocks)), int(rng.integers(1, 4))
-        acc = np.tile(biases[row], (nb, 1))
+        acc = np.tile(mems["bias_rd"][row], (nb, 1))
         for k in range(tiles):
-            w = rng.integers(-wmax, wmax, (tr, tc))
-            w[0, 0] = -wmax
+            w_addr = int(rng.integers(p.max_entries))
+            w = mems["w_rd"][w_addr] if source == "memory" else rng.integers(-128, 128, (tr, tc))
+            src, zero, part = int(rng.integers(2)), int(rng.random() < 0.2), rng.integers(slices)
             for b in range(nb):
-                x = rng.integers(-(1 << 15), 1 << 15, tc)
-                acc[b] += w @ x
+                x_addr, h_addr = rng.integers(len(mems["x_rd"])), rng.integers(len(mems["h_rd"]))
+                if zero:
+                    operand = np.zeros(tc, np.int64)
+                elif src:
+                    operand = mems["h_rd"][h_addr][part * tc : (part + 1) * tc]
+                else:
+                    operand = mems["x_rd"][x_addr]
+                acc[b] += w @ operand
                 tag = {"row": row, "b": b, "par": k % 2, "step0": 0}
-                beats.append(
-                    {
-                        "tag": tag,
-                        "first": int(k == 0),
-                        "last": int(k == tiles - 1),
-                        "operand": x.tolist(),
-                        "weights": _word(w.reshape(-1), p.weight_bits),
-                    }
-                )
+                beat = {
+                    "tag": tag,
+                    "first": int(k == 0),
+                    "last": int(k == tiles - 1),
+                    "src": src,
+                    "zero": zero,
+                    "slice": int(part),
+                    "x_addr": int(x_addr),
+                    "h_addr": int(h_addr),
+                }
+                if source == "memory":
+                    beat["w_addr"] = w_addr
+                else:  # batch element 0 brings the tile, the others reuse it
+                    beat["weights"] = _word(w.reshape(-1), wb) if b == 0 else 0
+                beats.append(beat)
                 if k == tiles - 1:
                     expected.append((tag, acc[b].tolist()))
-    dut = _Harness(MacArray(p), {"bias_rd": bias_mem})
+    dut = _Harness(MacArray(p), memories)
     out, _ = run_scenario(dut, beats, len(expected), valid_gaps=0.3, backpressure=0.3, seed=1)
     got = [(_tag_of(o), [int(v) for v in o.pre]) for o in out]
     assert got == expected
@@ -258,11 +288,14 @@ async def _put_word(ctx, port, word: int) -> None:
 
 
 class _Front(wiring.Component):
-    """Loader and dispatcher on their memories, as the engine connects them; h memory preset."""
+    """Loader and dispatcher on their memories, as the engine connects them."""
 
-    def __init__(self, p, h_init):
-        self._p, self._h_init = p, h_init
+    def __init__(self, p):
+        self._p = p
         self._loader, self._dispatcher = Loader(p), Dispatcher(p)
+        self.x_mem = Memory(
+            shape=p.tile_cols * STATE_BITS, depth=2 * p.batch * p.max_x_blocks, init=[]
+        )
         members = {**self._loader.signature.members, **self._dispatcher.signature.members}
         names = ["tile_i", "cmd_i", "x_i", "o", "written", "busy", "idle", "w_i"]
         super().__init__({n: members[n] for n in names if n in members})
@@ -280,8 +313,8 @@ class _Front(wiring.Component):
             dispatcher.written.eq(self.written),
             dispatcher.busy.eq(self.busy),
             self.idle.eq(dispatcher.idle),
+            loader.idle.eq(dispatcher.idle),
         ]
-        m.d.comb += loader.idle.eq(dispatcher.idle)
         m.submodules.prog = prog = Memory(
             shape=loader.prog_wr.signature.shape, depth=p.max_entries, init=[]
         )
@@ -294,20 +327,17 @@ class _Front(wiring.Component):
         if p.weight_source == "memory":
             m.submodules.w = w = Memory(shape=p.tile_bits, depth=p.max_entries, init=[])
             wiring.connect(m, w.write_port(), loader.w_wr)
-            wiring.connect(m, w.read_port(), dispatcher.w_rd)
         m.submodules.bias = bias = Memory(
             shape=p.tile_rows * p.acc_bits, depth=p.max_row_blocks, init=[]
         )
         wiring.connect(m, bias.write_port(), loader.bias_wr)
-        m.submodules.h = h = Memory(
-            shape=p.h_word * STATE_BITS, depth=2 * p.batch * p.h_words, init=self._h_init
-        )
-        wiring.connect(m, h.read_port(), dispatcher.h_rd)
+        m.submodules.x_mem = self.x_mem
+        wiring.connect(m, self.x_mem.write_port(), dispatcher.x_wr)
         return m
 
 
 @pytest.mark.parametrize("shape", [(8, 4, 2, "memory"), (32, 4, 3, "memory"), (8, 8, 1, "stream")])
-def test_loader_and_dispatcher_issue_the_program_with_its_operands(shape):
+def test_loader_and_dispatcher_issue_the_program_with_its_operand_addresses(shape):
     tr, tc, nb, source = shape
     p = RnnParams(
         tile_rows=tr, tile_cols=tc, batch=nb, max_input=9, max_hidden=10, weight_source=source
@@ -316,33 +346,27 @@ def test_loader_and_dispatcher_issue_the_program_with_its_operands(shape):
     rng = np.random.default_rng(tr + nb)
     tiles = rng.integers(-(1 << 15), 1 << 15, (program.entries, tr, tc))
     biases = rng.integers(-(1 << 20), 1 << 20, (program.row_blocks, tr))
-    h_vals = rng.integers(-(1 << 15), 1 << 15, (2, nb, p.h_words * p.h_word))
-    h_init = [
-        _word(h_vals[par, b, w * p.h_word : (w + 1) * p.h_word], STATE_BITS)
-        for par in range(2)
-        for b in range(nb)
-        for w in range(p.h_words)
-    ]
-    steps = 3
+    steps, hw, slices = 3, p.h_word, p.h_word // tc
     x = rng.integers(-(1 << 15), 1 << 15, (steps, nb, 9))
     x_pad = np.zeros((steps, nb, program.x_blocks * tc), np.int64)
     x_pad[:, :, :9] = x
     expected = []
     for t in range(steps):
         for e in range(program.entries):
-            col = int(program.col[e])
-            if program.src[e] == 0:
-                operand = x_pad[t, :, col * tc : (col + 1) * tc]
-            elif t == 0:
-                operand = np.zeros((nb, tc), np.int64)
-            else:
-                operand = h_vals[(t - 1) % 2, :, col * tc : (col + 1) * tc]
+            col, src = int(program.col[e]), int(program.src[e])
             for b in range(nb):
                 tag = {"row": int(program.row[e]), "b": b, "par": t % 2, "step0": int(t == 0)}
-                flags = (int(program.first[e]), int(program.last[e]))
-                weights = _word(tiles[e].reshape(-1), p.weight_bits)
-                expected.append((tag, flags, operand[b].tolist(), weights))
-    dut = _Front(p, h_init)
+                flags = (int(program.first[e]), int(program.last[e]), src, int(src and t == 0))
+                if src == 0:  # the x tile itself, as the x memory holds it when the beat issues
+                    operand = _word(x_pad[t, b, col * tc : (col + 1) * tc], STATE_BITS)
+                elif t == 0:
+                    operand = None  # zeros: no h read
+                else:  # h of step t - 1 (buffer (t - 1) % 2): the word and slice holding col
+                    word = ((t - 1) % 2) * nb * p.h_words + b * p.h_words + col * tc // hw
+                    operand = (word, col % slices if slices > 1 else 0)
+                tile = _word(tiles[e].reshape(-1), p.weight_bits)
+                expected.append((tag, flags, operand, e if source == "memory" else tile))
+    dut = _Front(p)
     got, idle_after = [], []
 
     async def bench(ctx):
@@ -360,6 +384,16 @@ def test_loader_and_dispatcher_issue_the_program_with_its_operands(shape):
             ready = rng.random() < 0.7
             ctx.set(dut.o.ready, ready)
             beat = ctx.get(dut.o.payload) if ready and ctx.get(dut.o.valid) else None
+            if beat is not None:
+                if beat.src == 0:
+                    operand = ctx.get(dut.x_mem.data[int(beat.x_addr)])
+                elif beat.zero:
+                    operand = None
+                else:
+                    operand = (int(beat.h_addr), int(beat.slice))
+                weights = int(beat.w_addr) if source == "memory" else int(beat.weights)
+                flags = (int(beat.first), int(beat.last), int(beat.src), int(beat.zero))
+                got.append((_tag_of(beat), flags, operand, weights))
             x_fire = xw and ctx.get(dut.x_i.ready)
             w_fire = ww and ctx.get(dut.w_i.ready)
             await ctx.tick()
@@ -367,17 +401,7 @@ def test_loader_and_dispatcher_issue_the_program_with_its_operands(shape):
                 xw.pop(0)
             if w_fire:
                 ww.pop(0)
-            ctx.set(dut.written, 0)
-            if beat is not None:
-                got.append(
-                    (
-                        _tag_of(beat),
-                        (int(beat.first), int(beat.last)),
-                        [int(v) for v in beat.operand],
-                        int(beat.weights),
-                    )
-                )
-                ctx.set(dut.written, int(beat.last))  # as if written at once
+            ctx.set(dut.written, int(beat is not None and beat.last))  # as if written at once
             idle_after.append(ctx.get(dut.idle))
             if len(got) == len(expected) and idle_after[-1]:
                 break

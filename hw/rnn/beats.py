@@ -1,8 +1,9 @@
 """Payload layouts of the streams between the ``rnn`` engine's components, and of its memories.
 
 A beat is one program entry for one batch element. It leaves the :class:`~.dispatcher.Dispatcher`
-as a tile of weights and an operand vector (:func:`beat_layout`), the
-:class:`~.mac_array.MacArray` turns a row block's last beat into its gate pre-activations
+as the addresses of its operand and weight words (:func:`beat_layout`), the
+:class:`~.mac_array.MacArray` reads them and turns a row block's last beat into its gate
+pre-activations
 (:func:`sums_layout`), the :class:`~.activations.Activations` into the unit's gates and old state
 (:func:`gates_layout`), and the :class:`~.cell.Cell` into the engine's output. Every stage keeps
 the beat's :func:`tag_layout`: where its results go.
@@ -10,8 +11,9 @@ the beat's :func:`tag_layout`: where its results go.
 
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
+from amaranth.utils import ceil_log2
 from tandem.host.common import bits
-from tandem.host.rnn import STATE_BITS, RnnParams, tile_fields
+from tandem.host.rnn import RnnParams, tile_fields
 
 __all__ = [
     "ENTRY_FIELDS",
@@ -52,18 +54,29 @@ def tag_layout(params: RnnParams) -> data.StructLayout:
 
 
 def beat_layout(params: RnnParams) -> data.StructLayout:
-    """Dispatcher to MAC array: a tile's weights, row-major, and its operand vector; ``first``
-    starts the row block's sum from its bias, ``last`` ends it."""
+    """Dispatcher to MAC array, one per issued beat: where its operand and weight words are.
+
+    ``x_addr`` is the x tile's word in the x memory; ``h_addr`` the h memory word whose
+    ``slice``-th ``tile_cols`` values are the operand when ``src`` is set (zeros when ``zero``:
+    h at step 0); ``w_addr`` the tile's word in the weight memory (on-chip weights), or
+    ``weights`` the tile itself, taken from ``w_i`` by batch element 0 (streamed weights).
+    ``first`` starts the row block's sum from its bias, ``last`` ends it."""
     p = params
-    return data.StructLayout(
-        {
-            "tag": tag_layout(p),
-            "first": 1,
-            "last": 1,
-            "operand": data.ArrayLayout(signed(STATE_BITS), p.tile_cols),
-            "weights": unsigned(p.tile_bits),
-        }
-    )
+    fields = {
+        "tag": tag_layout(p),
+        "first": 1,
+        "last": 1,
+        "src": 1,
+        "zero": 1,
+        "slice": range(max(p.h_word // p.tile_cols, 2)),
+        "x_addr": ceil_log2(2 * p.batch * p.max_x_blocks),
+        "h_addr": ceil_log2(2 * p.batch * p.h_words),
+    }
+    if p.weight_source == "memory":
+        fields["w_addr"] = ceil_log2(p.max_entries)
+    else:
+        fields["weights"] = unsigned(p.tile_bits)
+    return data.StructLayout(fields)
 
 
 def sums_layout(params: RnnParams) -> data.StructLayout:

@@ -1,14 +1,14 @@
 """``rnn`` dispatcher: runs a sequence's tile program, one beat per cycle, into the MAC array."""
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory, ReadPort
+from amaranth.hdl import Module, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 from tandem.host.common import bits
 from tandem.host.rnn import STATE_BITS, RnnParams, cmd_fields
 
-from .beats import beat_layout, checked, entry_layout, tag_layout
+from .beats import beat_layout, checked, entry_layout
 
 __all__ = ["Dispatcher"]
 
@@ -16,14 +16,15 @@ __all__ = ["Dispatcher"]
 class Dispatcher(wiring.Component):
     """Issues the program's entries for every batch element and step, buffering x as it arrives.
 
-    Takes a command on ``cmd_i`` while ``idle``, then issues at most one beat per cycle: entry by
-    entry, batch element 0..B-1 inside each entry, step after step. A beat issues when the
-    pipeline moves (``o.ready``), the x of its step has fully arrived (x tiles), and, for an
-    entry with ``wait`` at step t >= 1, ``done >= (t - 1) * row_blocks * B + (need + 1) * B``,
-    ``done`` counting the results the cell has ``written`` in this sequence. x is taken at most
-    one step ahead of the step being dispatched. The operand and weight words are read at the
-    issue edge, so a beat leaves on ``o`` the cycle after it issues; h is read from buffer
-    ``(t - 1) % 2``, and a tile of an h column block narrower than the h word takes its slice.
+    Takes a command on ``cmd_i`` while ``idle``, then offers at most one beat per cycle on
+    ``o``: entry by entry, batch element 0..B-1 inside each entry, step after step. A beat is
+    valid when the x of its step has fully arrived (x tiles), its weights are there (streamed:
+    a ``w_i`` beat for batch element 0), and, for an entry with ``wait`` at step t >= 1,
+    ``done >= (t - 1) * row_blocks * B + (need + 1) * B``, ``done`` counting the results the
+    cell has ``written`` in this sequence; it issues when the pipeline moves (``o.ready``).
+    x is written to the x memory at most one step ahead of the step being dispatched. A beat
+    carries the addresses of its x tile, its h word (buffer ``(t - 1) % 2``) and slice, and
+    its weights (:func:`.beats.beat_layout`): the MAC array reads them at the issue edge.
 
     Parameters
     ----------
@@ -37,9 +38,10 @@ class Dispatcher(wiring.Component):
         x tiles in step, batch, column-block order.
     w_i : In(stream.Signature(unsigned(tile_bits)))
         Streamed weights only: one tile per entry, every step; batch element 0 takes it.
-    prog_rd, w_rd, h_rd : In(ReadPort.Signature(...))
-        The program memory (read asynchronously), the weight memory (on-chip weights only) and
-        the h memory (double-buffered by step parity).
+    prog_rd : In(ReadPort.Signature(...))
+        The program memory, read asynchronously.
+    x_wr : In(WritePort.Signature(...))
+        The x memory: ``2 * batch * max_x_blocks`` tiles, double-buffered by step parity.
     o : Out(stream.Signature(:func:`.beats.beat_layout`))
     written, busy : In(1)
         A result was written this cycle; one is still to be written or taken from ``o``.
@@ -56,10 +58,10 @@ class Dispatcher(wiring.Component):
             "cmd_i": In(stream.Signature(bits.layout(cmd_fields(p)))),
             "x_i": In(stream.Signature(unsigned(p.tile_cols * STATE_BITS))),
             "prog_rd": In(ReadPort.Signature(addr_width=entry_addr, shape=entry_layout(p))),
-            "h_rd": In(
-                ReadPort.Signature(
-                    addr_width=ceil_log2(2 * p.batch * p.h_words),
-                    shape=unsigned(p.h_word * STATE_BITS),
+            "x_wr": In(
+                WritePort.Signature(
+                    addr_width=ceil_log2(2 * p.batch * p.max_x_blocks),
+                    shape=unsigned(p.tile_cols * STATE_BITS),
                 )
             ),
             "o": Out(stream.Signature(beat_layout(p))),
@@ -69,26 +71,17 @@ class Dispatcher(wiring.Component):
             "start": Out(1),
             "w_frac": Out(p.w_frac_bits),
         }
-        if p.weight_source == "memory":
-            ports["w_rd"] = In(
-                ReadPort.Signature(addr_width=entry_addr, shape=unsigned(p.tile_bits))
-            )
-        else:
+        if p.weight_source == "stream":
             ports["w_i"] = In(stream.Signature(unsigned(p.tile_bits)))
         super().__init__(ports)
 
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        nb, tc, hw = p.batch, p.tile_cols, p.h_word
+        nb = p.batch
         on_chip = p.weight_source == "memory"
-        en = self.o.ready  # every register of the pipeline moves on this one enable
-        x_depth = 2 * nb * p.max_x_blocks
-        m.submodules.x_mem = x_mem = Memory(shape=unsigned(tc * STATE_BITS), depth=x_depth, init=[])
-        x_rd, x_wr = x_mem.read_port(), x_mem.write_port()
-        for port in (x_rd, self.h_rd) + ((self.w_rd,) if on_chip else ()):
-            m.d.comb += port.en.eq(en)
-
+        en = self.o.ready  # the pipeline moves: a valid beat issues
+        x_wr = self.x_wr
         steps = Signal(p.step_bits)
         x_blocks = Signal(p.max_x_blocks.bit_length())
         row_blocks = Signal(p.max_row_blocks.bit_length())
@@ -139,25 +132,16 @@ class Dispatcher(wiring.Component):
         x_ok = (entry.src == 1) | (x_step > t)
         dep_ok = ~entry.wait | (t == 0) | (done >= threshold)
         issue = Signal()
+        m.d.comb += issue.eq(self.o.valid & en)
         if on_chip:
-            m.d.comb += [issue.eq(running & en & x_ok & dep_ok), self.w_rd.addr.eq(pc)]
-            w_data = self.w_rd.data
+            m.d.comb += self.o.valid.eq(running & x_ok & dep_ok)
         else:
             # A new entry (batch element 0) takes its tile from w_i; the others reuse it.
-            w_data = Signal(p.tile_bits)
             w_ok = (b != 0) | self.w_i.valid
             m.d.comb += [
-                issue.eq(running & en & x_ok & dep_ok & w_ok),
+                self.o.valid.eq(running & x_ok & dep_ok & w_ok),
                 self.w_i.ready.eq(issue & (b == 0)),
             ]
-            with m.If(self.w_i.valid & self.w_i.ready):
-                m.d.sync += w_data.eq(self.w_i.payload)
-        h_prev = ~t[0]  # buffer parity of step t - 1
-        h_word_of_col = (entry.col * tc) // hw if hw > tc else entry.col
-        m.d.comb += [
-            x_rd.addr.eq(t[0] * (nb * p.max_x_blocks) + b * p.max_x_blocks + entry.col),
-            self.h_rd.addr.eq(h_prev * (nb * p.h_words) + b * p.h_words + h_word_of_col),
-        ]
         with m.If(issue):
             with m.If(b == nb - 1):
                 m.d.sync += b.eq(0)
@@ -180,54 +164,32 @@ class Dispatcher(wiring.Component):
         with m.If(draining & (done == cur_base) & ~self.busy):
             m.d.sync += draining.eq(0)
 
-        self._emit(m, issue, entry, t, b, x_rd.data, w_data)
+        self._beat(m, entry, t, b, pc)
         return m
 
-    def _emit(self, m, issue, entry, t, b, x_word, w_word):
-        """Registers the issued beat (the program ``entry`` for batch element ``b`` at step
-        ``t``) with the operand and weight reads, and drives ``o`` from it."""
-        p, tc = self.params, self.params.tile_cols
-        en = self.o.ready
+    def _beat(self, m, entry, t, b, pc):
+        """The beat of the program ``entry`` for batch element ``b`` at step ``t``: where its
+        results go, and the addresses of its operand and weight words."""
+        p, tc, nb = self.params, self.params.tile_cols, self.params.batch
+        beat = self.o.payload
         slice_count = p.h_word // tc
-        ctrl_layout = data.StructLayout(
-            {
-                "valid": 1,
-                "src": 1,
-                "zero": 1,
-                "slice": range(max(slice_count, 2)),
-                "first": 1,
-                "last": 1,
-                "tag": tag_layout(p),
-            }
-        )
-        issued, ctrl = Signal(ctrl_layout), Signal(ctrl_layout)
+        h_prev = ~t[0]  # buffer parity of step t - 1
+        h_word_of_col = (entry.col * tc) // p.h_word if p.h_word > tc else entry.col
         m.d.comb += [
-            issued.valid.eq(issue),
-            issued.src.eq(entry.src),
-            issued.zero.eq((entry.src == 1) & (t == 0)),
-            issued.first.eq(entry.first),
-            issued.last.eq(entry.last),
-            issued.tag.row.eq(entry.row),
-            issued.tag.b.eq(b),
-            issued.tag.par.eq(t[0]),
-            issued.tag.step0.eq(t == 0),
+            beat.tag.row.eq(entry.row),
+            beat.tag.b.eq(b),
+            beat.tag.par.eq(t[0]),
+            beat.tag.step0.eq(t == 0),
+            beat.first.eq(entry.first),
+            beat.last.eq(entry.last),
+            beat.src.eq(entry.src),
+            beat.zero.eq((entry.src == 1) & (t == 0)),
+            beat.x_addr.eq(t[0] * (nb * p.max_x_blocks) + b * p.max_x_blocks + entry.col),
+            beat.h_addr.eq(h_prev * (nb * p.h_words) + b * p.h_words + h_word_of_col),
         ]
         if slice_count > 1:
-            m.d.comb += issued.slice.eq(entry.col % slice_count)
-        with m.If(en):
-            m.d.sync += ctrl.eq(issued)
-
-        beat = self.o.payload
-        for k in range(tc):
-            x_k = x_word.word_select(k, STATE_BITS)
-            h_k = self.h_rd.data.word_select(k, STATE_BITS)
-            for s in range(1, slice_count):
-                h_k = Mux(ctrl.slice == s, self.h_rd.data.word_select(s * tc + k, STATE_BITS), h_k)
-            m.d.comb += beat.operand[k].eq(Mux(ctrl.zero, 0, Mux(ctrl.src, h_k, x_k).as_signed()))
-        m.d.comb += [
-            self.o.valid.eq(ctrl.valid),
-            beat.tag.eq(ctrl.tag),
-            beat.first.eq(ctrl.first),
-            beat.last.eq(ctrl.last),
-            beat.weights.eq(w_word),
-        ]
+            m.d.comb += beat.slice.eq(entry.col % slice_count)
+        if p.weight_source == "memory":
+            m.d.comb += beat.w_addr.eq(pc)
+        else:
+            m.d.comb += beat.weights.eq(self.w_i.payload)

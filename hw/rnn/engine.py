@@ -2,10 +2,10 @@
 
 The engine connects five components with streams, in pipeline order: :class:`.loader.Loader`
 (``tile_i`` into the program, weight and bias memories), :class:`.dispatcher.Dispatcher`
-(commands, x, and one beat per cycle), :class:`.mac_array.MacArray` (products, adder trees,
-accumulators), :class:`.activations.Activations` (rescale, clamp, sigmoid and tanh tables) and
-:class:`.cell.Cell` (c and h, the h write and ``o``). The memories two components share live
-here; the stream payloads are the layouts of :mod:`.beats`.
+(commands, x, and one beat per cycle), :class:`.mac_array.MacArray` (operand and weight
+reads, products, adder trees, accumulators), :class:`.activations.Activations` (rescale,
+clamp, sigmoid and tanh tables) and :class:`.cell.Cell` (c and h, the h write and ``o``). The
+memories two components share live here; the stream payloads are the layouts of :mod:`.beats`.
 
 Number formats and arithmetic: :mod:`tandem.host.rnn` (the golden model, bit-exact with this
 file). Tile program and its dependencies: :mod:`tandem.mappings.rnn.tiling`. Timing model:
@@ -43,13 +43,14 @@ Cycle behaviour (what the scheduler models)
   ``done >= (t - 1) * row_blocks * B + (need + 1) * B``, where ``done`` counts the
   (row block, batch element) results written so far in this sequence.
 * Pipeline from issue at cycle i (``lv = log2(tile_cols)``), with the component doing each
-  stage: i+1 operand and weight words (memory read at the issue edge; the beat on the
-  dispatcher's ``o``), products; i+2 .. i+1+lv adder tree, one register per level; i+2+lv
-  accumulate (the first tile of a row block starts from the bias; batch elements rotate
-  through a B-deep accumulator ring; the MAC array's ``o`` at i+3+lv); i+3+lv rescale by
-  ``w_frac`` and clamp; i+4+lv table read; i+5+lv interpolate (sigmoid i, f, o; tanh g), c
-  read (the activations' ``o`` at i+6+lv); i+6+lv cell update; i+7+lv c write, tanh(c) table
-  read; i+8+lv interpolate; i+9+lv h = o * tanh(c). At the end of cycle i+9+lv h is written,
+  stage: at i the beat (the addresses of its words) passes from the dispatcher's ``o`` to the
+  MAC array, which reads the x, h and weight words at the issue edge; i+1 operands and
+  products; i+2 .. i+1+lv adder tree, one register per level; i+2+lv accumulate (the first
+  tile of a row block starts from the bias; batch elements rotate through a B-deep
+  accumulator ring; the MAC array's ``o`` at i+3+lv); i+3+lv rescale by ``w_frac`` and
+  clamp; i+4+lv table read; i+5+lv interpolate (sigmoid i, f, o; tanh g), c read (the
+  activations' ``o`` at i+6+lv); i+6+lv cell update; i+7+lv c write, tanh(c) table read;
+  i+8+lv interpolate; i+9+lv h = o * tanh(c). At the end of cycle i+9+lv h is written,
   ``done`` counts it and the result enters the output register, so a beat that waits for it
   can issue at i+10+lv: :func:`tandem.host.rnn.dependency_latency`.
 * Every register of the pipeline moves on one enable, ``~o.valid | o.ready``: backpressure
@@ -147,16 +148,21 @@ class Rnn(wiring.Component):
         if on_chip:
             m.submodules.w_mem = w_mem = Memory(shape=unsigned(p.tile_bits), depth=depth, init=[])
             wiring.connect(m, w_mem.write_port(), loader.w_wr)
-            wiring.connect(m, w_mem.read_port(), dispatcher.w_rd)
+            wiring.connect(m, w_mem.read_port(), mac_array.w_rd)
         m.submodules.bias_mem = bias_mem = Memory(
             shape=unsigned(p.tile_rows * p.acc_bits), depth=p.max_row_blocks, init=[]
         )
         wiring.connect(m, bias_mem.write_port(), loader.bias_wr)
         wiring.connect(m, bias_mem.read_port(), mac_array.bias_rd)
+        m.submodules.x_mem = x_mem = Memory(
+            shape=unsigned(p.tile_cols * STATE_BITS), depth=2 * p.batch * p.max_x_blocks, init=[]
+        )
+        wiring.connect(m, x_mem.read_port(), mac_array.x_rd)
+        wiring.connect(m, x_mem.write_port(), dispatcher.x_wr)
         m.submodules.h_mem = h_mem = Memory(
             shape=unsigned(p.h_word * STATE_BITS), depth=2 * p.batch * p.h_words, init=[]
         )
-        wiring.connect(m, h_mem.read_port(), dispatcher.h_rd)
+        wiring.connect(m, h_mem.read_port(), mac_array.h_rd)
         wiring.connect(m, h_mem.write_port(granularity=STATE_BITS), cell.h_wr)
         m.submodules.c_mem = c_mem = Memory(  # an LSTM's c; a GRU keeps h there
             shape=unsigned(p.units_per_block * p.c_bits),

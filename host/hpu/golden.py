@@ -29,8 +29,9 @@ Online softmax (per row)
     ``prob_frac_bits`` fraction bits; 1.0 is exact, so rows that do not grow the max leave
     ``l`` and ``o`` untouched by the rescale. ``l <- round(l * alpha) + p``.
 Value weight
-    ``w = p * v_scale`` unsigned, ``weight_bits`` wide with ``weight_frac_bits`` fraction bits,
-    rounded half up, saturating (v scales above ``2**(weight_bits - weight_frac_bits)``
+    ``w = p * v_scale`` unsigned, ``weight_bits`` wide with ``w_frac_bits`` fraction bits
+    (``weight_frac_bits``, plus 8 for int16 K/V), rounded half up, saturating (v scales above
+    ``2**(weight_bits - w_frac_bits)``
     saturate).
 Accumulator
     ``o <- round(o * alpha) + w * v`` per element, signed, ``o_bits`` wide: exact integer
@@ -150,7 +151,7 @@ class HpuBatchResult:
     full-mode output of every request (what the engine emits when the request is not partial).
     ``saturated`` counts, per request [R], the values the engine clipped to their format:
     ``"score"`` (``s`` beyond ``score_bits``), ``"weight"`` (``w = p * v_scale`` beyond
-    ``weight_bits``: v scales above ``2**(weight_bits - weight_frac_bits)``) and ``"output"``
+    ``weight_bits``: v scales above ``2**(weight_bits - w_frac_bits)``) and ``"output"``
     (``y`` beyond ``out_bits``, which only full-mode requests emit). The accumulators ``l``
     and ``o`` are wide enough never to saturate.
     """
@@ -236,8 +237,8 @@ def hpu_golden_batch(
     e = _exp2_of_distance(p.exp2)[distance]  # exp2(-|s - m|), the unit's input saturating
     alpha = np.where(grew, e, one)
     prob = np.where(grew, one, e).reshape(r, g, n)
-    # w = p * v_scale with weight_frac_bits fraction bits (see _round_scaled).
-    w_shift = float(2.0 ** (p.weight_frac_bits - p.prob_frac_bits))
+    # w = p * v_scale with w_frac_bits fraction bits (see _round_scaled).
+    w_shift = float(2.0 ** (p.w_frac_bits - p.prob_frac_bits))
     w, weight_clipped = _round_scaled(prob * (v_value * w_shift), p.weight_bits, False)
     saturated["weight"] = _per_request(weight_clipped, valid if padded else None, r)
     if padded:
@@ -403,7 +404,7 @@ def merge_partials(params: HpuParams, partials) -> np.ndarray:
     top = m.max(axis=0)
     factor = np.exp2(m - top)  # [parts, G]
     l_real = np.stack([r.l for r in partials]) / float(1 << p.prob_frac_bits)
-    o_real = np.stack([r.o for r in partials]) / float(1 << p.weight_frac_bits)
+    o_real = np.stack([r.o for r in partials]) / float(1 << p.w_frac_bits)
     total_l = (factor * l_real).sum(axis=0)
     total_o = (factor[..., None] * o_real).sum(axis=0)
     return total_o / total_l[:, None]

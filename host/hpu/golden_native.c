@@ -18,7 +18,7 @@ typedef struct {
     int32_t weight_bits;
     int32_t out_bits, out_shift;
     int64_t score_min, distance_cap;
-    double weight_shift; /* 2 ** (weight_frac_bits - prob_frac_bits) */
+    double weight_shift; /* 2 ** (w_frac_bits - prob_frac_bits) */
     /* reciprocal unit */
     int32_t recip_in_bits, recip_in_frac_bits, recip_out_bits, recip_out_frac_bits;
     int32_t recip_seed_bits, recip_work_frac_bits, recip_newton_steps, recip_left_shift;

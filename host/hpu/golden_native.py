@@ -103,7 +103,7 @@ def _tables(params: HpuParams):
         out_shift=p.out_shift,
         score_min=p.score_min,
         distance_cap=1 << (p.exp2.in_width - 1),
-        weight_shift=float(2.0 ** (p.weight_frac_bits - p.prob_frac_bits)),
+        weight_shift=float(2.0 ** (p.w_frac_bits - p.prob_frac_bits)),
         recip_in_bits=recip.in_bits,
         recip_in_frac_bits=recip.in_frac_bits,
         recip_out_bits=recip.out_bits,

@@ -106,7 +106,8 @@ class HpuParams(Params):
     )
     weight_frac_bits: int = param(
         24,
-        "fraction bits of w (v scales up to 2**(weight_bits - weight_frac_bits) fit)",
+        "fraction bits of w with int8 K/V; int16 (kv_bits 16) adds 8, since its v scales are "
+        "256 times smaller (w_frac_bits: v scales up to 2**(weight_bits - w_frac_bits) fit)",
         min=8,
         max=30,
     )
@@ -127,7 +128,7 @@ class HpuParams(Params):
                 f"out_frac_bits must be below out_bits ({self.out_bits}), "
                 f"not {self.out_frac_bits!r}",
             )
-        if self.weight_frac_bits + self.recip_frac_bits < self.out_frac_bits:
+        if self.w_frac_bits + self.recip_frac_bits < self.out_frac_bits:
             raise ParamError(
                 "out_frac_bits",
                 f"out_frac_bits must not exceed weight_frac_bits + reciprocal fraction bits, "
@@ -242,7 +243,14 @@ class HpuParams(Params):
     @property
     def out_shift(self) -> int:
         """Right shift from o * (1/l) to the output format."""
-        return self.weight_frac_bits + self.recip_frac_bits - self.out_frac_bits
+        return self.w_frac_bits + self.recip_frac_bits - self.out_frac_bits
+
+    @property
+    def w_frac_bits(self) -> int:
+        """Fraction bits of the value weight w: ``weight_frac_bits`` plus 8 for int16 K/V,
+        whose per-token v scales are 256 times an int8 row's, so that w keeps the same bits
+        and V the same range of magnitudes in either format."""
+        return self.weight_frac_bits + self.kv_bits - 8
 
 
 # --- binary16 scales ---------------------------------------------------------------------
@@ -302,15 +310,28 @@ def key_smoothing(
     return top**strength
 
 
+#: The smallest positive binary16 (a subnormal): the least per-token scale.
+SMALLEST_SCALE = np.float16(2.0**-24)
+
+
 def quantize_rows(x, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-row quantization of ``x`` [..., d] to ``bits``-bit integers.
 
     Returns ``(values int64, scales float16)``; the scale is ``max|x| / (2**(bits-1) - 1)``
-    rounded to binary16, and values are ``x / scale`` rounded to nearest and clipped.
+    rounded to binary16 (to the next binary16 up where the nearest would make the largest
+    element round past the range: int16 rows, or subnormal scales; at least the smallest
+    binary16, 2**-24, for a row too small for its own), and values are ``x / scale`` rounded
+    to nearest, so no element clips.
     """
     x = np.asarray(x, dtype=np.float64)
     top = (1 << (bits - 1)) - 1
-    scales = (np.abs(x).max(axis=-1) / top).astype(np.float16)
+    peak = np.abs(x).max(axis=-1)
+    scales = np.asarray(peak / top).astype(np.float16)
+    # A row too small for a binary16 scale keeps the smallest one and fewer value bits, not 0.
+    scales = np.where(peak > 0, np.maximum(scales, SMALLEST_SCALE), scales)
+    over = np.rint(peak / np.where(scales > 0, scales.astype(np.float64), 1.0)) > top
+    if over.any():
+        scales = np.where(over, np.nextafter(scales, np.float16(np.inf)), scales)
     safe = np.where(scales > 0, scales.astype(np.float64), 1.0)
     values = np.clip(np.rint(x / safe[..., None]), -top, top).astype(np.int64)
     return values, scales

@@ -1092,7 +1092,7 @@ class Hpu(wiring.Component):
         # decode and a 17 x 11 multiply), the shift, rounding and saturation in va: one cycle
         # held all of it, the engine's longest path (tandem synth's timing estimate).
         products = [Signal(word + 11, name=f"vw_product{g}") for g in range(groups)]
-        max_left = 5 + p.weight_frac_bits
+        max_left = 5 + p.w_frac_bits
         vw_left = Signal(max_left.bit_length(), name="vw_left")
         vw_right = Signal(6, name="vw_right")
         vw_up = Signal(name="vw_up")
@@ -1100,7 +1100,7 @@ class Hpu(wiring.Component):
         weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
         alphas = [Signal(word, name=f"va_alpha{g}") for g in range(groups)]
         with m.If(first):
-            total = v_exp + (p.weight_frac_bits - p.prob_frac_bits)
+            total = v_exp + (p.w_frac_bits - p.prob_frac_bits)
             m.d.sync += [
                 x.eq(y) for x, y in zip((vw_left, vw_right, vw_up), shift_amounts(total, max_left))
             ]

@@ -35,7 +35,7 @@ from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
 
 from ..common.axi import BURST_INCR, AxiReadManager, AxiWriteManager
 from ..common.exp2 import Exp2
-from ..common.fixed import round_shift_right, saturate
+from ..common.fixed import clamp, round_shift_right, saturate
 from ..common.reciprocal import Reciprocal
 
 __all__ = ["Hpu"]
@@ -48,11 +48,6 @@ REQUEST_QUEUE_DEPTH = 4
 #: Descriptor slots: the K side's request, the next one, and one more being parsed, so a short
 #: request between two long ones does not leave the read ports waiting for a descriptor.
 DESCRIPTOR_SLOTS = 3
-
-
-def _clamp(value, limit: int):
-    """Clamp a signed value into [-limit, limit]."""
-    return Mux(value > limit, limit, Mux(value < -limit, -limit, value))
 
 
 def shift_amounts(total, limit_shift: int):
@@ -93,7 +88,7 @@ def shift_by_split(
     below = Mux(right_amount == 0, 0, right_amount - 1)[: len(right_amount)]
     with m.If(enable):
         m.d.sync += [
-            left.eq(_clamp(product, 1 << bits) << left_amount),
+            left.eq(clamp(product, 1 << bits) << left_amount),
             floor.eq(product >> right_amount),
             round_bit.eq((right_amount != 0) & (product >> below)[0]),
             up.eq(non_negative),

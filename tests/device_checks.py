@@ -11,7 +11,7 @@ def assert_backend_choice_is_checked(cls) -> None:
     dev.close()
     with pytest.raises(ValueError, match="unknown backend 'fpga'"):
         cls(backend="fpga")
-    with pytest.raises(ValueError, match="golden backend takes (no options|only kernel)"):
+    with pytest.raises(ValueError, match=r"golden backend takes (no options|only kernel)"):
         cls(simulator="icarus")
     with pytest.raises(ValueError, match="simulator must be 'verilator' or 'icarus'"):
         cls(backend="rtl", simulator="xsim")

@@ -112,7 +112,7 @@ def test_simulated_formats_rank_as_their_precision(tiny):
         errors[fmt] = float(records["q, K, V"].mean())
     assert errors["fp16"] < errors[None] / 20 < errors["fp8"] / 20, errors
     e4m3 = bench._e4m3(np.array([0.0, 1.0, 1.0625, 1.07, 448.0, 1e4, -3e-3, 2.0**-10]))
-    assert e4m3.tolist() == [0.0, 1.0, 1.0, 1.125, 448.0, 448.0, -2.0**-9 * 2, 0.0]
+    assert e4m3.tolist() == [0.0, 1.0, 1.0, 1.125, 448.0, 448.0, -(2.0**-9) * 2, 0.0]
     with pytest.raises(ValueError, match="simulate"):
         bench.DenseProbe(TorchAttention(TINY), TINY, q_bits=16, simulate="fp4")
 

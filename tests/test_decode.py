@@ -269,6 +269,7 @@ def test_cli_decode_json_is_the_outcome_as_data(capsys):
         (["--trace", "/no/such/dir/t.json"], "does not exist"),
         (["--set", "lanes=7"], "lanes"),
         (["--hpu-memory-mib", "0.01"], "HPU memory"),
+        (["--kv-bits", "16", "--set", "lanes=32"], "kv_bits * lanes"),
     ],
 )
 def test_cli_decode_errors(extra, message, capsys):
@@ -276,6 +277,19 @@ def test_cli_decode_errors(extra, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_decode_int16_kv(capsys):
+    """``--kv-bits 16`` reaches the cards: int16 K and V on the same ports with half the lanes.
+    The tiny model's head_dim 32 fills an int16 row's 64 bytes but only half an int8 one's
+    (padding), so its rows take as many beats, and its queries (padded to the row) fewer."""
+    cycles = {}
+    for bits in ("8", "16"):
+        argv = ["cosim", "decode", "--model", "tiny", "--prompt", "hi", "--tokens", "3"]
+        assert main([*argv, "--kv-bits", bits, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        cycles[bits] = sum(step["hpu0"] for step in data["step_cycles"])
+    assert cycles["16"] != cycles["8"] and min(cycles.values()) > 0, cycles
 
 
 # --- model files ---------------------------------------------------------------------------

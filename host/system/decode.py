@@ -775,6 +775,13 @@ def add_arguments(parser) -> None:
         metavar="KEY=VALUE",
         help="HPU parameter (head_dim and gqa_group come from the model)",
     )
+    parser.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=(8, 16),
+        help="the cards' KV format: int8 (default) or int16 K and V (the same ports with half "
+        "the lanes, unless --set lanes=... says otherwise)",
+    )
 
 
 def load_model(name: str, device=None):
@@ -832,7 +839,13 @@ def run(args) -> int:
         output_file(args.waves, "--waves")
     if args.threads is not None:
         integer(args.threads, "--threads", 1, os.cpu_count() or 1, " (this machine's CPUs)")
-    params = resolve_params(HpuParams, None, args.overrides, design="hpu")
+    overrides = list(args.overrides)
+    if args.kv_bits is not None:
+        overrides.append(f"kv_bits={args.kv_bits}")
+        if not any(o.split("=", 1)[0].strip() == "lanes" for o in args.overrides):
+            port = resolve_params(HpuParams, None, args.overrides, design="hpu").mem_data_bits
+            overrides.append(f"lanes={port // args.kv_bits}")
+    params = resolve_params(HpuParams, None, overrides, design="hpu")
     memory_bytes = int(mib * 2**20) // 64 * 64
     if memory_bytes > 1 << params.addr_bits:
         raise UserError(

@@ -1122,42 +1122,41 @@ class Hpu(wiring.Component):
         with m.If(vs_first):
             for g in range(groups):
                 m.d.sync += [alphas[g].eq(vs_alphas[g]), weights[g].eq(shifted[g])]
-        vw_data = Signal(p.mem_data_bits, name="vw_data")
-        vw_first_row = Signal(name="vw_first_row")
-        vw_tag = Signal(33, name="vw_tag")
-        m.d.sync += vw_valid.eq(vb["take_row"])
-        with m.If(vb["take_row"]):
-            m.d.sync += [
-                vw_data.eq(vb["data"]),
-                vw_end.eq(vb["last_beat"] & vb["last_row"]),
-                vw_first_row.eq(vb["first_row"]),
-                vw_tag.eq(v_tag),
-            ]
-        vs_data = Signal(p.mem_data_bits, name="vs_data")
-        vs_first_row = Signal(name="vs_first_row")
-        vs_tag = Signal(33, name="vs_tag")
-        m.d.sync += vs_valid.eq(vw_valid)
-        with m.If(vw_valid):
-            m.d.sync += [
-                vs_data.eq(vw_data),
-                vs_end.eq(vw_end),
-                vs_first_row.eq(vw_first_row),
-                vs_tag.eq(vw_tag),
-            ]
-        va_data = Signal(p.mem_data_bits, name="va_data")
-        va_first_row = Signal(name="va_first_row")
-        va_tag = Signal(33, name="va_tag")
-        m.d.sync += va_valid.eq(vs_valid)
-        with m.If(vs_valid):
-            m.d.sync += [
-                va_data.eq(vs_data),
-                va_end.eq(vs_end),
-                va_first_row.eq(vs_first_row),
-                va_tag.eq(vs_tag),
-            ]
+        # The row beat travels beside the weights' three stages (vw, vs, va): its data, the
+        # request's end, the first-row flag and the tag, registered while the stage before
+        # holds a beat.
+        beat = {
+            "data": vb["data"],
+            "end": vb["last_beat"] & vb["last_row"],
+            "first_row": vb["first_row"],
+            "tag": v_tag,
+        }
+        for prefix, valid, taken, end in (
+            ("vw", vw_valid, vb["take_row"], vw_end),
+            ("vs", vs_valid, vw_valid, vs_end),
+            ("va", va_valid, vs_valid, va_end),
+        ):
+            held = {
+                "data": Signal(p.mem_data_bits, name=f"{prefix}_data"),
+                "end": end,
+                "first_row": Signal(name=f"{prefix}_first_row"),
+                "tag": Signal(33, name=f"{prefix}_tag"),
+            }
+            m.d.sync += valid.eq(taken)
+            with m.If(taken):
+                m.d.sync += [held[key].eq(beat[key]) for key in ("data", "end", "first_row", "tag")]
+            beat = held
         update = self._update_in_one if p.row_beats == 1 else self._update_in_two
         end_valid, end, end_tag = update(
-            m, accumulators, va_valid, va_first_row, va_data, va_end, va_tag, alphas, weights
+            m,
+            accumulators,
+            va_valid,
+            beat["first_row"],
+            beat["data"],
+            va_end,
+            beat["tag"],
+            alphas,
+            weights,
         )
         # The copy happens the cycle after the last update; the next request's first update is
         # at the earliest on that same edge (the gate keeps a cycle between a request's last

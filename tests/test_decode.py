@@ -283,13 +283,21 @@ def test_cli_decode_int16_kv(capsys):
     """``--kv-bits 16`` reaches the cards: int16 K and V on the same ports with half the lanes.
     The tiny model's head_dim 32 fills an int16 row's 64 bytes but only half an int8 one's
     (padding), so its rows take as many beats, and its queries (padded to the row) fewer."""
-    cycles = {}
-    for bits in ("8", "16"):
-        argv = ["cosim", "decode", "--model", "tiny", "--prompt", "hi", "--tokens", "3"]
-        assert main([*argv, "--kv-bits", bits, "--json"]) == 0
+    argv = ["cosim", "decode", "--model", "tiny", "--prompt", "hi", "--tokens", "3", "--json"]
+    runs = {
+        "int8": ["--kv-bits", "8"],
+        "int16": ["--kv-bits", "16"],
+        "int16 by --set": ["--set", "kv_bits=16", "--set", "lanes=16"],
+    }
+    cycles, tokens = {}, {}
+    for name, extra in runs.items():
+        assert main([*argv, *extra]) == 0
         data = json.loads(capsys.readouterr().out)
-        cycles[bits] = sum(step["hpu0"] for step in data["step_cycles"])
-    assert cycles["16"] != cycles["8"] and min(cycles.values()) > 0, cycles
+        cycles[name] = [step["hpu0"] for step in data["step_cycles"]]
+        tokens[name] = data["sequences"][0]["tokens"]
+    # The flag is the same engine as the explicit parameters, and not the int8 one.
+    assert cycles["int16"] == cycles["int16 by --set"] != cycles["int8"], cycles
+    assert tokens["int16"] == tokens["int16 by --set"]
 
 
 # --- model files ---------------------------------------------------------------------------

@@ -53,7 +53,13 @@ from functools import cache
 
 import numpy as np
 from tandem.host.common.exp2 import Exp2Params, exp2_golden
-from tandem.host.common.fixed import mul_round_half_up, mul_round_half_up_narrow, value_range
+from tandem.host.common.fixed import (
+    mul_round_half_up,
+    mul_round_half_up_narrow,
+    saturate,
+    shift_round_half_up,
+    value_range,
+)
 from tandem.host.common.reciprocal import reciprocal_golden
 
 from .codec import HpuResult
@@ -126,11 +132,9 @@ def _round_scaled_int(p: HpuParams, dots, score_scale, k_scale, shape):
     # A left shift saturates where the product exceeds the range shifted right.
     above, below = product > (hi >> left), product < -((hi + 1) >> left)
     up = np.where(above, hi + 1, np.where(below, lo - 1, product << left))
-    right = np.minimum(np.maximum(-shift, 0), 62)
-    half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
-    down = (product + half) >> right
+    down = shift_round_half_up(product, np.minimum(np.maximum(-shift, 0), 62))
     rounded = np.where(shift >= 0, up, down)
-    clipped = np.minimum(np.maximum(rounded, lo), hi)
+    clipped = saturate(rounded, p.score_bits, True)
     return clipped, clipped != rounded
 
 

@@ -151,7 +151,6 @@ import numpy as np
 import yaml
 from tandem.host.hpu import HpuParams
 from tandem.host.hpu.cycles import Memory, batch_cycles, request_beats, request_cycles
-from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 from tandem.mappings.hpu.placement import CardSpace, Slice, place_batch
 
 from tandem.boards import Board, Gpu, load_board, load_gpu
@@ -867,7 +866,7 @@ def decode_projection(
             "per": "call: one request of the busiest engine's read beats",
         },
         "kv_format": f"int{params.kv_bits} rows + binary16 scale per token (KvLayout)",
-        "kv_bytes_per_token": 2 * params.layout.part_bytes // PAGE_TOKENS,
+        "kv_bytes_per_token": params.layout.token_bytes,
     }
     for b in batches:
         rows.append(

@@ -87,6 +87,11 @@ class KvLayout:
         """Bytes per page (K part and V part)."""
         return 2 * self.part_bytes
 
+    @property
+    def token_bytes(self) -> int:
+        """Bytes one token takes in a region: its K and V rows and their two scales."""
+        return self.page_bytes // PAGE_TOKENS
+
     def region_bytes(self, length: int) -> int:
         """Bytes a region must hold for ``length`` tokens (whole pages)."""
         return -(-length // PAGE_TOKENS) * self.page_bytes

@@ -146,7 +146,7 @@ def test_int16_scores_saturate_and_round_like_the_float_path():
     assert want_clipped.any() and not want_clipped.all()
 
 
-@pytest.mark.parametrize("head_dim", [32, 64, 128])
+@pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
 def test_bursts_cover_each_page_part_and_respect_4k(head_dim):
     layout = KvLayout(head_dim)
     for rows in (1, 31, 32, 33, 100, 257):
@@ -181,7 +181,7 @@ def test_layout_round_trip_leaves_padding_alone():
     assert np.all(memory[:64] == 0xAB)
 
 
-@pytest.mark.parametrize("head_dim", [32, 64, 128])
+@pytest.mark.parametrize("head_dim", [32, 64, 128, 256])
 def test_read_regions_is_read_kv_tokens_of_whole_regions(head_dim):
     """The golden backend's span reads give the rows and scales of per-token reads (random
     memory, three regions of different lengths, one a single token), zero past each end."""
@@ -359,6 +359,25 @@ def test_gateware_shapes_bursts_and_memory(overrides):
     # Nothing lost, nothing else touched: only the appended rows and scales changed.
     store(params, before, 0x1FC0, seq, n)
     assert np.array_equal(memory, before)
+
+
+@pytest.mark.parametrize("kv_bits", [8, 16])
+def test_gateware_head_dim_256(kv_bits):
+    """Gemma 3's shape (head_dim 256, 4 query heads per KV head) on the SmolLM2 engine's
+    256-bit ports: int8 (one 256-byte row is 8 beats) and int16 (16 beats)."""
+    import sys
+
+    # Amaranth's Python simulator compiles this engine's logic into Python code nested deeper
+    # than the default recursion limit lets CPython compile (a simulator limit, not the
+    # gateware's: the same engine passes once the limit is raised).
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))
+    overrides = {"head_dim": 256, "gqa_group": 4, "max_seq_len": 256}
+    overrides.update({"kv_bits": 16, "lanes": 16} if kv_bits == 16 else {})
+    try:
+        test_gateware_shapes_bursts_and_memory(overrides)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def test_gateware_back_to_back_modes_and_reread_of_appended_token():

@@ -167,3 +167,13 @@ def test_twin_reads_regions_in_place_as_read_regions_does():
         hpu_golden_regions_native(p, memory, [memory.size - 64], [1], q[:1], score_scale[:1])
     with pytest.raises(ValueError, match="sequence lengths"):
         hpu_golden_regions_native(p, memory, [0], [513], q[:1], score_scale[:1])
+
+
+def test_auto_kernel_takes_numpy_for_heads_the_twin_cannot_hold():
+    """head_dim 256 (Gemma 3) is past the twin's accumulator array: ``auto`` runs numpy and
+    says why, ``native`` is refused."""
+    p = HpuParams(head_dim=256, gqa_group=4)
+    auto = GoldenHpuBackend(p, 1 << 20)
+    assert auto.kernel == "numpy" and "head_dim <= 128" in auto.kernel_note
+    with pytest.raises(ValueError, match=r"kernel .native. cannot run: .*head_dim=256"):
+        GoldenHpuBackend(p, 1 << 20, kernel="native")

@@ -239,6 +239,11 @@ def _waves(params: HpuParams, batch: HpuBatch) -> list[slice]:
 GOLDEN_KERNELS = ("auto", "native", "numpy")
 
 
+#: Widest head the compiled twin takes (``golden_native.c`` keeps one query's accumulators in
+#: a local array of this many elements).
+NATIVE_MAX_HEAD_DIM = 128
+
+
 class GoldenHpuBackend(Backend):
     """Device memory as a numpy array; each batch through one golden-model call.
 
@@ -271,8 +276,15 @@ class GoldenHpuBackend(Backend):
         self.memory = ArrayMemory(memory_bytes)
         #: The kernel that runs: ``"native"`` or ``"numpy"``; why ``"auto"`` chose numpy.
         self.kernel, self.kernel_note = "numpy", ""
-        if kernel != "numpy" and params.kv_bits != 8:
+        reason = None
+        if params.kv_bits != 8:
             reason = f"the compiled twin reads int8 KV rows only, not kv_bits={params.kv_bits}"
+        elif params.head_dim > NATIVE_MAX_HEAD_DIM:  # its accumulator row is a fixed array
+            reason = (
+                f"the compiled twin holds head_dim <= {NATIVE_MAX_HEAD_DIM} accumulators, not "
+                f"head_dim={params.head_dim}"
+            )
+        if kernel != "numpy" and reason is not None:
             if kernel == "native":
                 raise ValueError(f"kernel 'native' cannot run: {reason}")
             self.kernel_note = reason

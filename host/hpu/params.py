@@ -44,7 +44,9 @@ class HpuParams(Params):
 
     design = "hpu"
 
-    head_dim: int = param(64, "elements per query, key and value vector", choices=(32, 64, 128))
+    head_dim: int = param(
+        64, "elements per query, key and value vector", choices=(32, 64, 128, 256)
+    )
     lanes: int = param(
         32,
         "elements of K or V consumed per cycle per read port",

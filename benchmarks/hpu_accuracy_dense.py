@@ -45,7 +45,9 @@ The texts are English prose every Python installation ships, so nothing is downl
 (``pydoc_data.topics``, 2212 SmolLM2 tokens), ``license`` Python's ``LICENSE.txt`` (the
 history of the software, then the license terms; 3768 tokens). ``--texts`` also takes file
 paths. The model is SmolLM2-135M (``tandem model fetch smollm2-135m``; skipped when absent),
-or any Llama-architecture GGUF path, or ``tiny`` (random weights, for a quick check).
+Gemma 3 270M (``--model gemma3-270m``, ``tandem model fetch gemma3-270m``; its sliding-window
+layers attend over their last 512 positions on the card and in the reference alike),
+any Llama or Gemma 3 GGUF path, or ``tiny`` / ``tiny-gemma`` (random weights, for a quick check).
 """
 
 import argparse
@@ -236,8 +238,10 @@ class DenseProbe:
             cache["kq"][layer, :, t] = self._quantized(ks[i], f)
             cache["vq"][layer, :, t] = self._quantized(vs[i])
             st["length"][layer] = t + 1
-            k, v = cache["k"][layer, :, : t + 1], cache["v"][layer, :, : t + 1]
-            kq, vq = cache["kq"][layer, :, : t + 1], cache["vq"][layer, :, : t + 1]
+            window = c.attention_window(layer)  # a sliding-window layer sees its last ones
+            lo = 0 if window is None else max(0, t + 1 - window)
+            k, v = cache["k"][layer, :, lo : t + 1], cache["v"][layer, :, lo : t + 1]
+            kq, vq = cache["kq"][layer, :, lo : t + 1], cache["vq"][layer, :, lo : t + 1]
             # The reference: TorchAttention's float32 SDPA on the unquantized inputs.
             k32, v32 = torch.from_numpy(k).float(), torch.from_numpy(v).float()
             ref = torch.nn.functional.scaled_dot_product_attention(
@@ -423,7 +427,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--tokens", type=int, default=1024, help="teacher-forced decode steps")
     parser.add_argument(
-        "--model", default="smollm2-135m", help="smollm2-135m, a Llama GGUF path, or tiny"
+        "--model",
+        default="smollm2-135m",
+        help="smollm2-135m, gemma3-270m, a Llama or Gemma 3 GGUF path, tiny or tiny-gemma",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-smoothing", action="store_true", help="quantize K as it is")

@@ -235,5 +235,5 @@ def test_a_head_dim_the_hpu_lacks_is_a_compile_error(tmp_path, capsys):
     assert main(["compile", str(path), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err == "tandem: error: the HPU cannot serve this model: head_dim must be one of 32, " \
-        "64, 128, not 16\n"  # fmt: skip
+        "64, 128, 256, not 16\n"  # fmt: skip
     assert not (tmp_path / "out").exists()

@@ -111,11 +111,13 @@ class Llama:
         torch = _torch()
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config.eps) * weight
 
-    def _rope(self, x, positions):
-        """Rotate-half RoPE of ``x`` [N, heads, d] at ``positions`` [N]."""
+    def _rope(self, x, positions, inv_freq=None):
+        """Rotate-half RoPE of ``x`` [N, heads, d] at ``positions`` [N] (frequencies
+        ``inv_freq``, default the model's)."""
         torch = _torch()
         d = self.config.head_dim
-        angle = torch.outer(positions.to(torch.float64), self._inv_freq).repeat(1, 2)
+        inv_freq = self._inv_freq if inv_freq is None else inv_freq
+        angle = torch.outer(positions.to(torch.float64), inv_freq).repeat(1, 2)
         cos, sin = angle.cos().float()[:, None], angle.sin().float()[:, None]
         rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
         return x * cos + rotated * sin
@@ -125,14 +127,19 @@ class Llama:
         torch = _torch()
         return self.w["token_embd.weight"][torch.as_tensor(ids, device=self.device)]
 
-    def attn_in(self, layer: int, x, positions):
-        """RMSNorm, q/k/v projections and RoPE: ``q`` [N, Hq, d], ``k``, ``v`` [N, Hkv, d]."""
+    def _qkv(self, layer: int, x):
+        """RMSNorm and the q/k/v projections: ``q`` [N, Hq, d], ``k``, ``v`` [N, Hkv, d]."""
         c, p = self.config, f"blk.{layer}."
         n = x.shape[0]
         h = self._rmsnorm(x, self.w[p + "attn_norm.weight"])
         q = (h @ self.w[p + "attn_q.weight"].T).view(n, c.n_heads, c.head_dim)
         k = (h @ self.w[p + "attn_k.weight"].T).view(n, c.n_kv_heads, c.head_dim)
         v = (h @ self.w[p + "attn_v.weight"].T).view(n, c.n_kv_heads, c.head_dim)
+        return q, k, v
+
+    def attn_in(self, layer: int, x, positions):
+        """RMSNorm, q/k/v projections and RoPE: ``q`` [N, Hq, d], ``k``, ``v`` [N, Hkv, d]."""
+        q, k, v = self._qkv(layer, x)
         return self._rope(q, positions), self._rope(k, positions), v
 
     def attn_out(self, layer: int, x, o):
@@ -149,7 +156,8 @@ class Llama:
         return self._rmsnorm(x, self.w["output_norm.weight"]) @ self.head.T
 
     def prefill(self, ids):
-        """Causal forward pass of one prompt with torch attention.
+        """Causal forward pass of one prompt with torch attention (a layer with a sliding
+        window, ``config.attention_window``, sees only that many positions).
 
         Returns ``(logits of the last position [vocab], keys, values)``; ``keys[layer]`` and
         ``values[layer]`` are [n_kv_heads, T, head_dim] (keys after RoPE).
@@ -158,6 +166,7 @@ class Llama:
         c = self.config
         x = self.embed(ids)
         positions = torch.arange(len(ids), device=self.device)
+        behind = positions[:, None] - positions[None, :]  # query minus key position
         keys, values = [], []
         for layer in range(c.n_layers):
             q, k, v = self.attn_in(layer, x, positions)
@@ -165,8 +174,14 @@ class Llama:
             keys.append(k)
             values.append(v)
             g = c.gqa_group
+            window = c.attention_window(layer)
+            mask = None if window is None else (behind >= 0) & (behind < window)
             o = torch.nn.functional.scaled_dot_product_attention(
-                q, k.repeat_interleave(g, 0), v.repeat_interleave(g, 0), is_causal=True
+                q,
+                k.repeat_interleave(g, 0),
+                v.repeat_interleave(g, 0),
+                attn_mask=mask,
+                is_causal=mask is None,
             )
             x = self.attn_out(layer, x, o.transpose(0, 1))
         return self.logits(x[-1:])[0], keys, values
@@ -193,10 +208,11 @@ class TorchAttention:
         torch = _torch()
         g = self.config.gqa_group
         out = []
+        window = self.config.attention_window(layer) or 0  # 0: k[:, -0:] is every key
         for i, s in enumerate(seqs):
             self.k[s][layer] = torch.cat([self.k[s][layer], k_new[i][:, None]], dim=1)
             self.v[s][layer] = torch.cat([self.v[s][layer], v_new[i][:, None]], dim=1)
-            k, v = self.k[s][layer], self.v[s][layer]
+            k, v = self.k[s][layer][:, -window:], self.v[s][layer][:, -window:]
             o = torch.nn.functional.scaled_dot_product_attention(
                 q[i][:, None], k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
             )
@@ -352,20 +368,34 @@ class HpuAttention:
         ki, ks = quantize_rows(k_all / factors[:, :, None, :], bits)
         vi, vs = quantize_rows(v_all, bits)
         slices = self._place(capacity)
+        windows = [c.attention_window(layer) for layer in range(c.n_layers)]
+        if len(slices) > 1 and any(w is not None and w < capacity for w in windows):
+            for s in slices:
+                self.devices[s.device].free(s.alloc)
+            raise ValueError(
+                "a sequence whose sliding-window layers keep a ring of their window must lie "
+                f"on one card, not {len(slices)} slices"
+            )
         for s in slices:
             dev = self.devices[s.device]
             lo, hi = s.first, min(s.first + s.capacity, length)
             for layer in range(c.n_layers):
+                rows = np.arange(lo, hi)
+                window = windows[layer]
+                if window is not None and len(rows) > window:
+                    # Only the last `window` positions, position p in slot p % window (the
+                    # ring attend() keeps): attention does not depend on the keys' order.
+                    rows = rows[-window:][np.argsort(rows[-window:] % window)]
                 for kv in range(c.n_kv_heads):
                     head = layer * c.n_kv_heads + kv
                     if hi > lo:
                         dev.write_kv(
                             s.alloc,
                             head,
-                            ki[layer, kv, lo:hi],
-                            ks[layer, kv, lo:hi],
-                            vi[layer, kv, lo:hi],
-                            vs[layer, kv, lo:hi],
+                            ki[layer, kv, rows],
+                            ks[layer, kv, rows],
+                            vi[layer, kv, rows],
+                            vs[layer, kv, rows],
                         )
         self.seqs[seq] = _SeqState(slices, length, factors)
 
@@ -386,13 +416,30 @@ class HpuAttention:
         (ki, vi), (ks, vs) = quantize_rows(kv_new, p.kv_bits)
         # Every (sequence, slice) the new token's attention covers, grouped by card: one call
         # per KV head of each, the token appended where its slice holds the new position.
+        # A sliding-window layer whose window is full keeps a ring (one slice, see start):
+        # the host writes the new token over the oldest one, in slot position % window, and
+        # the card attends over the whole ring without appending.
+        window = c.attention_window(layer)
         jobs: dict[int, list[tuple[int, _Slice, bool, bool]]] = {}
         for i, s in enumerate(seqs):
             state = self.seqs[s]
             position = state.length  # the new token's position
             active = [sl for sl in state.slices if sl.first <= position]
+            ring = window is not None and position >= window
             for sl in active:
-                jobs.setdefault(sl.device, []).append((i, sl, sl.holds(position), len(active) > 1))
+                if ring:
+                    for kv in range(hkv):
+                        self.devices[sl.device].write_kv(
+                            sl.alloc,
+                            layer * hkv + kv,
+                            ki[i, kv][None],
+                            ks[i, kv][None],
+                            vi[i, kv][None],
+                            vs[i, kv][None],
+                            start=position % window,
+                        )
+                entry = (i, sl, sl.holds(position) and not ring, len(active) > 1)
+                jobs.setdefault(sl.device, []).append(entry)
         out = np.empty((n, hkv, g, c.head_dim))
         parts: dict[tuple[int, int], list] = {}  # (sequence, KV head) -> partial results
         self.last_cycles = {}
@@ -743,7 +790,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--model",
         default="smollm2-135m",
-        help="smollm2-135m (see `tandem model fetch`), a .gguf path, or 'tiny' (random)",
+        help="smollm2-135m or gemma3-270m (see `tandem model fetch`), a Llama or Gemma 3 .gguf "
+        "path, or 'tiny' / 'tiny-gemma' (random)",
     )
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -785,17 +833,33 @@ def add_arguments(parser) -> None:
 
 
 def load_model(name: str, device=None):
-    """``(Llama, Tokenizer, label)`` for ``--model``: a known name, a .gguf path, or tiny."""
-    from tandem.host.system.model import MODELS, byte_tokenizer, find_model, load_gguf, random_llama
+    """``(model, tokenizer, label)`` for ``--model``: a known name, a .gguf path (Llama or
+    Gemma 3 architecture), ``tiny`` (a random Llama) or ``tiny-gemma`` (a random Gemma 3 with
+    a window of 8 positions)."""
+    from tandem.host.system.gemma import TINY_GEMMA, Gemma, load_gemma_gguf, random_gemma
+    from tandem.host.system.model import (
+        MODELS,
+        byte_tokenizer,
+        find_model,
+        gguf_architecture,
+        load_gguf,
+        random_llama,
+    )
 
     if name == "tiny":
         return Llama(TINY, random_llama(TINY, 0), device), byte_tokenizer(), "tiny (random)"
+    if name == "tiny-gemma":
+        model = Gemma(TINY_GEMMA, random_gemma(TINY_GEMMA, 0), device)
+        return model, byte_tokenizer(), "tiny-gemma (random)"
     if name in MODELS:
         path = find_model(name)
         if path is None:
             raise UserError(f"model {name!r} is not fetched; run: tandem model fetch {name}")
     else:
         path = Path(name)
+    if gguf_architecture(path) == "gemma3":
+        config, weights, tokenizer = load_gemma_gguf(path)
+        return Gemma(config, weights, device), tokenizer, f"{path.name}"
     config, weights, tokenizer = load_gguf(path)
     return Llama(config, weights, device), tokenizer, f"{path.name}"
 

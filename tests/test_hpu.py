@@ -257,8 +257,8 @@ def test_partials_merge_to_the_full_result():
 
 
 def test_increasing_scores_rescale_every_row():
-    # Every row grows the running max, so l and o are rescaled on every row: the golden
-    # model's slow path (one segment per row) and the gateware's o * alpha path every beat.
+    # The scores rise by about a third of an octave a row, so the integer running max grows
+    # every few rows: the golden model's slow path (many segments) and the gateware's shifts.
     params = HpuParams(**SMALL, gqa_group=1)
     rng = np.random.default_rng(3)
     n, d = 64, params.head_dim
@@ -280,6 +280,65 @@ def test_increasing_scores_rescale_every_row():
     store(params, memory, 0, seq, n)
     request = request_for(seq, seq_id=1, base=0, n=n, append=False)
     check_run(params, memory, [request], [result])
+
+
+def octave_sequence(params):
+    """Six rows whose scores are known exactly (c = 1/16, k scales 1): query 0 scores a/16,
+    so its integer max goes 1, 6 (+5 octaves), 6, 6, 8 (+2), 8; query 1 scores 2.5 b, so its
+    max jumps by hundreds of octaves, past every accumulator's width (a shift that leaves 0)."""
+    d = params.head_dim
+    a = np.array([5, 90, -40, 91, 127, -128])
+    b = np.array([-127, -100, 0, 100, 3, -5])
+    k = np.zeros((6, d), np.int64)
+    k[:, 0], k[:, 1] = a, b
+    q = np.zeros((2, d), np.int64)
+    q[0, 0], q[1, 1] = 1, 40
+    v = np.random.default_rng(11).integers(-128, 128, (6, d))
+    ones = np.ones(6, np.float16)
+    seq = {"q": q, "c": np.full(2, 1 / 16, np.float16), "k": k, "ks": ones, "v": v}
+    seq["vs"] = np.full(6, 1 / 64, np.float16)
+    return seq, np.stack([a / 16, 2.5 * b])
+
+
+def test_integer_max_grows_by_octaves_and_shifts_past_the_width():
+    params = HpuParams(**SMALL, gqa_group=2)
+    seq, scores = octave_sequence(params)
+    unit, one = 1 << params.score_frac_bits, 1 << params.prob_frac_bits
+    gold = golden_for(params, seq, 6, partial=True)
+    # m is an integer in log2 units (sent in the score format): ceil of the largest score.
+    assert gold.m.tolist() == [8 * unit, 250 * unit]
+    # Query 0: l is the sum of exp2(s - 8), each row's p rounded once and l shifted twice.
+    expected = np.exp2(scores[0] - 8).sum() * one
+    assert abs(int(gold.l[0]) - expected) <= 6
+    # Query 1: the jump to 250 shifts l and o by 63 (clamped; past their widths), leaving 0;
+    # row 3 then weighs exp2(0) = 1 exactly, rows 4 and 5 underflow to 0.
+    w3 = one * float(seq["vs"][3]) * (1 << (params.w_frac_bits - params.prob_frac_bits))
+    assert gold.l[1] == one
+    assert np.array_equal(gold.o[1], int(w3) * seq["v"][3])
+    # Against float attention on the same integers and scales.
+    y = golden_for(params, seq, 6).real(params)
+    weights = np.exp2(scores - scores.max(axis=1, keepdims=True))
+    reference = (weights / weights.sum(axis=1, keepdims=True)) @ (seq["v"] / 64)
+    assert np.abs(y - reference).max() < 1e-3 * np.abs(reference).max()
+    # The gateware agrees bit for bit, in full mode and as two partial slices whose maxima
+    # lie hundreds of octaves apart; the merged slices give the full result.
+    memory = np.zeros(1 << 16, dtype=np.uint8)
+    store(params, memory, 0, seq, 6)
+    rows = ("k", "ks", "v", "vs")
+    halves = [{key: seq[key][lo:hi] for key in rows} for lo, hi in ((0, 3), (3, 6))]
+    store(params, memory, 0x4000, {**seq, **halves[1]}, 3)
+    requests = [
+        request_for(seq, seq_id=1, base=0, n=6, append=False),
+        request_for({**seq, **halves[0]}, seq_id=2, base=0, n=3, append=False, partial=True),
+        request_for({**seq, **halves[1]}, seq_id=3, base=0x4000, n=3, append=False, partial=True),
+    ]
+    goldens = [golden_for(params, seq, 6)]
+    goldens += [golden_for(params, {**seq, **half}, 3, True) for half in halves]
+    assert goldens[1].m.tolist() == [6 * unit, 0]
+    assert goldens[2].m.tolist() == [8 * unit, 250 * unit]
+    run = check_run(params, memory, requests, goldens)
+    parts = [unpack_results(params, [w for w, _, _ in beats], True) for beats in run.beats[1:]]
+    assert np.abs(merge_partials(params, parts) - y).max() < 1e-3 * np.abs(y).max()
 
 
 def test_result_words_round_trip():

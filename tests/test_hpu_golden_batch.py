@@ -13,7 +13,6 @@ def reference(p: HpuParams, q, q_scale, k, k_scale, v, v_scale):
 
     Returns ``(m, l, o, y)`` for one request.
     """
-    one = 1 << p.prob_frac_bits
     c_mant, c_exp = decode_scales(q_scale)
     k_mant, k_exp = decode_scales(k_scale)
     v_mant, v_exp = decode_scales(v_scale)
@@ -27,27 +26,31 @@ def reference(p: HpuParams, q, q_scale, k, k_scale, v, v_scale):
         lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
         return max(lo, min(hi, out))
 
+    def rescale(x, shift):  # round(x * 2**-shift), half up, as the engine's shifter
+        return (x + (1 << shift >> 1)) >> shift
+
     ms, ls, os_, ys = [], [], [], []
     exp2_lo = -(1 << (p.exp2.in_width - 1))
+    unit = 1 << p.score_frac_bits
     for g in range(p.gqa_group):
-        m, l_acc, o = p.score_min, 0, [0] * p.head_dim
+        m, l_acc, o = p.max_start, 0, [0] * p.head_dim  # m: an integer in log2 units
         for t in range(len(k)):
             dot = sum(int(a) * int(b) for a, b in zip(q[g], k[t]))
             s = scale(dot, c_mant[g] * k_mant[t], c_exp[g] + k_exp[t], p.score_frac_bits,
                       p.score_bits, True)  # fmt: skip
-            e = int(exp2_golden(p.exp2, max(-abs(s - m), exp2_lo)))
-            alpha, prob = (e, one) if s > m else (one, e)
-            m = max(m, s)
-            w = scale(prob, v_mant[t], v_exp[t], p.weight_frac_bits - p.prob_frac_bits,
+            shift = 0
+            if s > m * unit:
+                top = -(-s // unit)  # ceil(s)
+                shift, m = min(top - m, (1 << p.shift_bits) - 1), top
+            prob = int(exp2_golden(p.exp2, max(s - m * unit, exp2_lo)))
+            w = scale(prob, v_mant[t], v_exp[t], p.w_frac_bits - p.prob_frac_bits,
                       p.weight_bits, False)  # fmt: skip
-            l_acc = ((l_acc * alpha + (one >> 1)) >> p.prob_frac_bits) + prob
-            if alpha != one:
-                o = [(x * alpha + (one >> 1)) >> p.prob_frac_bits for x in o]
-            o = [x + w * int(b) for x, b in zip(o, v[t])]
+            l_acc = rescale(l_acc, shift) + prob
+            o = [rescale(x, shift) + w * int(b) for x, b in zip(o, v[t])]
         r = int(reciprocal_golden(p.reciprocal, l_acc))
         lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1
         y = [max(lo, min(hi, (x * r + (1 << (p.out_shift - 1))) >> p.out_shift)) for x in o]
-        ms.append(m), ls.append(l_acc), os_.append(o), ys.append(y)
+        ms.append(m * unit), ls.append(l_acc), os_.append(o), ys.append(y)
     return np.array(ms), np.array(ls), np.array(os_), np.array(ys)
 
 

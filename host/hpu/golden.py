@@ -23,19 +23,26 @@ Score
     ``s = dot * c * k_scale`` as a signed fixed-point number with ``score_frac_bits``
     fraction bits and ``score_int_bits`` integer bits, rounded half up, saturating.
 Online softmax (per row)
-    ``m`` is the running maximum (starts at the most negative score). For each row
-    ``e = exp2(-|s - m|)`` (one ``exp2`` unit per query); if ``s > m`` the max grows and
-    ``alpha = e, p = 1`` else ``alpha = 1, p = e``. ``alpha`` and ``p`` are unsigned with
-    ``prob_frac_bits`` fraction bits; 1.0 is exact, so rows that do not grow the max leave
-    ``l`` and ``o`` untouched by the rescale. ``l <- round(l * alpha) + p``.
+    ``m`` is the running maximum, an *integer* in log2 units (``max_bits`` wide, signed); it
+    starts at ``max_start = -2**score_int_bits``, the most negative score's value. A row whose
+    score ``s > m`` grows it to ``ceil(s)``; the rescale ``alpha = 2**(m_old - m_new)`` is then an
+    exact power of two, ``l`` and ``o`` shift right by ``m_new - m_old`` (rounded half up; a
+    shift past their widths leaves 0; the amount is clamped at ``2**shift_bits - 1``), and rows
+    that do not grow the max shift by 0. Every row's weight is ``p = exp2(s - m)`` from one
+    ``exp2`` unit per query, unsigned with ``prob_frac_bits`` fraction bits, in (0, 1]: the row
+    that grows the max has ``s - m`` in (-1, 0]. ``l <- round(l * alpha) + p``, and
+    ``l <= length`` as before. Partial mode emits ``m`` in the score format
+    (``m * 2**score_frac_bits``): a valid max for merging, since ``l`` and ``o`` are sums
+    relative to it. The rescale needs no multiplier (a shifter per accumulator element).
 Value weight
     ``w = p * v_scale`` unsigned, ``weight_bits`` wide with ``w_frac_bits`` fraction bits
     (``weight_frac_bits``, plus 8 for int16 K/V), rounded half up, saturating (v scales above
     ``2**(weight_bits - w_frac_bits)``
     saturate).
 Accumulator
-    ``o <- round(o * alpha) + w * v`` per element, signed, ``o_bits`` wide: exact integer
-    products, never overflows (the width covers ``max_seq_len`` tokens).
+    ``o <- round(o * alpha) + w * v`` per element (``round(o * alpha)`` the rounded shift
+    above), signed, ``o_bits`` wide: exact integer products, never overflows (the width covers
+    ``max_seq_len`` tokens).
 Result
     Full mode: ``y = o / l`` using ``reciprocal`` on ``l`` (``recip_frac_bits`` fraction bits)
     then one multiply, rounded half up to ``out_frac_bits`` and saturated to ``out_bits``.
@@ -45,7 +52,8 @@ Result
 The golden model is bit-exact with the gateware and vectorized over tokens and over the
 requests of a batch (:func:`hpu_golden_batch`, one call per batch of the golden backend):
 between two rows that grow the running maximum, ``l`` and ``o`` are plain integer sums, so
-only the (usually few) rows that grow it are walked in order, every request and query at once.
+only the (few: the integer max grows by whole octaves) rows that grow it are walked in order,
+every request and query at once.
 """
 
 from dataclasses import dataclass, field
@@ -201,17 +209,15 @@ def hpu_golden_batch(
     Notes
     -----
     Every request and query is one row of [R * G, N] arrays. Between two rows that grow the
-    running maximum ``alpha`` is exactly 1.0, so ``l`` and ``o`` are plain integer sums over
-    such segments (``l`` by ``np.bincount``, ``o`` by one product per request of its weights
-    spread over [segments, tokens] with its values); only the segment boundaries are walked in
-    order, all R * G rows at once, with the exact wide products of
-    :func:`~tandem.host.common.fixed.mul_round_half_up`.
+    (integer) running maximum the rescale is a shift by 0, so ``l`` and ``o`` are plain integer
+    sums over such segments (``l`` by ``np.bincount``, ``o`` by one product per request of its
+    weights spread over [segments, tokens] with its values); only the segment boundaries are
+    walked in order, all R * G rows at once, shifting ``l`` and ``o`` right with rounding.
     """
     p = params
     g, d = p.gqa_group, p.head_dim
     q, k, v, lengths = check_batch_inputs(p, q, k, v, lengths)
     r, n = lengths.size, k.shape[1]
-    one = 1 << p.prob_frac_bits
     c_value = _scale_value(score_scale, (r, g, 1))
     k_value = _scale_value(k_scale, (r, 1, n))
     v_value = _scale_value(v_scale, (r, 1, n))
@@ -233,14 +239,17 @@ def hpu_golden_batch(
     if padded:
         scores = np.where(valid, scores, p.score_min)
     scores = scores.reshape(r * g, n)
-    previous = np.empty_like(scores)
-    previous[:, 0] = p.score_min
-    np.maximum.accumulate(scores[:, :-1], axis=1, out=previous[:, 1:])
-    grew = scores > previous
-    distance = np.minimum(np.abs(scores - previous), 1 << (p.exp2.in_width - 1))
-    e = _exp2_of_distance(p.exp2)[distance]  # exp2(-|s - m|), the unit's input saturating
-    alpha = np.where(grew, e, one)
-    prob = np.where(grew, one, e).reshape(r, g, n)
+    # The running max is an integer in log2 units: ceil of the largest score so far (never
+    # below max_start), so a row grows it by a whole number of octaves or not at all.
+    unit = 1 << p.score_frac_bits
+    maxes = np.empty((r * g, n + 1), dtype=np.int64)
+    maxes[:, 0] = p.max_start
+    np.maximum.accumulate(scores, axis=1, out=maxes[:, 1:])
+    maxes[:, 1:] += unit - 1  # ceil; scores >= score_min, whose ceil is max_start
+    maxes[:, 1:] >>= p.score_frac_bits
+    grown = np.diff(maxes, axis=1)  # [R * G, N]: by how much each row grows the max
+    distance = np.minimum((maxes[:, 1:] << p.score_frac_bits) - scores, 1 << (p.exp2.in_width - 1))
+    prob = _exp2_of_distance(p.exp2)[distance].reshape(r, g, n)  # exp2(s - m), in (0, 1]
     # w = p * v_scale with w_frac_bits fraction bits (see _round_scaled).
     w_shift = float(2.0 ** (p.w_frac_bits - p.prob_frac_bits))
     w, weight_clipped = _round_scaled(prob * (v_value * w_shift), p.weight_bits, False)
@@ -248,15 +257,18 @@ def hpu_golden_batch(
     if padded:
         prob = np.where(valid, prob, 0)
         w = np.where(valid, w, 0)
-    # Segments start at row 0 and at every row that grows the max; inside a segment alpha is
-    # exactly 1.0, so l and o are plain sums there. ``segment`` numbers them per query.
-    starts_mask = grew
+    # Segments start at row 0 and at every row that grows the max; inside a segment the shift
+    # is 0, so l and o are plain sums there. ``segment`` numbers them per query.
+    starts_mask = grown > 0
     starts_mask[:, 0] = True
     segment = np.cumsum(starts_mask, axis=1) - 1  # [R * G, N]
     segments = int(segment[:, -1].max()) + 1 if r else 0
-    seg_alpha = np.full((r * g, segments), one, dtype=np.int64)
+    # alpha = 2**-shift: o and l shift right, rounding half up; a shift past their widths
+    # (at most 60 bits) leaves 0, as any shift of 62 does.
+    seg_shift = np.zeros((r * g, segments), dtype=np.int64)
     start_rows, start_cols = np.nonzero(starts_mask)
-    seg_alpha[start_rows, segment[start_rows, start_cols]] = alpha[start_rows, start_cols]
+    seg_shift[start_rows, segment[start_rows, start_cols]] = grown[start_rows, start_cols]
+    np.minimum(seg_shift, 62, out=seg_shift)
     flat = (np.arange(r * g)[:, None] * segments + segment).reshape(-1)
     # Integer sums through float64 (bincount, BLAS), exact: |w * v| < 2**(26 + 7) and at most
     # 2**17 tokens (the parameters' ranges) keep every partial sum an integer below 2**53.
@@ -271,21 +283,15 @@ def hpu_golden_batch(
         seg_o += _segment_sums(w.reshape(r * g, n), v & 0xFF, flat, segments, g)
     l_acc = np.zeros(r * g, dtype=np.int64)
     o_acc = np.zeros((r * g, d), dtype=np.int64)
-    half = one >> 1
-    # |o| < 2**(o_bits - 1) and alpha <= 2**prob_frac_bits: with o_bits + prob_frac_bits <= 63
-    # the product fits int64 (the default engine: 47 + 16); else the exact split.
-    direct = p.o_bits + p.prob_frac_bits <= 63
     for j in range(segments):
-        # Rows without a j-th segment have alpha exactly 1.0, under which both updates are
-        # the identity, so every row takes the same exact arithmetic.
-        a = seg_alpha[:, j]
-        l_acc = ((l_acc * a + half) >> p.prob_frac_bits) + seg_l[:, j]
-        if j and direct:
-            o_acc = (o_acc * a[:, None] + half) >> p.prob_frac_bits
-        elif j:
-            o_acc = mul_round_half_up_narrow(o_acc, a[:, None], p.prob_frac_bits)
+        # Rows without a j-th segment shift by 0, the identity, so every row takes the same
+        # exact arithmetic.
+        shift = seg_shift[:, j]
+        l_acc = shift_round_half_up(l_acc, shift) + seg_l[:, j]
+        if j:
+            o_acc = shift_round_half_up(o_acc, shift[:, None])
         o_acc += seg_o[:, j]
-    m = np.maximum(scores.max(axis=1), p.score_min)
+    m = maxes[:, -1] << p.score_frac_bits
     recip = reciprocal_golden(p.reciprocal, l_acc)
     lo, hi = value_range(p.out_bits, True)
     # recip < 2**31 (reciprocal out_bits <= 31) and |o| < 2**62: the unchecked exact split.

@@ -6,7 +6,7 @@
    with the machine's C compiler and calls it through ctypes. Floating point follows the numpy
    model's float64 operations in the same order (built with -ffp-contract=off, no fast-math),
    and every product that float64 holds exactly there is exact here too; integer products that
-   can pass 63 bits (o * alpha, o * 1/l) use 128-bit integers. */
+   can pass 63 bits (o * 1/l) use 128-bit integers. */
 
 #include <math.h>
 #include <stdint.h>
@@ -17,7 +17,7 @@ typedef struct {
     int32_t score_frac_bits, score_bits, prob_frac_bits;
     int32_t weight_bits;
     int32_t out_bits, out_shift;
-    int64_t score_min, distance_cap;
+    int64_t max_start, distance_cap; /* the integer running max's start, in log2 units */
     double weight_shift; /* 2 ** (w_frac_bits - prob_frac_bits) */
     /* reciprocal unit */
     int32_t recip_in_bits, recip_in_frac_bits, recip_out_bits, recip_out_frac_bits;
@@ -119,7 +119,7 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                       int64_t *y_out, int64_t *saturated, int64_t *work, double *factors,
                       const int8_t **row_pointers) {
     const int g_count = p->gqa_group, d = p->head_dim;
-    const int64_t one = (int64_t)1 << p->prob_frac_bits, half = one >> 1;
+    const int64_t unit = (int64_t)1 << p->score_frac_bits;
     const double score_lo = -ldexp(1.0, p->score_bits - 1), score_hi = ldexp(1.0, p->score_bits - 1) - 1;
     const double weight_hi = ldexp(1.0, p->weight_bits) - 1;
     const int64_t out_lo = -((int64_t)1 << (p->out_bits - 1)), out_hi = ((int64_t)1 << (p->out_bits - 1)) - 1;
@@ -166,23 +166,28 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                 double factor = c * k_factor[t];
                 work[t] = round_scaled((double)dot * factor, score_lo, score_hi, &sat[0]);
             }
-            /* online softmax and the value accumulator, one token at a time */
-            int64_t running = p->score_min, l_acc = 0;
+            /* online softmax and the value accumulator, one token at a time; the running max is
+               an integer in log2 units, so the rescale is a shift */
+            int64_t running = p->max_start, l_acc = 0;
             int64_t o[128]; /* head_dim <= 128; a local array no pointer aliases */
             for (int e = 0; e < d; e++) o[e] = 0;
             for (int64_t t = 0; t < n; t++) {
                 const int64_t s = work[t];
-                const int grew = s > running;
-                int64_t distance = grew ? s - running : running - s;
+                const int64_t top = (s + unit - 1) >> p->score_frac_bits; /* ceil(s) */
+                int shift = 0;
+                if (top > running) { /* alpha = 2**-shift; a shift of 62 leaves 0, as any past
+                                        the widths of l and o does */
+                    shift = top - running > 62 ? 62 : (int)(top - running);
+                    running = top;
+                }
+                int64_t distance = running * unit - s;
                 if (distance > p->distance_cap) distance = p->distance_cap;
-                const int64_t e_value = exp2_of_distance(p, exp2_base, exp2_slope, distance);
-                const int64_t alpha = grew ? e_value : one, prob = grew ? one : e_value;
-                if (grew) running = s;
+                const int64_t prob = exp2_of_distance(p, exp2_base, exp2_slope, distance);
                 const int64_t w = round_scaled((double)prob * v_factor[t], 0.0, weight_hi, &sat[1]);
                 const int8_t *vt = v_row[t];
-                if (alpha != one) { /* alpha == 1.0 leaves l and o as they are */
-                    l_acc = (l_acc * alpha + half) >> p->prob_frac_bits;
-                    for (int e = 0; e < d; e++) o[e] = mul_round_half_up(o[e], alpha, p->prob_frac_bits);
+                if (shift) { /* a shift by 0 leaves l and o as they are */
+                    l_acc = shift_round_half_up(l_acc, shift);
+                    for (int e = 0; e < d; e++) o[e] = shift_round_half_up(o[e], shift);
                 }
                 l_acc += prob;
                 /* w < 2**weight_bits <= 2**31: 32 x 8-bit products, which vectorize as
@@ -190,7 +195,7 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                 const int32_t w32 = (int32_t)w;
                 for (int e = 0; e < d; e++) o[e] += (int64_t)w32 * (int64_t)vt[e];
             }
-            m_out[row] = running;
+            m_out[row] = running * unit;
             l_out[row] = l_acc;
             const int64_t recip = reciprocal(p, seed, l_acc);
             int64_t *y = y_out + row * d;

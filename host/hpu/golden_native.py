@@ -45,7 +45,7 @@ class _Params(ctypes.Structure):
             )
         ]
         + [
-            ("score_min", ctypes.c_int64),
+            ("max_start", ctypes.c_int64),
             ("distance_cap", ctypes.c_int64),
             ("weight_shift", ctypes.c_double),
         ]
@@ -101,7 +101,7 @@ def _tables(params: HpuParams):
         weight_bits=p.weight_bits,
         out_bits=p.out_bits,
         out_shift=p.out_shift,
-        score_min=p.score_min,
+        max_start=p.max_start,
         distance_cap=1 << (p.exp2.in_width - 1),
         weight_shift=float(2.0 ** (p.w_frac_bits - p.prob_frac_bits)),
         recip_in_bits=recip.in_bits,

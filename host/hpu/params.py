@@ -215,12 +215,30 @@ class HpuParams(Params):
 
     @property
     def score_min(self) -> int:
-        """Most negative score: the running maximum's start value."""
+        """Most negative score (what padding scores in the golden model)."""
         return -(1 << (self.score_bits - 1))
+
+    @property
+    def max_start(self) -> int:
+        """The running maximum's start value, an integer in log2 units: the most negative
+        score's (``score_min / 2**score_frac_bits``), so that no score lies below it."""
+        return -(1 << self.score_int_bits)
+
+    @property
+    def max_bits(self) -> int:
+        """Signed width of the running maximum, an integer in log2 units: ``ceil(s)`` of the
+        largest score reaches ``2**score_int_bits``, one past the scores' integer range."""
+        return self.score_int_bits + 2
+
+    @property
+    def shift_bits(self) -> int:
+        """Width of a rescale's shift amount (the growth of the integer max, clamped at
+        ``2**shift_bits - 1``, past every accumulator's width: such a shift leaves 0)."""
+        return 6
 
     @cached_property  # validated once: the golden model reads it on every request
     def exp2(self) -> Exp2Params:
-        """The ``exp2`` unit: input -|s - m| saturates at -32, far below p's resolution."""
+        """The ``exp2`` unit: input s - m <= 0 saturates at -32, far below p's resolution."""
         return Exp2Params(
             in_int_bits=5,
             in_frac_bits=self.score_frac_bits,

@@ -9,10 +9,10 @@ Dataflow of one request::
                                                       ├─► K reader ─► k_axi ─► K FIFO ─┐
                                                       └─► V reader ─► v_axi ─► V FIFO ─┼─┐
     K FIFO ─► K sequencer ─► q·k (groups × lanes MACs) ─► score ─► max/exp2 ─► l ─► row FIFO │ │
-    V FIFO ─► V sequencer ─► w = p·v_scale ─► o = o·alpha + w·v (groups × lanes) ◄──────────┘─┘
+    V FIFO ─► V sequencer ─► w = p·v_scale ─► o = o≫shift + w·v (groups × lanes) ◄──────────┘─┘
     o, l ─► 1/l (reciprocal) ─► o·(1/l) ─► result_o
 
-* The K side never waits for the V side: it runs ahead into the row FIFO (per-row alpha and p
+* The K side never waits for the V side: it runs ahead into the row FIFO (per-row shift and p
   of every query), and only stops when that FIFO could overflow. The V side consumes one row
   of the FIFO per V row. So both read ports stream at one beat per cycle.
 * Each page starts with its scale block; the sequencers keep the 32 scales of the current
@@ -21,9 +21,10 @@ Dataflow of one request::
   sequencers take the new k and v straight from the descriptor, so reads never race the
   writer. Before a request's reads start, the previous request's writes must be acknowledged
   (the next request of the same sequence reads them).
-* The running max, and the rescale of ``l`` and ``o``, act per row (``alpha = 1.0`` exactly
-  when a row does not grow the max). ``o`` is a ring of ``row_beats`` chunks per query that
-  rotates by one chunk per V beat, so every chunk passes the multipliers once per row.
+* The running max is an integer in log2 units, so the rescale of ``l`` and ``o`` is a rounded
+  right shift by the octaves a row grows it (0 when it does not): ``alpha = 2**-shift``, no
+  multiplier. ``o`` is a ring of ``row_beats`` chunks per query that rotates by one chunk per
+  V beat, so every chunk passes the shifters and the w·v multipliers once per row.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
@@ -95,6 +96,22 @@ def shift_by_split(
         ]
     shape = signed(bits) if is_signed else unsigned(bits)
     return saturate(Mux(up, left, floor + round_bit), shape)
+
+
+def shift_halves(value, amount):
+    """``value * 2**-amount`` with one fraction bit: ``floor`` (bits 1 and up, the value's
+    signedness) and the rounding bit (bit 0: bit ``amount - 1`` of ``value``, 0 for
+    ``amount`` 0), from one shifter. ``floor + round`` is the shift rounded half up
+    (:func:`rounded`); past the value's width it is 0, as the golden model's shift of 62."""
+    value = Value.cast(value)
+    wide = Cat(Const(0, 1), value)
+    return (wide.as_signed() if value.shape().signed else wide) >> amount
+
+
+def rounded(halves):
+    """The rounded-half-up shift of :func:`shift_halves`' result ``halves``."""
+    floor = halves[1:]
+    return (floor.as_signed() if halves.shape().signed else floor) + halves[0]
 
 
 def decode_scale(m: Module, bits, name: str):
@@ -285,11 +302,11 @@ class Hpu(wiring.Component):
 
         # ---- K side: sequencer, dot products, scores, online softmax. At each request's
         # last row the final (m, l) of every query go to the `k_results` queue. ----
-        row_fifo_width = groups * 2 * (p.prob_frac_bits + 1)
+        row_fifo_width = groups * (p.shift_bits + p.prob_frac_bits + 1)
         m.submodules.row_fifo = row_fifo = fifo.SyncFIFOBuffered(
             width=row_fifo_width, depth=ROW_FIFO_DEPTH
         )
-        stats_bits = p.score_bits + p.l_bits
+        stats_bits = p.max_bits + p.l_bits
         m.submodules.k_results = k_results = fifo.SyncFIFOBuffered(
             width=groups * stats_bits, depth=REQUEST_QUEUE_DEPTH
         )
@@ -410,7 +427,7 @@ class Hpu(wiring.Component):
             m.d.sync += [feeding.eq(1), feed_index.eq(0)]
             for g in range(groups):
                 stats = k_results.r_data[g * stats_bits : (g + 1) * stats_bits]
-                m.d.sync += feed_sums[g].eq(stats[p.score_bits :])
+                m.d.sync += feed_sums[g].eq(stats[p.max_bits :])
         collected = [Signal(recip_bits, name=f"collected_r{g}") for g in range(groups - 1)]
         collect_index = Signal(range(groups), name="collect_index")
         m.d.comb += [
@@ -426,7 +443,7 @@ class Hpu(wiring.Component):
 
         # ---- output: o * (1/l) of each query (or m, l, o in partial mode) ----
         recips = [Signal(recip_bits, name=f"r{g}") for g in range(groups)]
-        out_max = [Signal(signed(p.score_bits), name=f"out_m{g}") for g in range(groups)]
+        out_max = [Signal(signed(p.max_bits), name=f"out_m{g}") for g in range(groups)]
         out_sum = [Signal(p.l_bits, name=f"out_l{g}") for g in range(groups)]
         out_query = Signal(range(groups))
         out_chunk = Signal(range(p.row_beats + 1))
@@ -447,8 +464,8 @@ class Hpu(wiring.Component):
                     for g in range(groups):
                         stats = stats_fifo.r_data[g * stats_bits : (g + 1) * stats_bits]
                         m.d.sync += [
-                            out_max[g].eq(stats[: p.score_bits]),
-                            out_sum[g].eq(stats[p.score_bits :]),
+                            out_max[g].eq(stats[: p.max_bits]),
+                            out_sum[g].eq(stats[p.max_bits :]),
                             recips[g].eq(recip_fifo.r_data[g * recip_bits : (g + 1) * recip_bits]),
                         ]
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
@@ -835,7 +852,6 @@ class Hpu(wiring.Component):
         """
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
-        one = 1 << p.prob_frac_bits
 
         def stage(name, value, enable=None):
             """A register following ``value`` (only while ``enable``, when given)."""
@@ -957,64 +973,81 @@ class Hpu(wiring.Component):
         scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(groups)]
         for g in range(groups):
             m.d.sync += scores[g].eq(shifted[g])
-        # S3: running max and the exp2 argument -|s - m|; a request's first row compares
-        # against the initial max (the golden model's reset of m).
-        running_max = [Signal(signed(p.score_bits), name=f"m{g}") for g in range(groups)]
+        # S3: the running max, an integer in log2 units, and the exp2 argument s - m; a
+        # request's first row compares against the initial max (the golden model's max_start).
+        # A score s > m grows it to ceil(s): the row's shift is ceil(s) - m, its exp2 argument
+        # s - ceil(s) (the fraction's bits alone), both formed beside the comparison. A
+        # request's first row shifts by the most, which clears l and o (the previous
+        # request's): no mux to zero them on either side.
+        octave = 1 << p.score_frac_bits
+        top_shift = (1 << p.shift_bits) - 1
+        running_max = [Signal(signed(p.max_bits), name=f"m{g}") for g in range(groups)]
         running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
         exp2_units = []
         exp2_lo = -(1 << (p.exp2.in_width - 1))
-        grew_line = []
+        shift_line = []
         new_max = []
         for g in range(groups):
             m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
             exp2_units.append(unit)
-            previous = Signal(signed(p.score_bits), name=f"s3_previous_max{g}")
-            diff = Signal(signed(p.score_bits + 1), name=f"s3_diff{g}")
-            magnitude = Signal(signed(p.score_bits + 2), name=f"s3_neg_abs{g}")
+            previous = Signal(signed(p.max_bits), name=f"s3_previous_max{g}")
+            diff = Signal(signed(p.score_bits + 2), name=f"s3_diff{g}")
+            fraction = scores[g][: p.score_frac_bits]
+            ceiling = Signal(signed(p.max_bits), name=f"s3_ceil{g}")
+            growth = Signal(signed(p.max_bits + 1), name=f"s3_growth{g}")
             grew = Signal(name=f"s3_grew{g}")
             m.d.comb += [
-                previous.eq(Mux(s2_first_row, p.score_min, running_max[g])),
-                diff.eq(scores[g] - previous),
-                magnitude.eq(Mux(diff > 0, -diff, diff)),
+                previous.eq(Mux(s2_first_row, p.max_start, running_max[g])),
+                diff.eq(scores[g] - (previous << p.score_frac_bits)),
+                ceiling.eq((scores[g] >> p.score_frac_bits) + (fraction != 0)),
+                growth.eq(ceiling - previous),
                 grew.eq(diff > 0),
                 unit.o.ready.eq(1),
             ]
             x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
-            grew_reg = Signal(name=f"s3_grew_reg{g}")
-            max_reg = Signal(signed(p.score_bits), name=f"s3_max{g}")
+            shift_reg = Signal(p.shift_bits, name=f"s3_shift{g}")
+            max_reg = Signal(signed(p.max_bits), name=f"s3_max{g}")
             with m.If(s2_valid):
                 m.d.sync += [
-                    x.eq(Mux(magnitude < exp2_lo, exp2_lo, magnitude)),
-                    grew_reg.eq(grew),
-                    running_max[g].eq(Mux(grew, scores[g], previous)),
-                    max_reg.eq(Mux(grew, scores[g], previous)),
+                    x.eq(
+                        Mux(
+                            grew,
+                            Mux(fraction == 0, 0, fraction - octave),
+                            Mux(diff < exp2_lo, exp2_lo, diff),
+                        )
+                    ),
+                    shift_reg.eq(
+                        Mux(
+                            s2_first_row | (grew & (growth > top_shift)),
+                            top_shift,
+                            Mux(grew, growth, 0),
+                        )
+                    ),
+                    running_max[g].eq(Mux(grew, ceiling, previous)),
+                    max_reg.eq(Mux(grew, ceiling, previous)),
                 ]
-            # Delay "grew" and the row's max alongside the exp2 pipeline.
-            grew_line.append(self._delay(m, grew_reg, unit.LATENCY, f"grew{g}"))
+            # Delay the shift and the row's max alongside the exp2 pipeline.
+            shift_line.append(self._delay(m, shift_reg, unit.LATENCY, f"shift{g}"))
             new_max.append(self._delay(m, max_reg, unit.LATENCY, f"max{g}"))
             s3_valid = Signal(name=f"s3_valid{g}")
             m.d.sync += s3_valid.eq(s2_valid)
             m.d.comb += [unit.i.payload.eq(x), unit.i.valid.eq(s3_valid)]
         latency = exp2_units[0].LATENCY
-        s3_first_row = stage("s3_first_row", s2_first_row, s2_valid)
         s3_last_row = stage("s3_last_row", s2_last_row, s2_valid)
-        first_row = self._delay(m, s3_first_row, latency, "first_row")
         last_row = self._delay(m, s3_last_row, latency, "last_row")
-        # S4: alpha, p, l; push the row's alpha and p of every query, and at a request's last
-        # row its final (m, l).
+        # S4: p = exp2(s - m) and l <- round(l * 2**-shift) + p; push the row's shift and p of
+        # every query, and at a request's last row its final (m, l).
         push = exp2_units[0].o.valid
         entry = []
         stats = []
         for g in range(groups):
-            e = exp2_units[g].o.payload
-            alpha = Mux(grew_line[g], e, one)
-            prob = Mux(grew_line[g], one, e)
+            prob = exp2_units[g].o.payload
             new_sum = Signal(p.l_bits, name=f"s4_l{g}")
-            previous_sum = Mux(first_row, 0, running_sum[g])
-            m.d.comb += new_sum.eq(round_shift_right(previous_sum * alpha, p.prob_frac_bits) + prob)
+            rescaled = rounded(shift_halves(running_sum[g], shift_line[g]))
+            m.d.comb += new_sum.eq(rescaled + prob)
             with m.If(push):
                 m.d.sync += running_sum[g].eq(new_sum)
-            entry += [alpha[: p.prob_frac_bits + 1], prob[: p.prob_frac_bits + 1]]
+            entry += [shift_line[g], prob[: p.prob_frac_bits + 1]]
             stats.append(Cat(new_max[g], new_sum))
         m.d.comb += [
             row_fifo.w_en.eq(push),
@@ -1039,12 +1072,13 @@ class Hpu(wiring.Component):
 
     # ------------------------------------------------------------------------------------
     def _v_side(self, m, vb, v_tag, row_fifo, accumulators, gate, snapshot, snap_valid, snap_tag):
-        """w = p * v_scale per row and query; o <- round(o * alpha) + w * v per element.
+        """w = p * v_scale per row and query; o <- round(o * 2**-shift) + w * v per element.
 
-        A request's first row starts from ``o = 0``. The cycle after its last update the
-        accumulators are copied into ``snapshot`` (with the request's ``v_tag``) for the
-        output, so the next request's rows can follow at once. A request's last beat is only
-        taken (``gate``) while the snapshot is free and no copy into it is under way.
+        A request's first row starts from ``o = 0`` (its shift, the largest, clears the ring).
+        The cycle after its last update the accumulators are copied into ``snapshot`` (with the
+        request's ``v_tag``) for the output, so the next request's rows can follow at once. A
+        request's last beat is only taken (``gate``) while the snapshot is free and no copy into
+        it is under way.
         """
         p = self.params
         groups = p.gqa_group
@@ -1091,27 +1125,28 @@ class Hpu(wiring.Component):
         vw_left = Signal(max_left.bit_length(), name="vw_left")
         vw_right = Signal(6, name="vw_right")
         vw_up = Signal(name="vw_up")
-        vw_alphas = [Signal(word, name=f"vw_alpha{g}") for g in range(groups)]
+        vw_shifts = [Signal(p.shift_bits, name=f"vw_shift{g}") for g in range(groups)]
         weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
-        alphas = [Signal(word, name=f"va_alpha{g}") for g in range(groups)]
+        shifts = [Signal(p.shift_bits, name=f"va_shift{g}") for g in range(groups)]
+        entry_bits = p.shift_bits + word
         with m.If(first):
             total = v_exp + (p.w_frac_bits - p.prob_frac_bits)
             m.d.sync += [
                 x.eq(y) for x, y in zip((vw_left, vw_right, vw_up), shift_amounts(total, max_left))
             ]
             for g in range(groups):
-                alpha = row_fifo.r_data[(2 * g) * word : (2 * g + 1) * word]
-                prob = row_fifo.r_data[(2 * g + 1) * word : (2 * g + 2) * word]
-                m.d.sync += [vw_alphas[g].eq(alpha), products[g].eq(prob * v_mant)]
+                entry = row_fifo.r_data.word_select(g, entry_bits)
+                shift, prob = entry[: p.shift_bits], entry[p.shift_bits :]
+                m.d.sync += [vw_shifts[g].eq(shift), products[g].eq(prob * v_mant)]
         vw_first = Signal(name="vw_first")
         m.d.sync += vw_first.eq(first)
         # vs: the weights' shifts; va: their rounding carry and saturation.
         vs_first = Signal(name="vs_first")
         m.d.sync += vs_first.eq(vw_first)
-        vs_alphas = [Signal(word, name=f"vs_alpha{g}") for g in range(groups)]
+        vs_shifts = [Signal(p.shift_bits, name=f"vs_shift{g}") for g in range(groups)]
         shifted = []
         with m.If(vw_first):
-            m.d.sync += [vs_alphas[g].eq(vw_alphas[g]) for g in range(groups)]
+            m.d.sync += [vs_shifts[g].eq(vw_shifts[g]) for g in range(groups)]
         for g in range(groups):
             shifted.append(
                 shift_by_split(
@@ -1121,16 +1156,11 @@ class Hpu(wiring.Component):
             )  # fmt: skip
         with m.If(vs_first):
             for g in range(groups):
-                m.d.sync += [alphas[g].eq(vs_alphas[g]), weights[g].eq(shifted[g])]
+                m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
         # The row beat travels beside the weights' three stages (vw, vs, va): its data, the
-        # request's end, the first-row flag and the tag, registered while the stage before
-        # holds a beat.
-        beat = {
-            "data": vb["data"],
-            "end": vb["last_beat"] & vb["last_row"],
-            "first_row": vb["first_row"],
-            "tag": v_tag,
-        }
+        # request's end and the tag, registered while the stage before holds a beat. (A
+        # request's first row needs no flag: its shift clears the ring's old values.)
+        beat = {"data": vb["data"], "end": vb["last_beat"] & vb["last_row"], "tag": v_tag}
         for prefix, valid, taken, end in (
             ("vw", vw_valid, vb["take_row"], vw_end),
             ("vs", vs_valid, vw_valid, vs_end),
@@ -1139,23 +1169,21 @@ class Hpu(wiring.Component):
             held = {
                 "data": Signal(p.mem_data_bits, name=f"{prefix}_data"),
                 "end": end,
-                "first_row": Signal(name=f"{prefix}_first_row"),
                 "tag": Signal(33, name=f"{prefix}_tag"),
             }
             m.d.sync += valid.eq(taken)
             with m.If(taken):
-                m.d.sync += [held[key].eq(beat[key]) for key in ("data", "end", "first_row", "tag")]
+                m.d.sync += [held[key].eq(beat[key]) for key in ("data", "end", "tag")]
             beat = held
         update = self._update_in_one if p.row_beats == 1 else self._update_in_two
         end_valid, end, end_tag = update(
             m,
             accumulators,
             va_valid,
-            beat["first_row"],
             beat["data"],
             va_end,
             beat["tag"],
-            alphas,
+            shifts,
             weights,
         )
         # The copy happens the cycle after the last update; the next request's first update is
@@ -1172,25 +1200,25 @@ class Hpu(wiring.Component):
                     m.d.sync += snapshot[g][i].eq(accumulators[g][i])
         m.d.comb += tail_busy.eq(end_valid & end)
 
-    def _update_in_one(self, m, accumulators, valid, first_row, data_, end, tag, alphas, weights):
-        """``o <- round(o * alpha) + w * v`` in one cycle (a row of one beat updates the same
-        elements every cycle). Returns the last update's (valid, end, tag)."""
+    def _update_in_one(self, m, accumulators, valid, data_, end, tag, shifts, weights):
+        """``o <- round(o * 2**-shift) + w * v`` in one cycle (a row of one beat updates the
+        same elements every cycle). Returns the last update's (valid, end, tag)."""
         p = self.params
         lanes = p.lanes
         with m.If(valid):
             for g, ring in enumerate(accumulators):
                 for i in range(lanes):
-                    head = Mux(first_row, 0, ring[i])
-                    updated = round_shift_right(head * alphas[g], p.prob_frac_bits) + (
-                        weights[g] * data_[i * p.kv_bits : (i + 1) * p.kv_bits].as_signed()
+                    updated = rounded(shift_halves(ring[i], shifts[g])) + (
+                        weights[g] * data_.word_select(i, p.kv_bits).as_signed()
                     )
                     m.d.sync += ring[len(ring) - lanes + i].eq(updated)
                 for j in range(len(ring) - lanes):
                     m.d.sync += ring[j].eq(ring[j + lanes])
         return valid, end, tag
 
-    def _update_in_two(self, m, accumulators, valid, first_row, data_, end, tag, alphas, weights):
-        """``o <- round(o * alpha) + w * v`` over two stages: VA forms the products and rotates
+    def _update_in_two(self, m, accumulators, valid, data_, end, tag, shifts, weights):
+        """``o <- round(o * 2**-shift) + w * v`` over two stages: VA shifts the head (the floor
+        and the rounding bit of :func:`shift_halves`), forms the products w * v and rotates
         the ring (its head to the tail, unchanged), VB adds them and writes the sum where the
         element sits after this cycle's rotation, one beat further when VA rotates again. An
         element comes back to the head ``row_beats >= 2`` beats after its update, so VB's write
@@ -1205,20 +1233,19 @@ class Hpu(wiring.Component):
             m.d.sync += [vb_end.eq(end), vb_tag.eq(tag)]
         for g, ring in enumerate(accumulators):
             size = len(ring)
-            scaled = [Signal(signed(p.o_bits + 18), name=f"vb_scaled{g}_{i}") for i in range(lanes)]
+            scaled = [Signal(signed(p.o_bits + 1), name=f"vb_scaled{g}_{i}") for i in range(lanes)]
             added = [Signal(signed(p.o_bits), name=f"vb_wv{g}_{i}") for i in range(lanes)]
             with m.If(valid):
                 for i in range(lanes):
-                    head = Mux(first_row, 0, ring[i])
                     m.d.sync += [
-                        scaled[i].eq(head * alphas[g]),
+                        scaled[i].eq(shift_halves(ring[i], shifts[g])),
                         added[i].eq(weights[g] * data_.word_select(i, p.kv_bits).as_signed()),
                     ]
                 for j in range(size):
                     m.d.sync += ring[j].eq(ring[(j + lanes) % size])
             with m.If(vb_valid):
                 for i in range(lanes):
-                    updated = round_shift_right(scaled[i], p.prob_frac_bits) + added[i]
+                    updated = rounded(scaled[i]) + added[i]
                     with m.If(valid):
                         m.d.sync += ring[size - 2 * lanes + i].eq(updated)
                     with m.Else():
@@ -1286,8 +1313,9 @@ class Hpu(wiring.Component):
             # Elements past head_dim (padding of 32-wide heads) leave as zero.
             in_head = out_chunk * lanes + i < p.head_dim
             words.append(Mux(in_head, Mux(partial, o, o * r), 0))
-        # Partial mode's extra beat per query: m in word 0, l in word 1.
-        stats = [Array(running_max)[out_query], Array(running_sum)[out_query]]
+        # Partial mode's extra beat per query: m in word 0 (in the score format), l in word 1.
+        m_score = Array(running_max)[out_query] << p.score_frac_bits
+        stats = [m_score, Array(running_sum)[out_query]]
         with m.If(load):
             m.d.sync += [pre["valid"].eq(1), pre["tag"].eq(seq_id), pre["last"].eq(last)]
             with m.If(out_chunk < p.row_beats):

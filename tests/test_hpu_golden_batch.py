@@ -56,8 +56,9 @@ def reference(p: HpuParams, q, q_scale, k, k_scale, v, v_scale):
 
 def random_request(rng, p: HpuParams, n: int, kind: int):
     q = rng.integers(-(1 << (p.q_bits - 1)), 1 << (p.q_bits - 1), (p.gqa_group, p.head_dim))
-    k = rng.integers(-128, 128, (n, p.head_dim))
-    v = rng.integers(-128, 128, (n, p.head_dim))
+    kv_top = 1 << (p.kv_bits - 1)
+    k = rng.integers(-kv_top, kv_top, (n, p.head_dim))
+    v = rng.integers(-kv_top, kv_top, (n, p.head_dim))
     q_scale = np.abs(rng.normal(0, [1e-3, 1.0, 1e-2][kind % 3], p.gqa_group)).astype(np.float16)
     k_scale = np.abs(rng.normal(0, [1e-2, 0.1, 1.0][kind % 3], n)).astype(np.float16)
     v_scale = np.abs(rng.normal(0, [1e-2, 10.0, 1e3][kind % 3], n)).astype(np.float16)
@@ -65,13 +66,20 @@ def random_request(rng, p: HpuParams, n: int, kind: int):
         k_scale[:] = 0  # every score equal: one segment
     if kind == 4:
         top = (1 << (p.q_bits - 1)) - 1  # the max grows often: scores rise with position
-        q, k = np.minimum(np.abs(q), top), np.minimum(np.abs(k), 127) * np.arange(n)[:, None] // n
+        k = np.minimum(np.abs(k), kv_top - 1) * np.arange(n)[:, None] // n
+        q = np.minimum(np.abs(q), top)
     return q, q_scale, k, k_scale, v, v_scale
 
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"head_dim": 32, "gqa_group": 2}, {"head_dim": 128, "gqa_group": 1, "q_bits": 8}],
+    [
+        {},
+        {"head_dim": 32, "gqa_group": 2},
+        {"head_dim": 128, "gqa_group": 1, "q_bits": 8},
+        {"kv_bits": 16, "lanes": 16},
+        {"kv_bits": 8, "lanes": 32, "head_dim": 256, "gqa_group": 1},
+    ],
 )
 def test_golden_matches_the_row_by_row_reference(overrides):
     p = HpuParams(**overrides)

@@ -33,6 +33,23 @@ PARAMETER_SETS = [
         "out_frac_bits": 4,
     },
     {"head_dim": 64, "score_frac_bits": 4, "prob_frac_bits": 8, "out_bits": 8, "out_frac_bits": 6},
+    # int16 K and V: the exact integer score, w * v of 16-bit values; Gemma 3's 256-wide heads
+    {"kv_bits": 16, "lanes": 16, "gqa_group": 3},
+    {
+        "kv_bits": 16,
+        "lanes": 16,
+        "head_dim": 128,
+        "gqa_group": 2,
+        "score_int_bits": 4,
+        "score_frac_bits": 4,
+        "prob_frac_bits": 8,
+        "weight_bits": 10,
+        "weight_frac_bits": 8,
+        "out_bits": 8,
+        "out_frac_bits": 4,
+    },
+    {"kv_bits": 16, "lanes": 16, "head_dim": 256, "gqa_group": 4, "max_seq_len": 512},
+    {"kv_bits": 8, "lanes": 32, "head_dim": 256, "gqa_group": 1, "q_bits": 8},
 ]
 
 
@@ -40,8 +57,9 @@ def batch_of(rng, p: HpuParams, lengths, width: int):
     """A padded batch of random requests (garbage in the padding)."""
     requests = [random_request(rng, p, n, int(rng.integers(0, 5))) for n in lengths]
     count = len(lengths)
-    k = rng.integers(-128, 128, (count, width, p.head_dim)).astype(np.int8)
-    v = rng.integers(-128, 128, (count, width, p.head_dim)).astype(np.int8)
+    kv_top, kv_type = 1 << (p.kv_bits - 1), np.int16 if p.kv_bits == 16 else np.int8
+    k = rng.integers(-kv_top, kv_top, (count, width, p.head_dim)).astype(kv_type)
+    v = rng.integers(-kv_top, kv_top, (count, width, p.head_dim)).astype(kv_type)
     k_scale = np.abs(rng.normal(0, 1, (count, width))).astype(np.float16)
     v_scale = np.abs(rng.normal(0, 100, (count, width))).astype(np.float16)
     for i, (_, _, ki, ksi, vi, vsi) in enumerate(requests):
@@ -92,7 +110,7 @@ def test_twin_on_an_empty_batch_and_long_sequences():
 
 
 def test_twin_checks_its_inputs_as_the_numpy_model_does():
-    p = HpuParams(head_dim=32, gqa_group=1)
+    p = HpuParams(head_dim=32, gqa_group=1, kv_bits=8, lanes=32)
     q = np.zeros((1, 1, 32), np.int64)
     k = np.zeros((1, 4, 32), np.int64)
     s = np.ones((1, 4), np.float16)
@@ -105,10 +123,19 @@ def test_twin_checks_its_inputs_as_the_numpy_model_does():
             call(p, q + (1 << 15), np.ones((1, 1)), k, s, k, s, [4])
 
 
-def test_golden_backend_kernels_give_the_same_device_results():
+@pytest.mark.parametrize("kv_bits", [8, 16])
+def test_golden_backend_kernels_give_the_same_device_results(kv_bits):
     """A device's calls (appends, partial and full requests) on both kernels: same results,
     same memory, same saturation counters."""
-    p = HpuParams(head_dim=32, gqa_group=2, max_seq_len=256, out_bits=8, out_frac_bits=4)
+    p = HpuParams(
+        head_dim=32,
+        gqa_group=2,
+        max_seq_len=256,
+        out_bits=8,
+        out_frac_bits=4,
+        kv_bits=kv_bits,
+        lanes=256 // kv_bits,
+    )
     rng = np.random.default_rng(13)
     runs = {}
     for kernel in ("numpy", "native"):
@@ -141,12 +168,13 @@ def test_kernel_option_is_checked():
     assert auto.kernel == "native" and auto.kernel_note == ""
 
 
-def test_twin_reads_regions_in_place_as_read_regions_does():
+@pytest.mark.parametrize("kv_bits", [8, 16])
+def test_twin_reads_regions_in_place_as_read_regions_does(kv_bits):
     """Random bytes as device memory (garbage beyond each region's length included): the
     twin's in-place read gives what ``read_regions`` then the numpy model give."""
     from tandem.host.hpu.golden_native import hpu_golden_regions_native
 
-    p = HpuParams(head_dim=64, gqa_group=3, max_seq_len=512)
+    p = HpuParams(head_dim=64, gqa_group=3, max_seq_len=512, kv_bits=kv_bits, lanes=256 // kv_bits)
     layout, rng = p.layout, np.random.default_rng(14)
     memory = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
     # random binary16 scale patterns everywhere would hold inf and NaN: finite ones instead
@@ -169,11 +197,10 @@ def test_twin_reads_regions_in_place_as_read_regions_does():
         hpu_golden_regions_native(p, memory, [0], [513], q[:1], score_scale[:1])
 
 
-def test_auto_kernel_takes_numpy_for_heads_the_twin_cannot_hold():
-    """head_dim 256 (Gemma 3) is past the twin's accumulator array: ``auto`` runs numpy and
-    says why, ``native`` is refused."""
-    p = HpuParams(head_dim=256, gqa_group=4)
-    auto = GoldenHpuBackend(p, 1 << 20)
-    assert auto.kernel == "numpy" and "head_dim <= 128" in auto.kernel_note
-    with pytest.raises(ValueError, match=r"kernel .native. cannot run: .*head_dim=256"):
-        GoldenHpuBackend(p, 1 << 20, kernel="native")
+@pytest.mark.parametrize("kv_bits", [8, 16])
+def test_auto_kernel_runs_the_twin_for_every_format_and_head(kv_bits):
+    """int8 and int16 rows, heads up to 256 (Gemma 3): ``auto`` runs the twin, with no note."""
+    for head_dim in (32, 64, 128, 256):
+        p = HpuParams(head_dim=head_dim, gqa_group=4, kv_bits=kv_bits, lanes=256 // kv_bits)
+        auto = GoldenHpuBackend(p, 1 << 20)
+        assert auto.kernel == "native" and auto.kernel_note == "", (head_dim, auto.kernel_note)

@@ -241,7 +241,7 @@ GOLDEN_KERNELS = ("auto", "native", "numpy")
 
 #: Widest head the compiled twin takes (``golden_native.c`` keeps one query's accumulators in
 #: a local array of this many elements).
-NATIVE_MAX_HEAD_DIM = 128
+NATIVE_MAX_HEAD_DIM = 256
 
 
 class GoldenHpuBackend(Backend):
@@ -277,9 +277,7 @@ class GoldenHpuBackend(Backend):
         #: The kernel that runs: ``"native"`` or ``"numpy"``; why ``"auto"`` chose numpy.
         self.kernel, self.kernel_note = "numpy", ""
         reason = None
-        if params.kv_bits != 8:
-            reason = f"the compiled twin reads int8 KV rows only, not kv_bits={params.kv_bits}"
-        elif params.head_dim > NATIVE_MAX_HEAD_DIM:  # its accumulator row is a fixed array
+        if params.head_dim > NATIVE_MAX_HEAD_DIM:  # its accumulator row is a fixed array
             reason = (
                 f"the compiled twin holds head_dim <= {NATIVE_MAX_HEAD_DIM} accumulators, not "
                 f"head_dim={params.head_dim}"

@@ -6,7 +6,9 @@
    with the machine's C compiler and calls it through ctypes. Floating point follows the numpy
    model's float64 operations in the same order (built with -ffp-contract=off, no fast-math),
    and every product that float64 holds exactly there is exact here too; integer products that
-   can pass 63 bits (o * 1/l) use 128-bit integers. */
+   can pass 63 bits (o * 1/l) use 128-bit integers. int16 K and V (kv_bytes 2) take the numpy
+   model's exact integer score (dot * c_mant * k_mant, up to 59 bits, then a shift), and their
+   w * v products sum in int64 (below 2**58 over the longest sequence). */
 
 #include <math.h>
 #include <stdint.h>
@@ -26,7 +28,11 @@ typedef struct {
     /* exp2 unit (tandem.host.common.exp2): linear segments of a 2**lut_bits table */
     int32_t exp2_in_frac_bits, exp2_rem_bits, exp2_lut_frac_bits, exp2_out_frac_bits;
     int32_t exp2_max_shift;
+    int32_t kv_bytes; /* 1: int8 K and V rows, 2: little-endian int16 */
 } hpu_golden_params;
+
+/* Longest head the kernel keeps one query's accumulators for (a local array). */
+#define MAX_HEAD_DIM 256
 
 static int64_t shift_round_half_up(int64_t value, int shift) {
     return (value + (((int64_t)1 << shift) >> 1)) >> shift;
@@ -86,6 +92,30 @@ static double scale_value(const double *powers, uint16_t bits) {
     return (double)mant * powers[field];
 }
 
+/* The score of an int16 row: round half up (dot * c_mant * k_mant) * 2**(c_exp + k_exp +
+   score_frac_bits) and saturate to [lo, hi] (score_bits wide), in int64 as
+   tandem.host.hpu.golden._round_scaled_int does; counts saturations. */
+static int64_t round_scaled_int(int64_t dot, uint16_t c_bits, uint16_t k_bits, int frac_bits,
+                                int64_t lo, int64_t hi, int64_t *saturated) {
+    const int c_field = (c_bits >> 10) & 0x1F, k_field = (k_bits >> 10) & 0x1F;
+    const int64_t c_mant = (c_bits & 0x3FF) | (c_field ? 0x400 : 0);
+    const int64_t k_mant = (k_bits & 0x3FF) | (k_field ? 0x400 : 0);
+    const int shift = (c_field > 1 ? c_field : 1) - 25 + (k_field > 1 ? k_field : 1) - 25 + frac_bits;
+    const int64_t product = dot * (c_mant * k_mant);
+    int64_t rounded;
+    if (shift >= 0) { /* a left shift saturates where the product exceeds the range shifted right */
+        const int left = shift > 62 ? 62 : shift;
+        if (product > (hi >> left)) rounded = hi + 1;
+        else if (product < -((hi + 1) >> left)) rounded = lo - 1;
+        else rounded = (int64_t)((uint64_t)product << left);
+    } else {
+        rounded = shift_round_half_up(product, -shift > 62 ? 62 : -shift);
+    }
+    const int64_t clipped = rounded < lo ? lo : (rounded > hi ? hi : rounded);
+    if (clipped != rounded) (*saturated)++;
+    return clipped;
+}
+
 /* Round half up and saturate a float64 product (exact) to [lo, hi]; counts saturations. */
 static int64_t round_scaled(double product, double lo, double hi, int64_t *saturated) {
     double rounded = floor(product + 0.5);
@@ -117,10 +147,12 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                       const int64_t *exp2_base, const int64_t *exp2_slope,
                       const int64_t *seed, int64_t *m_out, int64_t *l_out, int64_t *o_out,
                       int64_t *y_out, int64_t *saturated, int64_t *work, double *factors,
-                      const int8_t **row_pointers) {
+                      const uint8_t **row_pointers, uint16_t *k_scale_bits) {
     const int g_count = p->gqa_group, d = p->head_dim;
     const int64_t unit = (int64_t)1 << p->score_frac_bits;
     const double score_lo = -ldexp(1.0, p->score_bits - 1), score_hi = ldexp(1.0, p->score_bits - 1) - 1;
+    const int64_t score_lo_int = -((int64_t)1 << (p->score_bits - 1)), score_hi_int = -score_lo_int - 1;
+    const int wide = p->kv_bytes == 2;
     const double weight_hi = ldexp(1.0, p->weight_bits) - 1;
     const int64_t out_lo = -((int64_t)1 << (p->out_bits - 1)), out_hi = ((int64_t)1 << (p->out_bits - 1)) - 1;
     const double score_unit = ldexp(1.0, p->score_frac_bits);
@@ -134,25 +166,33 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
         /* per-token factors, shared by the G queries: k_scale * 2**score_frac_bits and
            v_scale * weight_shift, the inner products of the numpy model's expressions */
         double *k_factor = factors, *v_factor = factors + rows;
-        const int8_t **k_row = row_pointers, **v_row = row_pointers + rows;
+        const uint8_t **k_row = row_pointers, **v_row = row_pointers + rows;
         for (int64_t t = 0; t < n; t++) {
             const uint8_t *page = region + (t / view->page_tokens) * view->page_stride;
             const int64_t slot = t % view->page_tokens;
             uint16_t k_bits, v_bits;
             memcpy(&k_bits, page + view->k_scales + 2 * slot, 2); /* little-endian hosts */
             memcpy(&v_bits, page + view->v_scales + 2 * slot, 2);
+            k_scale_bits[t] = k_bits;
             k_factor[t] = scale_value(powers, k_bits) * score_unit;
             v_factor[t] = scale_value(powers, v_bits) * p->weight_shift;
-            k_row[t] = (const int8_t *)(page + view->k_rows + slot * view->row_stride);
-            v_row[t] = (const int8_t *)(page + view->v_rows + slot * view->row_stride);
+            k_row[t] = page + view->k_rows + slot * view->row_stride;
+            v_row[t] = page + view->v_rows + slot * view->row_stride;
         }
         for (int gi = 0; gi < g_count; gi++) {
             const int64_t row = r * g_count + gi;
             const int16_t *qr = q + row * d;
             const double c = scale_value(powers, score_scale[row]);
             /* scores: s = dot * (c * (k_scale * 2**score_frac_bits)), as the numpy model */
-            for (int64_t t = 0; t < n; t++) {
-                const int8_t *kt = k_row[t];
+            for (int64_t t = 0; t < n && wide; t++) { /* int16 rows: the exact integer score */
+                const int16_t *kt = (const int16_t *)k_row[t]; /* little-endian hosts */
+                int64_t dot = 0;
+                for (int e = 0; e < d; e++) dot += (int64_t)qr[e] * kt[e];
+                work[t] = round_scaled_int(dot, score_scale[row], k_scale_bits[t], p->score_frac_bits,
+                                           score_lo_int, score_hi_int, &sat[0]);
+            }
+            for (int64_t t = 0; t < n && !wide; t++) {
+                const int8_t *kt = (const int8_t *)k_row[t];
                 int64_t dot;
                 if (p->dot_fits_int32) {
                     int32_t acc = 0;
@@ -169,7 +209,7 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
             /* online softmax and the value accumulator, one token at a time; the running max is
                an integer in log2 units, so the rescale is a shift */
             int64_t running = p->max_start, l_acc = 0;
-            int64_t o[128]; /* head_dim <= 128; a local array no pointer aliases */
+            int64_t o[MAX_HEAD_DIM]; /* a local array no pointer aliases */
             for (int e = 0; e < d; e++) o[e] = 0;
             for (int64_t t = 0; t < n; t++) {
                 const int64_t s = work[t];
@@ -184,7 +224,6 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                 if (distance > p->distance_cap) distance = p->distance_cap;
                 const int64_t prob = exp2_of_distance(p, exp2_base, exp2_slope, distance);
                 const int64_t w = round_scaled((double)prob * v_factor[t], 0.0, weight_hi, &sat[1]);
-                const int8_t *vt = v_row[t];
                 if (shift) { /* a shift by 0 leaves l and o as they are */
                     l_acc = shift_round_half_up(l_acc, shift);
                     for (int e = 0; e < d; e++) o[e] = shift_round_half_up(o[e], shift);
@@ -193,7 +232,13 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
                 /* w < 2**weight_bits <= 2**31: 32 x 8-bit products, which vectorize as
                    32 x 32 -> 64-bit multiplies where 64 x 64 would not */
                 const int32_t w32 = (int32_t)w;
-                for (int e = 0; e < d; e++) o[e] += (int64_t)w32 * (int64_t)vt[e];
+                if (wide) {
+                    const int16_t *vt = (const int16_t *)v_row[t];
+                    for (int e = 0; e < d; e++) o[e] += (int64_t)w32 * (int64_t)vt[e];
+                } else {
+                    const int8_t *vt = (const int8_t *)v_row[t];
+                    for (int e = 0; e < d; e++) o[e] += (int64_t)w32 * (int64_t)vt[e];
+                }
             }
             m_out[row] = running * unit;
             l_out[row] = l_acc;

@@ -66,6 +66,7 @@ class _Params(ctypes.Structure):
                 "exp2_lut_frac_bits",
                 "exp2_out_frac_bits",
                 "exp2_max_shift",
+                "kv_bytes",
             )
         ]
     )
@@ -82,7 +83,7 @@ def native_golden() -> NativeLibrary:
             ctypes.c_void_p,
             ctypes.c_int64,
             ctypes.c_int64,
-        ] + [ctypes.c_void_p] * 16
+        ] + [ctypes.c_void_p] * 17
         function._ready = True
     return built
 
@@ -119,6 +120,7 @@ def _tables(params: HpuParams):
         exp2_lut_frac_bits=p.exp2.lut_frac_bits,
         exp2_out_frac_bits=p.exp2.out_frac_bits,
         exp2_max_shift=p.exp2.max_shift,
+        kv_bytes=p.kv_bits // 8,
     )
     seeds = np.ascontiguousarray(reciprocal_seed_table(recip), dtype=np.int64)
     base, slope = (np.ascontiguousarray(t, dtype=np.int64) for t in exp2_table(p.exp2))
@@ -166,10 +168,12 @@ def hpu_golden_batch_native(
     q, k, v, lengths = check_batch_inputs(p, q, k, v, lengths)
     r, n, d = lengths.size, k.shape[1], p.head_dim
     # Each request's rows and scales as one span of a buffer, one page of n tokens:
-    # [k rows n*d][v rows n*d][k scales 2n][v scales 2n].
+    # [k rows n*row][v rows n*row][k scales 2n][v scales 2n], row = d elements of kv_bits.
+    element = "<i2" if p.kv_bits == 16 else np.int8
+    row = d * (p.kv_bits // 8)
     parts = [
-        np.ascontiguousarray(k, dtype=np.int8).reshape(r, n * d).view(np.uint8),
-        np.ascontiguousarray(v, dtype=np.int8).reshape(r, n * d).view(np.uint8),
+        np.ascontiguousarray(k, dtype=element).reshape(r, n * d).view(np.uint8),
+        np.ascontiguousarray(v, dtype=element).reshape(r, n * d).view(np.uint8),
         np.asarray(k_scale, dtype="<f2").reshape(r, n).view(np.uint8),
         np.asarray(v_scale, dtype="<f2").reshape(r, n).view(np.uint8),
     ]
@@ -178,11 +182,11 @@ def hpu_golden_batch_native(
     view = _View(
         page_tokens=max(n, 1),
         page_stride=0,
-        row_stride=d,
+        row_stride=row,
         k_rows=0,
-        k_scales=2 * n * d,
-        v_rows=n * d,
-        v_scales=2 * n * d + 2 * n,
+        k_scales=2 * n * row,
+        v_rows=n * row,
+        v_scales=2 * n * row + 2 * n,
     )
     bases = np.arange(r, dtype=np.int64) * span
     return _run(p, view, buffer, bases, lengths, q, score_scale)
@@ -236,8 +240,9 @@ def _run(p: HpuParams, view: _View, buffer, bases, lengths, q, score_scale) -> H
     work = np.empty(n, dtype=np.int64)
     factors = np.empty(2 * n)
     pointers = np.empty(2 * n, dtype=np.uintp)
+    k_scale_bits = np.empty(n, dtype=np.uint16)
     arrays = (q16, score_bits, buffer, bases, lengths, exp2_base, exp2_slope, seeds, m,
-              l_sum, o, y, saturated, work, factors, pointers)  # fmt: skip
+              l_sum, o, y, saturated, work, factors, pointers, k_scale_bits)  # fmt: skip
     built.library.hpu_golden_batch(
         ctypes.byref(fields), ctypes.byref(view), r, n, *(a.ctypes.data for a in arrays)
     )

@@ -15,39 +15,29 @@ pytestmark = pytest.mark.skipif(
     BUILT.library is None, reason=f"the compiled twin cannot be built here: {BUILT.reason}"
 )
 
+#: Narrow formats: scores, weights and outputs saturate; the dot needs int64 (q_bits 16,
+#: head_dim 128).
+NARROW = {
+    "head_dim": 128,
+    "gqa_group": 2,
+    "score_int_bits": 4,
+    "score_frac_bits": 4,
+    "prob_frac_bits": 8,
+    "weight_bits": 10,
+    "weight_frac_bits": 8,
+    "out_bits": 8,
+    "out_frac_bits": 4,
+}
+
 PARAMETER_SETS = [
     {},
     {"head_dim": 32, "gqa_group": 1, "q_bits": 8},
     {"head_dim": 128, "gqa_group": 8, "max_seq_len": 512},
-    # narrow formats: scores, weights and outputs saturate; the dot needs int64 (q_bits 16,
-    # head_dim 128)
-    {
-        "head_dim": 128,
-        "gqa_group": 2,
-        "score_int_bits": 4,
-        "score_frac_bits": 4,
-        "prob_frac_bits": 8,
-        "weight_bits": 10,
-        "weight_frac_bits": 8,
-        "out_bits": 8,
-        "out_frac_bits": 4,
-    },
+    NARROW,
     {"head_dim": 64, "score_frac_bits": 4, "prob_frac_bits": 8, "out_bits": 8, "out_frac_bits": 6},
     # int16 K and V: the exact integer score, w * v of 16-bit values; Gemma 3's 256-wide heads
     {"kv_bits": 16, "lanes": 16, "gqa_group": 3},
-    {
-        "kv_bits": 16,
-        "lanes": 16,
-        "head_dim": 128,
-        "gqa_group": 2,
-        "score_int_bits": 4,
-        "score_frac_bits": 4,
-        "prob_frac_bits": 8,
-        "weight_bits": 10,
-        "weight_frac_bits": 8,
-        "out_bits": 8,
-        "out_frac_bits": 4,
-    },
+    {**NARROW, "kv_bits": 16, "lanes": 16},
     {"kv_bits": 16, "lanes": 16, "head_dim": 256, "gqa_group": 4, "max_seq_len": 512},
     {"kv_bits": 8, "lanes": 32, "head_dim": 256, "gqa_group": 1, "q_bits": 8},
 ]

@@ -314,8 +314,9 @@ def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
 
 
 def test_engines_per_card_from_synthesized_resources():
-    """SmolLM2's engine is the synthesized default: DSPs, not HBM ports, bound the count; an
-    engine never synthesized is not checked, and says so."""
+    """SmolLM2's engine is the synthesized default: its resources (LUTs, since the rescale
+    became shifts), not HBM ports, bound the count; an engine never synthesized is not
+    checked, and says so."""
     from tandem.host.system.perf import ENGINE_RESOURCE_SHARE, engine_fit, hpu_params_for_model
 
     from tandem.boards import load_board
@@ -323,11 +324,16 @@ def test_engines_per_card_from_synthesized_resources():
     board = load_board("u55c")
     params = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048)
     fit = engine_fit(params, board)
-    assert fit["checked"] and fit["bound_by"] == "dsp"
-    assert fit["engines_fit"] == int(9024 * ENGINE_RESOURCE_SHARE // fit["per_engine"]["dsp"])
+    assert fit["checked"]
+    each = {
+        name: int(board.capacity(name) * ENGINE_RESOURCE_SHARE // used)
+        for name, used in fit["per_engine"].items()
+        if used and board.capacity(name) is not None
+    }
+    assert fit["engines_fit"] == min(each.values()) == each[fit["bound_by"]]
     row = decode_projection("smollm2-135m", "l40s", [8], hpus=1)[-1]
     assert row["hpu"]["engines_per_card"] == fit["engines_fit"] < 16
-    assert row["hpu"]["engines_limited_by"] == "DSP"
+    assert row["hpu"]["engines_limited_by"] == fit["bound_by"].upper()
     forced = decode_projection("smollm2-135m", "l40s", [8], hpus=1, engines=16)[-1]
     assert forced["hpu"]["engines_limited_by"] == "--engines"
     assert forced["hpu"]["resources"]["fits"] is False

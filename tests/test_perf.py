@@ -342,6 +342,32 @@ def test_engines_per_card_from_synthesized_resources():
     assert "no synthesis" in engine_fit(odd, board)["reason"]
 
 
+def test_best_engine_is_the_synthesis_drawing_the_most_card_bandwidth():
+    """SmolLM2's int16 engine is stored on 256-bit and on 512-bit ports: the model takes the
+    one whose engines that fit draw the most KV bandwidth, and lists both; a format or number
+    format with no synthesis keeps the reference configuration and says so."""
+    from tandem.host.system.perf import best_engine, card_kv_bandwidth, hpu_params_for_model
+
+    board = load_board("u55c")
+    smol = load_model("smollm2-135m")
+    reference = hpu_params_for_model(smol, max_seq_len=2048, kv_bits=16, lanes=16)
+    chosen = best_engine(reference, board)
+    widths = sorted(c["mem_data_bits"] for c in chosen["candidates"])
+    assert widths == [256, 512] and "2 synthesized" in chosen["choice"]
+    bandwidth = {c["mem_data_bits"]: c["card_gb_s"] for c in chosen["candidates"]}
+    best = max(bandwidth, key=bandwidth.get)
+    assert chosen["params"].mem_data_bits == best and chosen["params"].lanes == best // 16
+    assert bandwidth[best] == card_kv_bandwidth(chosen["params"], board, 1.0)["card_gb_s"]
+    assert chosen["params"].replace(lanes=16, mem_data_bits=256) == reference
+    row = decode_projection("smollm2-135m", "l40s", [8], hpus=1, kv_bits=16)[-1]
+    assert row["hpu"]["params"]["mem_data_bits"] == best
+    assert row["hpu"]["config_choice"] == chosen["choice"]
+    odd = reference.replace(q_bits=8)
+    unmatched = best_engine(odd, board)
+    assert unmatched["params"] == odd and unmatched["candidates"] == []
+    assert "no synthesis" in unmatched["choice"]
+
+
 def test_projection_errors():
     with pytest.raises(UserError, match="context"):
         decode_projection("smollm2-135m", "l40s", [1], input_tokens=8000, output_tokens=1000)

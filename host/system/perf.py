@@ -514,6 +514,62 @@ def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> Hp
         raise UserError(f"hpu engine for model {model.name}: {exc}") from None
 
 
+#: Parameters the performance model may choose per card (the port width and the lanes that
+#: fill it); every other parameter is the reference configuration's.
+CHOSEN_PARAMS = ("lanes", "mem_data_bits")
+
+
+def best_engine(reference: HpuParams, board: Board) -> dict:
+    """The engine configuration that draws the most KV bandwidth from ``board``.
+
+    The candidates are the stored syntheses on ``board`` (:data:`RESOURCES_FILE`) that
+    differ from ``reference`` only in :data:`CHOSEN_PARAMS` (so the same head, GQA group, KV
+    format and number formats), each with as many engines as fit and its own timing estimate
+    (:func:`card_kv_bandwidth` at stream efficiency 1, the same factor for all). Returns
+    ``{"params", "choice", "candidates"}``: the winner (``reference`` itself where no
+    synthesis matches), why, and every candidate's engines, clock and card bandwidth.
+    """
+    defaults = HpuParams().to_dict()
+    wanted = {
+        k: v for k, v in reference.to_dict().items() if k not in (*CHOSEN_PARAMS, "max_seq_len")
+    }
+    candidates = []
+    for entry in load_engine_resources():
+        stored = {**defaults, **entry["params"]}
+        if entry.get("board") != board.name:
+            continue
+        if {k: v for k, v in stored.items() if k in wanted} != wanted:
+            continue
+        params = reference.replace(**{k: stored[k] for k in CHOSEN_PARAMS})
+        card = card_kv_bandwidth(params, board, 1.0)
+        candidates.append(
+            {
+                "params": params,
+                "lanes": params.lanes,
+                "mem_data_bits": params.mem_data_bits,
+                "engines": card["engines"],
+                "engines_limited_by": card["engines_limited_by"],
+                "clock_mhz": card["clock_mhz"],
+                "card_gb_s": card["card_gb_s"],
+            }
+        )
+    if not candidates:
+        return {
+            "params": reference,
+            "choice": f"the reference configuration: no synthesis on {board.name} differs from it "
+            f"only in {' and '.join(CHOSEN_PARAMS)}",
+            "candidates": [],
+        }
+    best = max(candidates, key=lambda c: c["card_gb_s"])
+    return {
+        "params": best["params"],
+        "choice": f"the most card KV bandwidth of {len(candidates)} synthesized "
+        f"configuration{'s' if len(candidates) > 1 else ''} of this head and format on "
+        f"{board.name} ({', '.join(CHOSEN_PARAMS)} chosen)",
+        "candidates": [{k: v for k, v in c.items() if k != "params"} for c in candidates],
+    }
+
+
 def hpu_call_cycles(
     params: HpuParams,
     contexts,
@@ -827,6 +883,8 @@ def decode_projection(
             kv_bits=kv_bits,
             lanes=params.mem_data_bits // kv_bits,
         )
+    chosen = best_engine(params, board)
+    params = chosen["params"]
     hbm = board.memory[0]
     fit = engine_fit(params, board)
     port_engines = max(1, int(hbm["channels"]) // params.read_ports)
@@ -857,6 +915,8 @@ def decode_projection(
         "fmax_mhz": timing["fmax_mhz"],
         "hbm_gb_s": float(hbm["bandwidth_gb_s"]),
         "params": params.to_dict(),
+        "config_choice": chosen["choice"],
+        "config_candidates": chosen["candidates"],
         "efficiency": {
             "source": eff.source,
             "command": eff.command,
@@ -1244,6 +1304,8 @@ def plot(rows: list[dict], path) -> None:
 def _engines_text(hpu: dict) -> str:
     fit = hpu["resources"]
     text = f"{hpu['engines_per_card']} per card, limited by {hpu['engines_limited_by']}"
+    if hpu.get("config_choice"):
+        text = f"{hpu['config_choice']}; {text}"
     if not fit["checked"]:
         return text + f"; resources not checked: {fit['reason']}"
     per = fit["per_engine"]

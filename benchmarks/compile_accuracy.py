@@ -8,9 +8,9 @@ Configurations: ``dense`` (int8 weights, each layer's inputs 8 or 16 bits by the
 (4:16, 8:16 or dense per layer within the budget), ``mixed-w16`` (dense; 8 or 16-bit weights and
 inputs per layer within a 0.01 budget), ``dense-a16`` (int8 weights, 16-bit inputs everywhere),
 ``dense-g64`` and ``dense-a16-g64`` (the same with one weight scale per 64 columns, not per row:
-``--weight-group 64``). ``--kv-bits 16`` runs the HPU with int16 K and V; ``--method gptq``
-quantizes the weights by GPTQ. For each configuration the model is compiled
-(calibration on the ``execmodel`` text), then the program runs teacher-forced over a different real
+``--weight-group 64``). ``--kv-bits 8`` runs the HPU with int8 K and V (default: int16, the
+HPU's default format); ``--method gptq`` quantizes the weights by GPTQ. For each configuration
+the model is compiled (calibration on the ``execmodel`` text), then the program runs teacher-forced over a different real
 text (Python's LICENSE.txt): one prefill of ``--tokens`` tokens on the golden devices (every linear
 layer on ``sparse-mpe``, every attention on the HPU), whose every position's hidden state is what a
 decode step of that token computes.
@@ -61,7 +61,7 @@ def _log_softmax(x):
 
 
 def evaluate(
-    name, model, tokenizer, ids, calibration, budget, workdir, kv_bits=8, method="round"
+    name, model, tokenizer, ids, calibration, budget, workdir, kv_bits=16, method="round"
 ) -> dict:
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
@@ -89,7 +89,7 @@ def evaluate(
     c = model.config
     max_k = 1 << max(6, (compiled.max_columns() - 1).bit_length())
     mpe = SparseMpeDevice(SparseMpeParams(max_k=max_k, max_batch=options.tile), kernel="direct")
-    hpu = hpu_params_for(c, kv_bits=kv_bits) if kv_bits != 8 else hpu_params_for(c)
+    hpu = hpu_params_for(c, kv_bits=kv_bits)
     card = HpuDevice(hpu, memory_bytes=64 << 20)
     runner = ProgramRunner(compiled, model, mpe, HpuAttention(c, [card]))
     started = time.perf_counter()
@@ -146,7 +146,11 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=0.03, help="the layers' error budget")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument(
-        "--kv-bits", type=int, default=8, choices=(8, 16), help="the HPU's KV format"
+        "--kv-bits",
+        type=int,
+        default=16,
+        choices=(8, 16),
+        help="the HPU's KV format (default int16)",
     )
     parser.add_argument(
         "--method", default="round", choices=("round", "gptq"), help="weight quantization"

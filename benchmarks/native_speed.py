@@ -39,7 +39,9 @@ def _hpu(options, context: int):
     from tandem.host.hpu import HpuParams, quantize_rows, score_scale
     from tandem.host.hpu.device import Attend, HpuDevice
 
-    p = HpuParams(head_dim=64, lanes=32, gqa_group=3, max_seq_len=4096, mem_data_bits=256)
+    p = HpuParams(
+        head_dim=64, lanes=32, gqa_group=3, max_seq_len=4096, mem_data_bits=256, kv_bits=8
+    )
     dev = HpuDevice(p, memory_bytes=64 << 20, **options)
     rng = np.random.default_rng(0)
 

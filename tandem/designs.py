@@ -144,6 +144,7 @@ register(
         prove_params={
             "lanes": 16,
             "mem_data_bits": 128,
+            "kv_bits": 8,
             "head_dim": 32,
             "gqa_group": 1,
             "max_seq_len": 64,

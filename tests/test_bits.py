@@ -122,9 +122,9 @@ def test_amaranth_layout_lays_out_fields_like_pack():
     "kw",
     [
         {},
-        {"lanes": 8, "mem_data_bits": 64, "gqa_group": 8, "read_ports": 1},
-        {"lanes": 64, "mem_data_bits": 512, "gqa_group": 1, "head_dim": 32},
-        {"lanes": 16, "mem_data_bits": 128, "gqa_group": 3, "q_bits": 8},
+        {"lanes": 8, "mem_data_bits": 64, "kv_bits": 8, "gqa_group": 8, "read_ports": 1},
+        {"lanes": 64, "mem_data_bits": 512, "kv_bits": 8, "gqa_group": 1, "head_dim": 32},
+        {"lanes": 16, "mem_data_bits": 128, "kv_bits": 8, "gqa_group": 3, "q_bits": 8},
     ],
 )
 def test_hpu_header_fields(kw):
@@ -171,7 +171,7 @@ def test_hpu_header_fields(kw):
 
 
 def test_hpu_result_beat():
-    p = HpuParams(lanes=8, mem_data_bits=64)
+    p = HpuParams(lanes=8, mem_data_bits=64, kv_bits=8)
     words = [-1, 2, -(1 << (p.word_bits - 1)), (1 << (p.word_bits - 1)) - 1, 0, 5, -6, 7]
     payload = bits.pack(result_fields(p), [words, 0xFFFFFFFF, 1])
     assert (

@@ -39,7 +39,7 @@ from tandem.host.system.model import (  # noqa: E402
 
 from tandem.cli import main  # noqa: E402
 
-PARAMS = hpu_params_for(TINY, lanes=16, mem_data_bits=128, max_seq_len=256)
+PARAMS = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
 
 
 @pytest.fixture(autouse=True)

@@ -127,7 +127,7 @@ def _table(name, values, call):
 
 
 # --- HpuDevice -------------------------------------------------------------------------------
-P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
+P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, kv_bits=8, gqa_group=2, max_seq_len=256)
 G, D = P.gqa_group, P.head_dim
 
 

@@ -26,7 +26,7 @@ from tandem.host.system.model import byte_tokenizer, random_llama  # noqa: E402
 
 from tandem.bench import SKIP_EXIT  # noqa: E402
 
-PARAMS = hpu_params_for(TINY, lanes=16, mem_data_bits=128, max_seq_len=256)
+PARAMS = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
 STEPS = 12
 
 

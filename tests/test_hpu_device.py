@@ -18,7 +18,7 @@ from tandem.host.hpu.device import Attend, AttendBatch, HpuDevice
 from tandem.host.hpu.golden import hpu_golden_batch
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 
-P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
+P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, kv_bits=8, gqa_group=2, max_seq_len=256)
 
 
 def tokens(rng, n, d=32):

@@ -17,7 +17,7 @@ from tandem.host.hpu.device import Attend, HpuDevice
 
 from .rtl import ROUTES, need, route_options
 
-P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
+P = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, kv_bits=8, gqa_group=2, max_seq_len=256)
 MEMORY = 1 << 18
 
 

@@ -116,7 +116,7 @@ def test_batch_of_mixed_lengths_equals_request_by_request():
 
 
 def test_batch_rejects_bad_lengths_and_values():
-    p = HpuParams(head_dim=32, gqa_group=1)
+    p = HpuParams(head_dim=32, gqa_group=1, kv_bits=8, lanes=32)
     q = np.zeros((1, 1, 32), np.int64)
     k = np.zeros((1, 4, 32), np.int64)
     s = np.ones((1, 4), np.float16)

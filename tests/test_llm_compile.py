@@ -254,7 +254,9 @@ def _runner(model, directory, **mpe_options):
     from tandem.mappings.llm.runner import CompiledModel, ProgramRunner
 
     hpu_options = mpe_options.pop("hpu", {})
-    params = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, gqa_group=2, max_seq_len=256)
+    params = HpuParams(
+        head_dim=32, lanes=16, mem_data_bits=128, kv_bits=8, gqa_group=2, max_seq_len=256
+    )
     card = HpuDevice(params, memory_bytes=1 << 18, **hpu_options)
     mpe = SparseMpeDevice(
         SparseMpeParams(chains=2, stages=4, max_k=256, max_batch=4), **mpe_options

@@ -97,7 +97,7 @@ def test_unknown_model():
 
 # --- HPU engine ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "shape", [dict(), dict(head_dim=128, gqa_group=1), dict(lanes=16, mem_data_bits=128)]
+    "shape", [dict(), dict(head_dim=128, gqa_group=1), dict(lanes=16, mem_data_bits=128, kv_bits=8)]
 )
 def test_request_beats_match_layout_and_descriptor(shape):
     p = HpuParams(**shape)
@@ -136,7 +136,9 @@ def test_efficiency_interpolation_and_fill():
 def test_measured_queue_streams_as_one_request():
     """The data file's evidence for counting a call as one request of all its beats."""
     eff = load_efficiency()
-    assert eff.params == HpuParams(max_seq_len=eff.params["max_seq_len"]).to_dict()  # defaults
+    # measured on the int8 SmolLM2 engine (2 beats a row: what int16 rows take on 512-bit ports)
+    int8 = HpuParams(max_seq_len=eff.params["max_seq_len"], kv_bits=8, lanes=32)
+    assert eff.params == int8.to_dict()
     rows = {(r["latency"], r["tokens"]): r for r in eff.rows}
     checked = 0
     for (latency, tokens), row in rows.items():
@@ -153,7 +155,7 @@ def test_measured_queue_streams_as_one_request():
 
 
 def test_call_cycles_by_hand():
-    p = HpuParams()  # head_dim 64, lanes 32, G 3, q int16
+    p = HpuParams(kv_bits=8, lanes=32)  # head_dim 64, G 3, q int16: 2 beats a row
     eff = table_efficiency(
         [{"latency": 2, "tokens": 1, "beats": 10, "alone": 0.5, "queued": 0.5, "fill": 10}]
     )
@@ -246,7 +248,7 @@ def test_hpu_kv_capacity_boundary():
     fits = int(board.memory[0]["capacity_gib"] * GIB // per_seq)  # sequences per card
     rows = decode_projection(
         m, "l40s", [2 * fits, 2 * fits + 1], hpus=2, input_tokens=1024, output_tokens=1024
-    )
+    )  # the default KV format, as hpu_params_for_model's
     hpu = [r for r in rows if r["system"] == "gpu+hpu"]
     assert [r["oom"] for r in hpu] == [False, True]
     assert "HBM" in hpu[1]["oom_reason"]
@@ -254,7 +256,8 @@ def test_hpu_kv_capacity_boundary():
 
 
 def test_gpu_plus_hpu_rows():
-    rows = decode_projection("llama-2-7b", "l40s", [1, 8, 64], hpus=4)
+    # int8 KV: 64 x 2048 tokens fit 4 cards (int16 takes 4.3 % more than their 64 GiB)
+    rows = decode_projection("llama-2-7b", "l40s", [1, 8, 64], hpus=4, kv_bits=8)
     gpu = {r["batch"]: r for r in rows if r["system"] == "gpu"}
     hpu = {r["batch"]: r for r in rows if r["system"] == "gpu+hpu"}
     assert gpu[64]["oom"] and not hpu[64]["oom"]  # 64 x 2048 tokens of fp16 KV exceed 48 GiB
@@ -275,8 +278,9 @@ def test_gpu_plus_hpu_rows():
 def test_card_bandwidth_grows_with_engines_up_to_the_hbm_peak():
     """One engine draws what its two ports move (one beat a cycle each); 128 engines share the
     32 pseudo-channels and reach the HBM peak, times the stream efficiency either way."""
-    one = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=1)[-1]
-    many = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=128)[-1]
+    # int8 K and V (the one synthesis of its head on 256-bit ports; 16 sequences fit a card)
+    one = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=1, kv_bits=8)[-1]
+    many = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=128, kv_bits=8)[-1]
     e1, e64 = one["hpu_kv"]["stream_efficiency"], many["hpu_kv"]["stream_efficiency"]
     port = one["hpu_kv"]["port_gb_s"]
     clock = one["hpu_kv"]["clock_mhz"]  # the synthesis's timing estimate, below 300 MHz
@@ -317,12 +321,18 @@ def test_engines_per_card_from_synthesized_resources():
     """SmolLM2's engine is the synthesized default: its resources (LUTs, since the rescale
     became shifts), not HBM ports, bound the count; an engine never synthesized is not
     checked, and says so."""
-    from tandem.host.system.perf import ENGINE_RESOURCE_SHARE, engine_fit, hpu_params_for_model
+    from tandem.host.system.perf import (
+        ENGINE_RESOURCE_SHARE,
+        best_engine,
+        engine_fit,
+        hpu_params_for_model,
+    )
 
     from tandem.boards import load_board
 
     board = load_board("u55c")
-    params = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048)
+    reference = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048)
+    params = best_engine(reference, board)["params"]  # the configuration the model runs
     fit = engine_fit(params, board)
     assert fit["checked"]
     each = {

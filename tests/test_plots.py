@@ -168,7 +168,9 @@ def test_rnn_utilization_plot_draws_the_chosen_shape_on_top(tmp_path):
 
 
 def test_perf_plot_marks_out_of_memory_apart_from_tokens_per_s(tmp_path):
-    rows = decode_projection("llama-2-7b", "l40s", [1, 8, 16, 32, 64], hpus=4)
+    rows = decode_projection(
+        "llama-2-7b", "l40s", [1, 8, 16, 32, 64], hpus=4, kv_bits=8
+    )  # int8: 4 cards hold batch 64
     oom = {r["batch"] for r in rows if r["system"] == "gpu" and r["oom"]}
     assert oom == {64}
     fig = decode_figure(rows)

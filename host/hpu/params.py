@@ -48,7 +48,7 @@ class HpuParams(Params):
         64, "elements per query, key and value vector", choices=(32, 64, 128, 256)
     )
     lanes: int = param(
-        32,
+        16,
         "elements of K or V consumed per cycle per read port",
         min=8,
         max=64,
@@ -66,10 +66,10 @@ class HpuParams(Params):
         choices=(64, 128, 256, 512),
     )
     kv_bits: int = param(
-        8,
-        "KV cache format: int8 (8) or int16 (16) K and V elements, one binary16 scale per "
-        "token and row; int16 doubles the bytes per token for about 1/256 of the quantization "
-        "error (docs/hpu.md's accuracy-against-bandwidth table)",
+        16,
+        "KV cache format: int16 (16, the default) or int8 (8) K and V elements, one binary16 "
+        "scale per token and row; int8 halves the bytes per token for about 25 times the "
+        "attention error (docs/hpu.md's accuracy-against-bandwidth table)",
         choices=(8, 16),
     )
     read_ports: int = param(

@@ -12,8 +12,8 @@ The split of the HPU paper (Rhee et al., arXiv 2504.16112):
 
 Quantization (what :mod:`tandem.host.hpu` documents): K is smoothed per channel with factors
 ``s`` (:func:`~tandem.host.hpu.key_smoothing` of the keys the prefill produced, once per
-sequence, layer and KV head), then K / s and V go to ``kv_bits`` integers (int8 by default, int16
-with ``kv_bits=16``) with one binary16 scale per token; the
+sequence, layer and KV head), then K / s and V go to ``kv_bits`` integers (int16 by default, int8
+with ``kv_bits=8``) with one binary16 scale per token; the
 queries ``q * s`` go to int16 with one scale per vector, folded into the score scale
 (:func:`~tandem.host.hpu.score_scale`). Scores are unchanged by the smoothing.
 
@@ -231,8 +231,8 @@ class TorchAttention:
 def hpu_params_for(config: LlamaConfig, **overrides) -> HpuParams:
     """The engine's parameters for ``config``: its head_dim and GQA group, defaults otherwise.
 
-    ``kv_bits=16`` alone keeps the port width and halves ``lanes`` (a beat carries half as
-    many elements).
+    ``kv_bits`` alone keeps the port width and sets ``lanes`` to fill it (``kv_bits=8``: twice
+    the default's lanes, a beat carries twice as many elements).
     """
     values = {"head_dim": config.head_dim, "gqa_group": config.gqa_group}
     values.update(overrides)
@@ -827,7 +827,7 @@ def add_arguments(parser) -> None:
         "--kv-bits",
         type=int,
         choices=(8, 16),
-        help="the cards' KV format: int8 (default) or int16 K and V (the same ports with half "
+        help="the cards' KV format: int16 (default) or int8 K and V (the same ports with twice "
         "the lanes, unless --set lanes=... says otherwise)",
     )
 

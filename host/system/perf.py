@@ -504,8 +504,12 @@ def card_kv_bandwidth(
 
 
 def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> HpuParams:
-    """The measured reference configuration with the model's head_dim and GQA group."""
+    """The measured reference configuration with the model's head_dim and GQA group, in the
+    default KV format (:class:`HpuParams`'s ``kv_bits``, with the lanes that fill the
+    reference's ports: the stream efficiency is a property of beats, not of their format)."""
     ref = dict(load_efficiency().params)
+    kv_bits = HpuParams().kv_bits
+    ref.update(kv_bits=kv_bits, lanes=ref["mem_data_bits"] // kv_bits)
     ref.update(head_dim=model.head_dim, gqa_group=model.gqa_group, max_seq_len=max_seq_len)
     ref.update(overrides)
     try:
@@ -803,7 +807,7 @@ def decode_projection(
     clock_mhz: float | None = None,
     latency: int = 100,
     pcie_latency_us: float = 0.0,
-    kv_bits: int = 8,
+    kv_bits: int = 16,
 ) -> list[dict]:
     """Project decode throughput for the GPU alone and, with ``hpus > 0``, GPU + HPUs.
 
@@ -826,8 +830,9 @@ def decode_projection(
     pcie_latency_us
         Fixed latency added to every transfer (default 0).
     kv_bits
-        The cards' KV format: 8 (int8) or 16 (int16 rows, the same port width with half the
-        lanes, so twice the bytes and beats per token).
+        The cards' KV format: 16 (int16 rows, the default: :class:`HpuParams`'s) or 8 (int8
+        rows at the same port width with twice the lanes: half the bytes and beats per token,
+        at the accuracy docs/hpu.md's table gives).
 
     Returns
     -------
@@ -1191,9 +1196,10 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--kv-bits",
         type=int,
-        default=8,
+        default=16,
         choices=(8, 16),
-        help="the cards' KV format: int8 (default) or int16 rows (twice the bytes per token)",
+        help="the cards' KV format: int16 (default) or int8 rows (half the bytes per token, "
+        "about 25x the attention error)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows")
     parser.add_argument("--plot", metavar="FILE", help="draw tokens/s against batch (PNG)")

@@ -8,18 +8,16 @@ Configurations: ``dense`` (int8 weights, each layer's inputs 8 or 16 bits by the
 (4:16, 8:16 or dense per layer within the budget), ``mixed-w16`` (dense; 8 or 16-bit weights and
 inputs per layer within a 0.01 budget), ``dense-a16`` (int8 weights, 16-bit inputs everywhere),
 ``dense-g64`` and ``dense-a16-g64`` (the same with one weight scale per 64 columns, not per row:
-``--weight-group 64``). ``--kv-bits 8`` runs the HPU with int8 K and V (default: int16, the
-HPU's default format); ``--method gptq`` quantizes the weights by GPTQ. For each configuration
-the model is compiled (calibration on the ``execmodel`` text), then the program runs teacher-forced over a different real
-text (Python's LICENSE.txt): one prefill of ``--tokens`` tokens on the golden devices (every linear
-layer on ``sparse-mpe``, every attention on the HPU), whose every position's hidden state is what a
-decode step of that token computes.
-Printed per configuration: top-1 agreement of the program's next-token choice with the float
-torch model's (SDPA attention, float32 weights), perplexity of both on the text's next tokens,
-mean KL(float || program), the patterns chosen, weight bytes, and the modelled sparse-mpe
-cycles and DSP utilization of those matrix ops (a prefill: tiles of 16 tokens in matrix-matrix
-mode).
-"""
+``--weight-group 64``). ``--kv-bits 8`` runs the HPU with int8 K and V (default: int16, the HPU's
+default format); ``--method gptq`` quantizes the weights by GPTQ. For each configuration the model
+is compiled (calibration on the ``execmodel`` text), then the program runs teacher-forced over a
+different real text (Python's LICENSE.txt): one prefill of ``--tokens`` tokens on the golden devices
+(every linear layer on ``sparse-mpe``, every attention on the HPU), whose every position's hidden
+state is what a decode step of that token computes. Printed per configuration: top-1 agreement of
+the program's next-token choice with the float torch model's (SDPA attention, float32 weights),
+perplexity of both on the text's next tokens, mean KL(float || program), the patterns chosen, weight
+bytes, and the modelled sparse-mpe cycles and DSP utilization of those matrix ops (a prefill: tiles
+of 16 tokens in matrix-matrix mode)."""
 
 import argparse
 import json

@@ -51,7 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .decode import Llama, _torch
+from .llama import Llama
+from .llama import import_torch as _torch
 from .model import GgufFile, ModelError
 
 __all__ = [

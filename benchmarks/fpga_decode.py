@@ -58,7 +58,7 @@ def _fits(board, mpe_engines: int, hpu_engines: int, hpu_used: dict) -> bool:
     return True
 
 
-def best_card(board, model, shape, pattern, context, overlap: bool):
+def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int):
     """The engine counts that fit and give the most tokens/s: ``(step, card, checked)``."""
     from tandem.host.sparse_dsp.golden import SparseMpeParams
     from tandem.host.system.perf import engine_clock, engine_fit, hpu_params_for_model
@@ -67,6 +67,8 @@ def best_card(board, model, shape, pattern, context, overlap: bool):
     hbm = board.memory[0]
     channels = int(hbm["channels"])
     hpu = hpu_params_for_model(model, max(4096, context))
+    if kv_bits != hpu.kv_bits:  # the same ports, filled by kv_bits elements
+        hpu = hpu.replace(kv_bits=kv_bits, lanes=hpu.mem_data_bits // kv_bits)
     fit = engine_fit(hpu, board)
     checked = fit["checked"] and board.capacity("lut") is not None
     hpu_used = fit.get("per_engine", {})
@@ -99,6 +101,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--context", type=int, default=512, help="tokens in the KV cache")
     parser.add_argument("--no-overlap", action="store_true", help="no fill/drain hiding")
+    parser.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=(8, 16),
+        default=16,
+        help="the HPU engines' KV format (default int16, the HPU's default)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     if not 1 <= args.context <= 4096:
@@ -112,7 +121,7 @@ def main(argv=None) -> int:
 
     rows = []
     print(
-        f"FPGA-only decode, batch 1, context {args.context}; sparse-mpe "
+        f"FPGA-only decode, batch 1, context {args.context}, int{args.kv_bits} KV; sparse-mpe "
         f"{MPE_ENGINE['chains']} chains x 8 stages at {MPE_ENGINE['fmax_mhz']} MHz (its "
         f"estimate), engines within {SHARE:.0%} of the board"
         f"{'' if args.no_overlap else '; fill/drain overlapped across ops'}"
@@ -132,7 +141,7 @@ def main(argv=None) -> int:
             for text in PATTERNS:
                 pattern = NMPattern.parse(text)
                 step, card, checked, hpu_used = best_card(
-                    board, model, shape, pattern, args.context, not args.no_overlap
+                    board, model, shape, pattern, args.context, not args.no_overlap, args.kv_bits
                 )
                 sec = step["seconds"]
                 used = {

@@ -490,8 +490,9 @@ def test_step_cycles_agree_with_runtime():
 
 
 def test_int16_kv_format_doubles_bytes_and_card_time():
-    """``kv_bits=16``: the same ports with half the lanes, so each token's rows take twice the
-    bytes and beats, and the cards' share of a decode step grows accordingly."""
+    """``kv_bits=16``: each token's rows take twice the bytes; the model runs the int16 engine
+    on the ports that draw the most bandwidth (512-bit, where int8's stored one has 256), so
+    the cards' share of a decode step grows by twice the bytes over the ports' speed-up."""
     from tandem.host.system.perf import decode_projection
 
     rows = {
@@ -503,7 +504,7 @@ def test_int16_kv_format_doubles_bytes_and_card_time():
             kv_bits=bits,
             input_tokens=1024,
             engines=16,
-            clock_mhz=300.0,  # the same engines at the same clock: only the bytes differ
+            clock_mhz=300.0,  # the same engine count at the same clock
         )[-1]
         for bits in (8, 16)
     }
@@ -512,7 +513,11 @@ def test_int16_kv_format_doubles_bytes_and_card_time():
     # Per token and (layer, KV head): K and V rows of head_dim elements and two binary16 scales.
     assert card[8]["kv_bytes_per_token"] == 2 * 128 + 4
     assert card[16]["kv_bytes_per_token"] == 2 * 256 + 4
+    assert card[8]["params"]["mem_data_bits"] == 256 and card[16]["params"]["mem_data_bits"] == 512
     hpu = {bits: row["split_ms"]["hpu"] for bits, row in rows.items()}
-    assert 1.8 < hpu[16] / hpu[8] < 2.1, hpu
+    port = {bits: row["hpu_kv"]["port_gb_s"] for bits, row in rows.items()}
+    # 512-bit ports at 300 MHz would move 19.2 GB/s; each is held to its pseudo-channel's 14.4
+    assert port[16] < 2 * port[8]
+    assert hpu[16] / hpu[8] == pytest.approx(2 * port[8] / port[16], rel=0.05), (hpu, port)
     with pytest.raises(UserError, match="kv-bits"):
         decode_projection("llama-2-7b", "a100-80gb", [16], hpus=2, kv_bits=4)

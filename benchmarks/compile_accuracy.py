@@ -59,7 +59,7 @@ def _log_softmax(x):
 
 
 def evaluate(
-    name, model, tokenizer, ids, calibration, budget, workdir, kv_bits=16, method="round"
+    name, model, tokenizer, ids, calibration, budget, workdir, kv_bits, method="round"
 ) -> dict:
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--kv-bits",
         type=int,
-        default=16,
+        default=None,
         choices=(8, 16),
         help="the HPU's KV format (default int16)",
     )
@@ -156,11 +156,14 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     import torch
+    from tandem.host.hpu import HpuParams
     from tandem.host.system.decode import load_model
     from tandem.host.system.texts import load_text
 
     from tandem.errors import UserError
 
+    if args.kv_bits is None:
+        args.kv_bits = HpuParams().kv_bits
     torch.set_grad_enabled(False)
     try:
         model, tokenizer, label = load_model(args.model, device="cpu")

@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         "--kv-bits",
         type=int,
         choices=(8, 16),
-        default=16,
+        default=None,
         help="the HPU engines' KV format (default int16, the HPU's default)",
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
@@ -113,6 +113,10 @@ def main(argv=None) -> int:
     if not 1 <= args.context <= 4096:
         print("fpga_decode: --context must be in 1..4096", file=sys.stderr)
         return 2
+    from tandem.host.hpu import HpuParams
+
+    if args.kv_bits is None:
+        args.kv_bits = HpuParams().kv_bits
     from tandem.host.system.perf import load_model
     from tandem.mappings.llm.program import CardShape
     from tandem.mappings.nm import NMPattern

@@ -369,6 +369,8 @@ def test_best_engine_is_the_synthesis_drawing_the_most_card_bandwidth():
     assert chosen["params"].mem_data_bits == best and chosen["params"].lanes == best // 16
     assert bandwidth[best] == card_kv_bandwidth(chosen["params"], board, 1.0)["card_gb_s"]
     assert chosen["params"].replace(lanes=16, mem_data_bits=256) == reference
+    at_300 = best_engine(reference, board, 300.0)  # a given clock ranks every candidate at it
+    assert {c["clock_mhz"] for c in at_300["candidates"]} == {300.0}
     row = decode_projection("smollm2-135m", "l40s", [8], hpus=1, kv_bits=16)[-1]
     assert row["hpu"]["params"]["mem_data_bits"] == best
     assert row["hpu"]["config_choice"] == chosen["choice"]

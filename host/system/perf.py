@@ -523,13 +523,14 @@ def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> Hp
 CHOSEN_PARAMS = ("lanes", "mem_data_bits")
 
 
-def best_engine(reference: HpuParams, board: Board) -> dict:
+def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = None) -> dict:
     """The engine configuration that draws the most KV bandwidth from ``board``.
 
     The candidates are the stored syntheses on ``board`` (:data:`RESOURCES_FILE`) that
     differ from ``reference`` only in :data:`CHOSEN_PARAMS` (so the same head, GQA group, KV
-    format and number formats), each with as many engines as fit and its own timing estimate
-    (:func:`card_kv_bandwidth` at stream efficiency 1, the same factor for all). Returns
+    format and number formats), each with as many engines as fit and its own timing estimate,
+    or all at ``clock_mhz`` when given (:func:`card_kv_bandwidth` at stream efficiency 1, the
+    same factor for all). Returns
     ``{"params", "choice", "candidates"}``: the winner (``reference`` itself where no
     synthesis matches), why, and every candidate's engines, clock and card bandwidth.
     """
@@ -545,7 +546,7 @@ def best_engine(reference: HpuParams, board: Board) -> dict:
         if {k: v for k, v in stored.items() if k in wanted} != wanted:
             continue
         params = reference.replace(**{k: stored[k] for k in CHOSEN_PARAMS})
-        card = card_kv_bandwidth(params, board, 1.0)
+        card = card_kv_bandwidth(params, board, 1.0, clock_mhz)
         candidates.append(
             {
                 "params": params,
@@ -807,7 +808,7 @@ def decode_projection(
     clock_mhz: float | None = None,
     latency: int = 100,
     pcie_latency_us: float = 0.0,
-    kv_bits: int = 16,
+    kv_bits: int | None = None,
 ) -> list[dict]:
     """Project decode throughput for the GPU alone and, with ``hpus > 0``, GPU + HPUs.
 
@@ -830,9 +831,8 @@ def decode_projection(
     pcie_latency_us
         Fixed latency added to every transfer (default 0).
     kv_bits
-        The cards' KV format: 16 (int16 rows, the default: :class:`HpuParams`'s) or 8 (int8
-        rows at the same port width with twice the lanes: half the bytes and beats per token,
-        at the accuracy docs/hpu.md's table gives).
+        The cards' KV format: 16 (int16 rows) or 8 (int8 rows: half the bytes per token, at
+        the accuracy docs/hpu.md's table gives); None: :class:`HpuParams`'s default.
 
     Returns
     -------
@@ -878,9 +878,11 @@ def decode_projection(
             f"--hpu-latency {latency}: the stream efficiency was measured at read latencies "
             f"{', '.join(map(str, eff.latencies))} only"
         )
+    params = hpu_params_for_model(m, max_seq_len=max(capacity_tokens, 1))
+    if kv_bits is None:
+        kv_bits = params.kv_bits
     if kv_bits not in (8, 16):
         raise UserError(f"--kv-bits must be 8 or 16, not {kv_bits}")
-    params = hpu_params_for_model(m, max_seq_len=max(capacity_tokens, 1))
     if kv_bits != params.kv_bits:
         params = hpu_params_for_model(
             m,
@@ -888,7 +890,7 @@ def decode_projection(
             kv_bits=kv_bits,
             lanes=params.mem_data_bits // kv_bits,
         )
-    chosen = best_engine(params, board)
+    chosen = best_engine(params, board, clock_mhz)
     params = chosen["params"]
     hbm = board.memory[0]
     fit = engine_fit(params, board)
@@ -1196,7 +1198,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--kv-bits",
         type=int,
-        default=16,
+        default=HpuParams().kv_bits,
         choices=(8, 16),
         help="the cards' KV format: int16 (default) or int8 rows (half the bytes per token, "
         "about 25x the attention error)",

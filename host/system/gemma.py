@@ -53,7 +53,7 @@ import numpy as np
 
 from .llama import Llama
 from .llama import import_torch as _torch
-from .model import GgufFile, ModelError
+from .model import GgufFile, ModelError, encode_with_specials
 
 __all__ = [
     "TINY_GEMMA",
@@ -199,13 +199,7 @@ class SpmTokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, after ``bos_id`` where ``add_bos``."""
         ids = [self.bos_id] if self.add_bos else []
-        if self._split_re is None:
-            return ids + self._encode_plain(text)
-        pos = 0
-        for m in self._split_re.finditer(text):
-            ids += self._encode_plain(text[pos : m.start()]) + [self.ids[m.group()]]
-            pos = m.end()
-        return ids + self._encode_plain(text[pos:])
+        return ids + encode_with_specials(text, self._split_re, self.ids, self._encode_plain)
 
     def decode(self, ids, skip_special: bool = False) -> str:
         """Text of ``ids`` (invalid UTF-8 replaced); ``skip_special`` drops control tokens."""

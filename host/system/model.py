@@ -277,6 +277,19 @@ _WORD = _re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_OTHER}+|\s+(?
 _CONTROL = 3
 
 
+def encode_with_specials(text: str, specials, ids_of: dict, encode_plain) -> list[int]:
+    """Token ids of ``text``: each match of the compiled pattern ``specials`` (control-token
+    strings; None: none) becomes its single id ``ids_of[match]``, and the text between the
+    matches goes through ``encode_plain``."""
+    if specials is None:
+        return encode_plain(text)
+    ids, pos = [], 0
+    for m in specials.finditer(text):
+        ids += encode_plain(text[pos : m.start()]) + [ids_of[m.group()]]
+        pos = m.end()
+    return ids + encode_plain(text[pos:])
+
+
 class Tokenizer:
     """GPT-2 byte-level BPE from a GGUF vocabulary and merge list.
 
@@ -329,13 +342,7 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; control-token strings become their single ids."""
-        if self._special_re is None:
-            return self._encode_plain(text)
-        ids, pos = [], 0
-        for m in self._special_re.finditer(text):
-            ids += self._encode_plain(text[pos : m.start()]) + [self.special[m.group()]]
-            pos = m.end()
-        return ids + self._encode_plain(text[pos:])
+        return encode_with_specials(text, self._special_re, self.special, self._encode_plain)
 
     def decode(self, ids, skip_special: bool = False) -> str:
         """Text of ``ids`` (invalid UTF-8 replaced); ``skip_special`` drops control tokens."""

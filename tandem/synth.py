@@ -126,6 +126,16 @@ def _timing_lines(t: dict[str, Any]) -> list[str]:
         + (f"; limited by the {t['limit']}" if t["limit"] != "path" else "")
         + ")",
         f"timing model: {t['model']}",
+        *(
+            [
+                "slowest paths by end register: "
+                + ", ".join(
+                    f"{row['signal']} {row['fmax_mhz']:.0f} MHz" for row in t["worst_endpoints"]
+                )
+            ]
+            if t.get("worst_endpoints")
+            else []
+        ),
     ]
     lines += [f"timing note: {note}" for note in t["notes"]]
     return lines

@@ -131,7 +131,14 @@ class TimingEstimate:
     #: outputs drive, as the generated Verilog names them; "" where synthesis kept none).
     start_signal: str = ""
     end_signal: str = ""
+    #: The slowest paths by the register they end at, one row per register (bits of one
+    #: signal together), slowest first: ``{"signal", "path_ns", "fmax_mhz"}``; where to cut
+    #: next when pipelining.
+    worst_endpoints: list[dict[str, Any]] = field(default_factory=list)
 
+
+#: Rows of :attr:`TimingEstimate.worst_endpoints`.
+WORST_ENDPOINTS = 8
 
 _FF = {"FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"}
 _LUTS = {f"LUT{n}" for n in range(1, 7)} | {"INV"}  # an INV is a LUT1 to Vivado
@@ -440,7 +447,18 @@ def _longest(
             fmax, limit = m.block_fmax_mhz[block], f"{block} data-sheet Fmax"
     low = 1000.0 / (path_ns * (1 + m.uncertainty))
     high = min(1000.0 / (path_ns * (1 - m.uncertainty)), fmax if limit != "path" else 1e9)
+    worst: dict[str, float] = {}
+    for node in sorted(reached, key=lambda c: -arrival[c]):
+        signal = re.sub(r"\[\d+\]$", "", _signal_of(cells[node[1]][1], names)) or "?"
+        if signal not in worst:
+            worst[signal] = arrival[node] + m.clock_uncertainty
+            if len(worst) == WORST_ENDPOINTS:
+                break
     return TimingEstimate(
+        worst_endpoints=[
+            {"signal": sig, "path_ns": round(ns, 3), "fmax_mhz": round(1000.0 / ns, 1)}
+            for sig, ns in worst.items()
+        ],
         logic_levels=levels,
         carry_length=carry,
         dsp_on_path=dsps,

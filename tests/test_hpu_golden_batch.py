@@ -47,9 +47,13 @@ def reference(p: HpuParams, q, q_scale, k, k_scale, v, v_scale):
                       p.weight_bits, False)  # fmt: skip
             l_acc = rescale(l_acc, shift) + prob
             o = [rescale(x, shift) + w * int(b) for x, b in zip(o, v[t])]
-        r = int(reciprocal_golden(p.reciprocal, l_acc))
+        r = int(reciprocal_golden(p.reciprocal, l_acc))  # 1/m, l = m * 2**(msb - frac)
+        o_shift = max(l_acc.bit_length() - 1 + p.out_o_shift_offset, 0)
+        top = 1 << (p.out_operand_bits - 1)
+        scaled = [max(-top, min(top - 1, x >> o_shift)) for x in o]
         lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1
-        y = [max(lo, min(hi, (x * r + (1 << (p.out_shift - 1))) >> p.out_shift)) for x in o]
+        half = 1 << (p.out_product_shift - 1)
+        y = [max(lo, min(hi, (x * r + half) >> p.out_product_shift)) for x in scaled]
         ms.append(m * unit), ls.append(l_acc), os_.append(o), ys.append(y)
     return np.array(ms), np.array(ls), np.array(os_), np.array(ys)
 

@@ -6,6 +6,7 @@ from tandem.host.common.reciprocal import (
     reciprocal_golden,
     reciprocal_reference,
 )
+from tandem.host.hpu import HpuParams
 from tandem.hw.common.reciprocal import Reciprocal
 from tandem.sim.amaranth_sim import run_scenario
 
@@ -39,6 +40,19 @@ def test_more_newton_steps_do_not_hurt_and_zero_saturates():
     assert reciprocal_golden(params, [1 << params.in_frac_bits])[0] == 1 << params.out_frac_bits
 
 
+def test_mantissa_only_gives_one_over_the_normalized_input():
+    params = HpuParams().reciprocal
+    assert (params.in_bits, params.out_frac_bits, params.mantissa_only) == (29, 16, 1)
+    x = np.random.default_rng(5).integers(1, 1 << 29, 200000)
+    mantissa = x / 2.0 ** leading_one(x, 29)  # in [1, 2)
+    got = reciprocal_golden(params, x) / 2.0**16
+    assert np.all((got >= 0.5) & (got <= 1.0))
+    # The 16-bit working precision (inputs truncated to it) and one Newton step cost up to
+    # 1.8 output LSBs.
+    assert np.abs(got - 1.0 / mantissa).max() <= 1.8 * 2.0**-16
+    assert reciprocal_golden(params, [0])[0] == (1 << 17) - 1
+
+
 def test_leading_one():
     assert leading_one([0, 1, 2, 3, 255, 256], 16).tolist() == [0, 0, 1, 1, 7, 8]
 
@@ -56,13 +70,24 @@ def test_leading_one():
             "work_frac_bits": 18,
             "newton_steps": 1,
         },
-        # Wider than the working precision: normalization truncates (the HPU's 1/l).
+        # Wider than the working precision: normalization truncates.
         {
             "in_bits": 34,
             "in_frac_bits": 16,
             "out_bits": 30,
             "out_frac_bits": 29,
             "work_frac_bits": 24,
+        },
+        # The HPU's 1/l: 1/m of l's mantissa.
+        {
+            "in_bits": 29,
+            "in_frac_bits": 16,
+            "out_bits": 17,
+            "out_frac_bits": 16,
+            "work_frac_bits": 16,
+            "seed_bits": 7,
+            "newton_steps": 1,
+            "mantissa_only": 1,
         },
     ],
 )

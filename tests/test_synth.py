@@ -156,6 +156,11 @@ def test_timing_walk_finds_the_longest_register_to_register_path():
     assert t.fmax_mhz == pytest.approx(1000 / t.path_ns, abs=0.1) and t.limit == "path"
     low, high = t.fmax_range_mhz
     assert low < t.fmax_mhz < high
+    # One row per end register, slowest first: total (the carry path), ff_c (unnamed) after
+    # one LUT, count straight from total.
+    assert [row["signal"] for row in t.worst_endpoints] == ["total", "?", "count"]
+    ends = [row["path_ns"] for row in t.worst_endpoints]
+    assert ends[0] == t.path_ns and ends == sorted(ends, reverse=True) and ends[1] > ends[2]
 
     dsp = {"A": [50] * 30, "B": [51] * 18, "C": ["0"] * 48, "P": list(range(60, 108))}
     cells["dsp"] = _cell("DSP48E2", dsp, ("P",), AREG=1, BREG=1, MREG=0, PREG=1)

@@ -55,6 +55,12 @@ class ReciprocalParams(Params):
         min=4,
         max=30,
     )
+    mantissa_only: int = param(
+        0,
+        "1: the output is 1/m of the normalized input m = x * 2**-msb in [1, 2), in (0.5, 1], "
+        "leaving the exponent 2**-msb to the caller (no variable output shift); 0: 1/x",
+        choices=(0, 1),
+    )
 
     def check(self) -> None:
         if self.in_frac_bits > self.in_bits:
@@ -87,7 +93,11 @@ class ReciprocalParams(Params):
         return max(0, self.in_frac_bits + self.out_frac_bits - self.work_frac_bits)
 
     def final_shift(self, msb):
-        """Right shift applied to ``y << left_shift`` for an input whose leading one is ``msb``."""
+        """Right shift applied to ``y << left_shift`` for an input whose leading one is ``msb``
+        (a constant with ``mantissa_only``: every input scales as if its msb were
+        ``in_frac_bits``)."""
+        if self.mantissa_only:
+            msb = self.in_frac_bits
         return self.work_frac_bits + msb - self.in_frac_bits - self.out_frac_bits + self.left_shift
 
     def input_range(self) -> np.ndarray:

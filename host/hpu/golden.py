@@ -44,8 +44,13 @@ Accumulator
     above), signed, ``o_bits`` wide: exact integer products, never overflows (the width covers
     ``max_seq_len`` tokens).
 Result
-    Full mode: ``y = o / l`` using ``reciprocal`` on ``l`` (``recip_frac_bits`` fraction bits)
-    then one multiply, rounded half up to ``out_frac_bits`` and saturated to ``out_bits``.
+    Full mode: ``y = o / l`` in floating point with one narrow multiply. ``l = m * 2**e``
+    with ``m`` in [1, 2) (``e`` from l's leading one); ``reciprocal`` gives ``1/m`` with
+    ``recip_frac_bits`` (16) fraction bits, in (0.5, 1]. The exponent goes to o instead:
+    ``o' = o >> (e + const)`` (a floor) keeps ``OUT_GUARD_BITS`` (2) bits of ``o / l`` below
+    y's LSB and is clamped to ``out_operand_bits`` (27: one DSP48E2 operand; a clamped o' still
+    saturates y, and counts as saturated). ``y = o' * (1/m)`` rounded half up by
+    ``out_product_shift`` and saturated to ``out_bits``.
     Partial mode: ``(m, l, o)`` for the request's slice of the sequence, merged on the host
     exactly as FlashDecoding does (:func:`merge_partials`).
 
@@ -62,13 +67,11 @@ from functools import cache
 import numpy as np
 from tandem.host.common.exp2 import Exp2Params, exp2_golden
 from tandem.host.common.fixed import (
-    mul_round_half_up,
-    mul_round_half_up_narrow,
     saturate,
     shift_round_half_up,
     value_range,
 )
-from tandem.host.common.reciprocal import reciprocal_golden
+from tandem.host.common.reciprocal import leading_one, reciprocal_golden
 
 from .codec import HpuResult
 from .params import HpuParams, decode_scales
@@ -292,13 +295,16 @@ def hpu_golden_batch(
             o_acc = shift_round_half_up(o_acc, shift[:, None])
         o_acc += seg_o[:, j]
     m = maxes[:, -1] << p.score_frac_bits
-    recip = reciprocal_golden(p.reciprocal, l_acc)
+    recip = reciprocal_golden(p.reciprocal, l_acc)  # 1/m of l's mantissa m
+    o_shift = np.maximum(leading_one(l_acc, p.l_bits) + p.out_o_shift_offset, 0)
+    o_lo, o_hi = value_range(p.out_operand_bits, True)
+    o_scaled = o_acc >> o_shift[:, None]
+    o_clamped = np.minimum(np.maximum(o_scaled, o_lo), o_hi)
     lo, hi = value_range(p.out_bits, True)
-    # recip < 2**31 (reciprocal out_bits <= 31) and |o| < 2**62: the unchecked exact split.
-    product = mul_round_half_up_narrow if p.reciprocal.out_bits <= 31 else mul_round_half_up
-    unclipped = product(o_acc, recip[:, None], p.out_shift)
+    # o' has at most 35 bits (out_bits <= 32) and 1/m 17: the product is exact in int64.
+    unclipped = shift_round_half_up(o_clamped * recip[:, None], p.out_product_shift)
     y = np.minimum(np.maximum(unclipped, lo), hi)
-    saturated["output"] = _per_request(y != unclipped, None, r)
+    saturated["output"] = _per_request((y != unclipped) | (o_clamped != o_scaled), None, r)
     return HpuBatchResult(
         m.reshape(r, g),
         l_acc.reshape(r, g),

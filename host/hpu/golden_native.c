@@ -5,8 +5,7 @@
    random parameters, lengths, scales and saturating inputs. golden_native.py builds this file
    with the machine's C compiler and calls it through ctypes. Floating point follows the numpy
    model's float64 operations in the same order (built with -ffp-contract=off, no fast-math),
-   and every product that float64 holds exactly there is exact here too; integer products that
-   can pass 63 bits (o * 1/l) use 128-bit integers. int16 K and V (kv_bytes 2) take the numpy
+   and every product that float64 holds exactly there is exact here too. int16 K and V (kv_bytes 2) take the numpy
    model's exact integer score (dot * c_mant * k_mant, up to 59 bits, then a shift), and their
    w * v products sum in int64 (below 2**58 over the longest sequence). */
 
@@ -18,12 +17,13 @@ typedef struct {
     int32_t gqa_group, head_dim;
     int32_t score_frac_bits, score_bits, prob_frac_bits;
     int32_t weight_bits;
-    int32_t out_bits, out_shift;
+    int32_t out_bits, out_operand_bits, out_o_shift_offset, out_product_shift;
     int64_t max_start, distance_cap; /* the integer running max's start, in log2 units */
     double weight_shift; /* 2 ** (w_frac_bits - prob_frac_bits) */
     /* reciprocal unit */
     int32_t recip_in_bits, recip_in_frac_bits, recip_out_bits, recip_out_frac_bits;
     int32_t recip_seed_bits, recip_work_frac_bits, recip_newton_steps, recip_left_shift;
+    int32_t recip_mantissa_only; /* 1/m of x's mantissa m in [1, 2), not 1/x */
     int32_t dot_fits_int32; /* |q| * 128 * head_dim < 2**31 */
     /* exp2 unit (tandem.host.common.exp2): linear segments of a 2**lut_bits table */
     int32_t exp2_in_frac_bits, exp2_rem_bits, exp2_lut_frac_bits, exp2_out_frac_bits;
@@ -36,12 +36,6 @@ typedef struct {
 
 static int64_t shift_round_half_up(int64_t value, int shift) {
     return (value + (((int64_t)1 << shift) >> 1)) >> shift;
-}
-
-/* floor((a * b + 2**(shift - 1)) / 2**shift), exact (shift >= 1). */
-static int64_t mul_round_half_up(int64_t a, int64_t b, int shift) {
-    __int128 product = (__int128)a * b + ((__int128)1 << (shift - 1));
-    return (int64_t)(product >> shift);
 }
 
 static int leading_one(int64_t x, int bits) {
@@ -62,7 +56,8 @@ static int64_t reciprocal(const hpu_golden_params *p, const int64_t *seed, int64
         int64_t error = shift_round_half_up(mantissa * y, w);
         y = shift_round_half_up(y * (((int64_t)2 << w) - error), w);
     }
-    int shift = w + msb - p->recip_in_frac_bits - p->recip_out_frac_bits + p->recip_left_shift;
+    int scale_msb = p->recip_mantissa_only ? p->recip_in_frac_bits : msb;
+    int shift = w + scale_msb - p->recip_in_frac_bits - p->recip_out_frac_bits + p->recip_left_shift;
     int64_t result = shift_round_half_up(y << p->recip_left_shift, shift);
     if (result < 0) result = 0;
     if (result > top) result = top;
@@ -155,6 +150,7 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
     const int wide = p->kv_bytes == 2;
     const double weight_hi = ldexp(1.0, p->weight_bits) - 1;
     const int64_t out_lo = -((int64_t)1 << (p->out_bits - 1)), out_hi = ((int64_t)1 << (p->out_bits - 1)) - 1;
+    const int64_t o_lo = -((int64_t)1 << (p->out_operand_bits - 1)), o_hi = ((int64_t)1 << (p->out_operand_bits - 1)) - 1;
     const double score_unit = ldexp(1.0, p->score_frac_bits);
     double powers[32]; /* 2**(max(field, 1) - 25) per exponent field, exact */
     for (int field = 0; field < 32; field++) powers[field] = ldexp(1.0, (field > 1 ? field : 1) - 25);
@@ -242,13 +238,18 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
             }
             m_out[row] = running * unit;
             l_out[row] = l_acc;
+            /* y = o / l: 1/m of l's mantissa, o shifted by l's exponent, one narrow product */
             const int64_t recip = reciprocal(p, seed, l_acc);
+            int o_shift = leading_one(l_acc, p->recip_in_bits) + p->out_o_shift_offset;
+            if (o_shift < 0) o_shift = 0;
             int64_t *y = y_out + row * d;
             memcpy(o_out + row * d, o, sizeof(int64_t) * d);
             for (int e = 0; e < d; e++) {
-                int64_t value = mul_round_half_up(o[e], recip, p->out_shift);
+                int64_t scaled = o[e] >> o_shift;
+                int64_t operand = scaled < o_lo ? o_lo : (scaled > o_hi ? o_hi : scaled);
+                int64_t value = shift_round_half_up(operand * recip, p->out_product_shift);
                 int64_t clipped = value < out_lo ? out_lo : (value > out_hi ? out_hi : value);
-                if (clipped != value) sat[2]++;
+                if (clipped != value || operand != scaled) sat[2]++;
                 y[e] = clipped;
             }
         }

@@ -41,7 +41,9 @@ class _Params(ctypes.Structure):
                 "prob_frac_bits",
                 "weight_bits",
                 "out_bits",
-                "out_shift",
+                "out_operand_bits",
+                "out_o_shift_offset",
+                "out_product_shift",
             )
         ]
         + [
@@ -60,6 +62,7 @@ class _Params(ctypes.Structure):
                 "recip_work_frac_bits",
                 "recip_newton_steps",
                 "recip_left_shift",
+                "recip_mantissa_only",
                 "dot_fits_int32",
                 "exp2_in_frac_bits",
                 "exp2_rem_bits",
@@ -101,7 +104,9 @@ def _tables(params: HpuParams):
         prob_frac_bits=p.prob_frac_bits,
         weight_bits=p.weight_bits,
         out_bits=p.out_bits,
-        out_shift=p.out_shift,
+        out_operand_bits=p.out_operand_bits,
+        out_o_shift_offset=p.out_o_shift_offset,
+        out_product_shift=p.out_product_shift,
         max_start=p.max_start,
         distance_cap=1 << (p.exp2.in_width - 1),
         weight_shift=float(2.0 ** (p.w_frac_bits - p.prob_frac_bits)),
@@ -113,6 +118,7 @@ def _tables(params: HpuParams):
         recip_work_frac_bits=recip.work_frac_bits,
         recip_newton_steps=recip.newton_steps,
         recip_left_shift=recip.left_shift,
+        recip_mantissa_only=recip.mantissa_only,
         # |q| <= 2**(q_bits - 1), |k| <= 128: the dot of head_dim products fits int32
         dot_fits_int32=int((p.q_bits - 1) + 7 + (p.head_dim - 1).bit_length() < 31),
         exp2_in_frac_bits=p.exp2.in_frac_bits,

@@ -28,8 +28,9 @@ class Reciprocal(wiring.Component):
     """1/x for unsigned fixed-point x, saturating. One result per cycle.
 
     Stages: (1) find the leading one; (2) normalize x to m in [1, 2) and read the seed 1/m;
-    then two stages per Newton-Raphson step (m*y, then y*(2 - m*y)); (last) scale by the
-    exponent, round and saturate. Latency ``3 + 2 * newton_steps`` cycles.
+    then four stages per Newton-Raphson step (m*y, 2 - m*y, y*(2 - m*y), its rounding: one
+    multiplier or wide add per cycle); (last) scale by the exponent (not with
+    ``mantissa_only``: 1/m), round and saturate. Latency ``3 + 4 * newton_steps`` cycles.
 
     Parameters
     ----------
@@ -49,7 +50,7 @@ class Reciprocal(wiring.Component):
         if not isinstance(params, ReciprocalParams):
             raise TypeError(f"params must be a ReciprocalParams, not {params!r}")
         self.params = params
-        self.LATENCY = 3 + 2 * params.newton_steps
+        self.LATENCY = 3 + 4 * params.newton_steps
         super().__init__(
             {
                 "i": In(stream.Signature(unsigned(params.in_bits))),
@@ -93,29 +94,31 @@ class Reciprocal(wiring.Component):
         zero = stage(1, zero1, "zero2")
         estimate = port.data
 
-        # Newton-Raphson: y <- y * (2 - m*y), two stages per step.
+        # Newton-Raphson: y <- y * (2 - m*y), four stages per step, so that no cycle holds
+        # more than one multiplier or one wide add: m*y; 2 - m*y (rounded); y * (2 - m*y);
+        # its rounding.
         y_width = w + 2
         for step in range(p.newton_steps):
             tag = f"nr{step}"
             product = stage(2 * w + 4, mantissa * estimate, f"{tag}_my")
             y_held = stage(y_width, estimate, f"{tag}_y")
-            mantissa = stage(w + 1, mantissa, f"{tag}_m_a")
-            msb = stage(msb_shape, msb, f"{tag}_msb_a")
-            zero = stage(1, zero, f"{tag}_zero_a")
-
-            correction = Signal(w + 3, name=f"{tag}_two_minus_my")
-            m.d.comb += correction.eq((2 << w) - round_shift_right(product, w))
+            correction = stage(
+                w + 3, (2 << w) - round_shift_right(product, w), f"{tag}_two_minus_my"
+            )
+            y_held = stage(y_width, y_held, f"{tag}_y_b")
             scaled = stage(2 * w + 6, y_held * correction, f"{tag}_y2my")
-            mantissa = stage(w + 1, mantissa, f"{tag}_m_b")
-            msb = stage(msb_shape, msb, f"{tag}_msb_b")
-            zero = stage(1, zero, f"{tag}_zero_b")
-            rounded = Signal(y_width, name=f"{tag}_y_next")
-            m.d.comb += rounded.eq(round_shift_right(scaled, w))
-            estimate = rounded
+            estimate = stage(y_width, round_shift_right(scaled, w), f"{tag}_y_next")
+            for part in "abcd":  # the mantissa, msb and zero flag beside the four stages
+                mantissa = stage(w + 1, mantissa, f"{tag}_m_{part}")
+                msb = stage(msb_shape, msb, f"{tag}_msb_{part}")
+                zero = stage(1, zero, f"{tag}_zero_{part}")
 
         # Last stage: y * 2**(in_frac - msb) into the output format.
         shift_amount = Signal(range(p.final_shift(p.in_bits - 1) + 1), name="final_shift")
-        m.d.comb += shift_amount.eq(msb + (w - p.in_frac_bits - p.out_frac_bits + p.left_shift))
+        if p.mantissa_only:  # 1/m: the exponent is the caller's
+            m.d.comb += shift_amount.eq(p.final_shift(p.in_frac_bits))
+        else:
+            m.d.comb += shift_amount.eq(msb + p.final_shift(0))
         shifted = round_shift_right(estimate << p.left_shift, shift_amount)
         out_max = (1 << p.out_bits) - 1
         result = stage(

@@ -10,7 +10,8 @@ Dataflow of one request::
                                                       └─► V reader ─► v_axi ─► V FIFO ─┼─┐
     K FIFO ─► K sequencer ─► q·k (groups × lanes MACs) ─► score ─► max/exp2 ─► l ─► row FIFO │ │
     V FIFO ─► V sequencer ─► w = p·v_scale ─► o = o≫shift + w·v (groups × lanes) ◄──────────┘─┘
-    o, l ─► 1/l (reciprocal) ─► o·(1/l) ─► result_o
+    l ─► 1/m of l = m·2**e (reciprocal) ─┐
+    o ─► o' = o ≫ (e + c), clamped to 27 bits ─► o'·(1/m) (one DSP48E2 per lane) ─► result_o
 
 * The K side never waits for the V side: it runs ahead into the row FIFO (per-row shift and p
   of every query), and only stops when that FIFO could overflow. The V side consumes one row
@@ -37,7 +38,7 @@ from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
 from ..common.axi import BURST_INCR, AxiReadManager, AxiWriteManager
 from ..common.exp2 import Exp2
 from ..common.fixed import clamp, round_shift_right, saturate
-from ..common.reciprocal import Reciprocal
+from ..common.reciprocal import Reciprocal, leading_one
 
 __all__ = ["Hpu"]
 
@@ -443,6 +444,8 @@ class Hpu(wiring.Component):
 
         # ---- output: o * (1/l) of each query (or m, l, o in partial mode) ----
         recips = [Signal(recip_bits, name=f"r{g}") for g in range(groups)]
+        o_shift_top = max(p.l_bits - 1 + p.out_o_shift_offset, 0)
+        o_shifts = [Signal(range(o_shift_top + 1), name=f"o_shift{g}") for g in range(groups)]
         out_max = [Signal(signed(p.max_bits), name=f"out_m{g}") for g in range(groups)]
         out_sum = [Signal(p.l_bits, name=f"out_l{g}") for g in range(groups)]
         out_query = Signal(range(groups))
@@ -452,8 +455,9 @@ class Hpu(wiring.Component):
         m.d.sync += k_reserved.eq(k_reserved + start_k - take_stats)
         m.d.comb += [stats_fifo.r_en.eq(take_stats), recip_fifo.r_en.eq(take_stats)]
 
-        # The output is two stages: PRE holds a beat's products o * (1/l) (or its raw words),
-        # the result register their rounding and saturation. Both move when the result
+        # The output is four stages: PRE holds a beat's words of o (or its raw words), SH their
+        # o' = o >> shift, clamped into one multiplier operand, MUL the products o' * (1/m),
+        # the result register their rounding and saturation. All move when the result
         # register is free, so backpressure stalls them together.
         pre = self._output_stages(m)
 
@@ -463,10 +467,14 @@ class Hpu(wiring.Component):
                     m.d.comb += take_stats.eq(1)
                     for g in range(groups):
                         stats = stats_fifo.r_data[g * stats_bits : (g + 1) * stats_bits]
+                        # o' = o >> (l's exponent + offset): the exponent 1/m leaves out.
+                        msb = leading_one(m, stats[p.max_bits :], name=f"l_msb{g}")
+                        o_shift = msb + p.out_o_shift_offset
                         m.d.sync += [
                             out_max[g].eq(stats[: p.max_bits]),
                             out_sum[g].eq(stats[p.max_bits :]),
                             recips[g].eq(recip_fifo.r_data[g * recip_bits : (g + 1) * recip_bits]),
+                            o_shifts[g].eq(Mux(o_shift < 0, 0, o_shift)),
                         ]
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
                     m.next = "OUT"
@@ -477,6 +485,7 @@ class Hpu(wiring.Component):
                     out_max,
                     out_sum,
                     recips,
+                    o_shifts,
                     snap_tag[:32],
                     partial,
                     out_query,
@@ -1254,30 +1263,57 @@ class Hpu(wiring.Component):
 
     # ------------------------------------------------------------------------------------
     def _output_stages(self, m) -> dict:
-        """PRE and the result register. Returns PRE's registers and ``free`` (PRE may take a
-        beat this cycle)."""
+        """PRE, SH, MUL and the result register. Returns PRE's registers and ``free`` (PRE may
+        take a beat this cycle)."""
         p = self.params
         result = self.result_o
-        width = p.o_bits + p.reciprocal.out_bits + 1
-        pre = {
-            "valid": Signal(name="pre_valid"),
-            "raw": Signal(name="pre_raw"),  # partial mode's o, or m and l: no rounding
-            "tag": Signal(32, name="pre_tag"),
-            "last": Signal(name="pre_last"),
-            "words": [Signal(signed(width), name=f"pre_word{i}") for i in range(p.lanes)],
-            "free": Signal(name="pre_free"),
-        }
+        lanes = p.lanes
+        recip_bits = p.reciprocal.out_bits
+
+        def stage(name):
+            return {
+                "valid": Signal(name=f"{name}_valid"),
+                "raw": Signal(name=f"{name}_raw"),  # partial mode's o, or m and l: as they are
+                "tag": Signal(32, name=f"{name}_tag"),
+                "last": Signal(name=f"{name}_last"),
+                "words": [Signal(signed(p.o_bits), name=f"{name}_word{i}") for i in range(lanes)],
+            }
+
+        pre, sh, mul = stage("pre"), stage("sh"), stage("mul")
+        shift_top = max(p.l_bits - 1 + p.out_o_shift_offset, 0)
+        pre["shift"] = Signal(range(shift_top + 1), name="pre_shift")
+        pre["recip"] = Signal(recip_bits, name="pre_recip")
+        pre["free"] = Signal(name="pre_free")
+        sh_recip = Signal(recip_bits, name="sh_recip")
+        operand = signed(p.out_operand_bits)
+        products = [
+            Signal(signed(p.out_operand_bits + recip_bits + 1), name=f"mul_product{i}")
+            for i in range(lanes)
+        ]
         advance = ~result.valid | result.ready
         m.d.comb += pre["free"].eq(~pre["valid"] | advance)
         words = []
-        for value in pre["words"]:
-            y = saturate(round_shift_right(value, p.out_shift), signed(p.out_bits))
-            words.append(self._word(m, Mux(pre["raw"], value, y)))
+        for i in range(lanes):
+            y = round_shift_right(products[i], p.out_product_shift)
+            words.append(
+                self._word(m, Mux(mul["raw"], mul["words"][i], saturate(y, signed(p.out_bits))))
+            )
         with m.If(advance):
+            for src, dst in ((pre, sh), (sh, mul)):
+                m.d.sync += [dst[key].eq(src[key]) for key in ("valid", "raw", "tag", "last")]
+            for i in range(lanes):
+                # A floor shift: o' keeps OUT_GUARD_BITS of o / l below y's LSB.
+                scaled = saturate(pre["words"][i] >> pre["shift"], operand)
+                m.d.sync += [
+                    sh["words"][i].eq(Mux(pre["raw"], pre["words"][i], scaled)),
+                    mul["words"][i].eq(sh["words"][i]),
+                    products[i].eq(sh["words"][i][: p.out_operand_bits].as_signed() * sh_recip),
+                ]
             m.d.sync += [
-                result.valid.eq(pre["valid"]),
-                result.payload.tag.eq(pre["tag"]),
-                result.payload.last.eq(pre["last"]),
+                sh_recip.eq(pre["recip"]),
+                result.valid.eq(mul["valid"]),
+                result.payload.tag.eq(mul["tag"]),
+                result.payload.last.eq(mul["last"]),
                 result.payload.data.eq(Cat(*words)),
                 pre["valid"].eq(0),  # unless the sequencer loads PRE this cycle (later wins)
             ]
@@ -1290,6 +1326,7 @@ class Hpu(wiring.Component):
         running_max,
         running_sum,
         recips,
+        o_shifts,
         seq_id,
         partial,
         out_query,
@@ -1306,18 +1343,21 @@ class Hpu(wiring.Component):
         out_done = load & last
         heads = Array(Cat(*acc[:lanes]) for acc in accumulators)
         head = heads[out_query]
-        r = Array(recips)[out_query]
         words = []
         for i in range(lanes):
             o = head[i * p.o_bits : (i + 1) * p.o_bits].as_signed()
             # Elements past head_dim (padding of 32-wide heads) leave as zero.
             in_head = out_chunk * lanes + i < p.head_dim
-            words.append(Mux(in_head, Mux(partial, o, o * r), 0))
+            words.append(Mux(in_head, o, 0))
         # Partial mode's extra beat per query: m in word 0 (in the score format), l in word 1.
         m_score = Array(running_max)[out_query] << p.score_frac_bits
         stats = [m_score, Array(running_sum)[out_query]]
         with m.If(load):
             m.d.sync += [pre["valid"].eq(1), pre["tag"].eq(seq_id), pre["last"].eq(last)]
+            m.d.sync += [
+                pre["shift"].eq(Array(o_shifts)[out_query]),
+                pre["recip"].eq(Array(recips)[out_query]),
+            ]
             with m.If(out_chunk < p.row_beats):
                 m.d.sync += pre["raw"].eq(partial)
                 m.d.sync += [reg.eq(w) for reg, w in zip(pre["words"], words, strict=True)]

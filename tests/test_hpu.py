@@ -545,7 +545,7 @@ def test_gateware_back_to_back_requests_leave_no_idle_read_cycles(overrides):
         goldens.append(golden_for(params, seq, n, partial=partial))
     run = check_run(params, memory, requests, goldens, read_latency=4)
     g, beats = params.gqa_group, params.row_beats
-    # + 4: the 1/l pipeline (Reciprocal.LATENCY, 11 cycles) outlasts a one-row request's V side
+    # + 4: the 1/l pipeline (Reciprocal.LATENCY, 8 cycles) outlasts a one-row request's V side
     allowed = sum(g * (beats + 1) + 4 for n in lengths[:-1] if n < g + 1)
     for name, cycles in run.read_cycles.items():
         span = cycles[-1] - cycles[0] + 1

@@ -48,7 +48,7 @@ def reference(p: HpuParams, q, q_scale, k, k_scale, v, v_scale):
             l_acc = rescale(l_acc, shift) + prob
             o = [rescale(x, shift) + w * int(b) for x, b in zip(o, v[t])]
         r = int(reciprocal_golden(p.reciprocal, l_acc))  # 1/m, l = m * 2**(msb - frac)
-        o_shift = max(l_acc.bit_length() - 1 + p.out_o_shift_offset, 0)
+        o_shift = max(l_acc.bit_length() - 1, p.prob_frac_bits - 1) + p.out_o_shift_offset
         top = 1 << (p.out_operand_bits - 1)
         scaled = [max(-top, min(top - 1, x >> o_shift)) for x in o]
         lo, hi = -(1 << (p.out_bits - 1)), (1 << (p.out_bits - 1)) - 1

@@ -296,7 +296,8 @@ def hpu_golden_batch(
         o_acc += seg_o[:, j]
     m = maxes[:, -1] << p.score_frac_bits
     recip = reciprocal_golden(p.reciprocal, l_acc)  # 1/m of l's mantissa m
-    o_shift = np.maximum(leading_one(l_acc, p.l_bits) + p.out_o_shift_offset, 0)
+    msb = np.maximum(leading_one(l_acc, p.l_bits), p.prob_frac_bits - 1)
+    o_shift = msb + p.out_o_shift_offset
     o_lo, o_hi = value_range(p.out_operand_bits, True)
     o_scaled = o_acc >> o_shift[:, None]
     o_clamped = np.minimum(np.maximum(o_scaled, o_lo), o_hi)

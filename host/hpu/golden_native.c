@@ -240,8 +240,9 @@ void hpu_golden_batch(const hpu_golden_params *p, const hpu_kv_view *view, int64
             l_out[row] = l_acc;
             /* y = o / l: 1/m of l's mantissa, o shifted by l's exponent, one narrow product */
             const int64_t recip = reciprocal(p, seed, l_acc);
-            int o_shift = leading_one(l_acc, p->recip_in_bits) + p->out_o_shift_offset;
-            if (o_shift < 0) o_shift = 0;
+            int l_msb = leading_one(l_acc, p->recip_in_bits);
+            if (l_msb < p->prob_frac_bits - 1) l_msb = p->prob_frac_bits - 1;
+            const int o_shift = l_msb + p->out_o_shift_offset;
             int64_t *y = y_out + row * d;
             memcpy(o_out + row * d, o, sizeof(int64_t) * d);
             for (int e = 0; e < d; e++) {

@@ -228,11 +228,17 @@ class HpuParams(Params):
 
     @property
     def out_o_shift_offset(self) -> int:
-        """o' = o >> max(msb + out_o_shift_offset, 0) for a sum l whose leading one is msb: o'
-        then keeps ``OUT_GUARD_BITS`` bits of o / l below y's LSB. l > 1/2 (the row that sets
-        the max adds p > 1/2), so ``msb >= prob_frac_bits - 1`` and the shift is positive when
-        ``check`` passes; the clamp at 0 only matters for l = 0 (o = 0 too)."""
+        """o' = o >> (max(msb, prob_frac_bits - 1) + out_o_shift_offset) for a sum l whose
+        leading one is msb: o' then keeps ``OUT_GUARD_BITS`` bits of o / l below y's LSB.
+        l > 1/2 (the row that sets the max adds p > 1/2), so ``msb >= prob_frac_bits - 1``
+        anyway; the floor keeps the shift's range to ``position_bits + 1`` values, and
+        :meth:`check` keeps the shift non-negative."""
         return self.w_frac_bits - self.out_frac_bits - self.prob_frac_bits - OUT_GUARD_BITS
+
+    @property
+    def out_o_shift_min(self) -> int:
+        """The smallest shift of o to o' (``msb = prob_frac_bits - 1``)."""
+        return self.prob_frac_bits - 1 + self.out_o_shift_offset
 
     @property
     def out_product_shift(self) -> int:

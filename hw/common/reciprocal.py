@@ -27,10 +27,10 @@ def leading_one(m: Module, value, name: str = "msb") -> Signal:
 class Reciprocal(wiring.Component):
     """1/x for unsigned fixed-point x, saturating. One result per cycle.
 
-    Stages: (1) find the leading one; (2) normalize x to m in [1, 2) and read the seed 1/m;
+    Stages: (1) find the leading one; (2) normalize x to m in [1, 2); (3) read the seed 1/m;
     then four stages per Newton-Raphson step (m*y, 2 - m*y, y*(2 - m*y), its rounding: one
     multiplier or wide add per cycle); (last) scale by the exponent (not with
-    ``mantissa_only``: 1/m), round and saturate. Latency ``3 + 4 * newton_steps`` cycles.
+    ``mantissa_only``: 1/m), round and saturate. Latency ``4 + 4 * newton_steps`` cycles.
 
     Parameters
     ----------
@@ -50,7 +50,7 @@ class Reciprocal(wiring.Component):
         if not isinstance(params, ReciprocalParams):
             raise TypeError(f"params must be a ReciprocalParams, not {params!r}")
         self.params = params
-        self.LATENCY = 3 + 4 * params.newton_steps
+        self.LATENCY = 4 + 4 * params.newton_steps
         super().__init__(
             {
                 "i": In(stream.Signature(unsigned(params.in_bits))),
@@ -76,22 +76,23 @@ class Reciprocal(wiring.Component):
         msb1 = stage(msb_shape, leading_one(m, self.i.payload), "msb1")
         zero1 = stage(1, self.i.payload == 0, "zero1")
 
-        # Stage 2: normalize; the seed ROM reads in the same cycle.
+        # Stage 2: normalize: (x << w) >> msb, exact while msb <= w, truncating for inputs
+        # wider than w + 1 bits.
+        mantissa = stage(w + 1, (x1 << w) >> msb1, "mantissa2")
+        msb = stage(msb_shape, msb1, "msb2")
+        zero = stage(1, zero1, "zero2")
+
+        # Stage 3: the seed ROM's read (its own cycle: the normalizing shifter before it and
+        # the ROM's LUTs made the unit's longest path).
         seeds = reciprocal_seed_table(p)
         m.submodules.seed_rom = rom = Memory(
             shape=unsigned(w + 1), depth=len(seeds), init=seeds.tolist()
         )
         port = rom.read_port(domain="sync")
-        normalized = Signal(w + 1)
-        # (x << w) >> msb: exact while msb <= w, truncating for inputs wider than w + 1 bits.
-        m.d.comb += [
-            normalized.eq((x1 << w) >> msb1),
-            port.addr.eq(normalized[w - p.seed_bits : w]),
-            port.en.eq(enable),
-        ]
-        mantissa = stage(w + 1, normalized, "mantissa2")
-        msb = stage(msb_shape, msb1, "msb2")
-        zero = stage(1, zero1, "zero2")
+        m.d.comb += [port.addr.eq(mantissa[w - p.seed_bits : w]), port.en.eq(enable)]
+        mantissa = stage(w + 1, mantissa, "mantissa3")
+        msb = stage(msb_shape, msb, "msb3")
+        zero = stage(1, zero, "zero3")
         estimate = port.data
 
         # Newton-Raphson: y <- y * (2 - m*y), four stages per step, so that no cycle holds

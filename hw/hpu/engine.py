@@ -444,8 +444,8 @@ class Hpu(wiring.Component):
 
         # ---- output: o * (1/l) of each query (or m, l, o in partial mode) ----
         recips = [Signal(recip_bits, name=f"r{g}") for g in range(groups)]
-        o_shift_top = max(p.l_bits - 1 + p.out_o_shift_offset, 0)
-        o_shifts = [Signal(range(o_shift_top + 1), name=f"o_shift{g}") for g in range(groups)]
+        # The shift of o to o' above its least (out_o_shift_min): 0..position_bits.
+        o_shifts = [Signal(range(p.position_bits + 1), name=f"o_shift{g}") for g in range(groups)]
         out_max = [Signal(signed(p.max_bits), name=f"out_m{g}") for g in range(groups)]
         out_sum = [Signal(p.l_bits, name=f"out_l{g}") for g in range(groups)]
         out_query = Signal(range(groups))
@@ -467,9 +467,10 @@ class Hpu(wiring.Component):
                     m.d.comb += take_stats.eq(1)
                     for g in range(groups):
                         stats = stats_fifo.r_data[g * stats_bits : (g + 1) * stats_bits]
-                        # o' = o >> (l's exponent + offset): the exponent 1/m leaves out.
+                        # o' = o >> (l's exponent + offset): the exponent 1/m leaves out. (A
+                        # cycle of its own made short requests wait on the output.)
                         msb = leading_one(m, stats[p.max_bits :], name=f"l_msb{g}")
-                        o_shift = msb + p.out_o_shift_offset
+                        o_shift = msb - (p.prob_frac_bits - 1)
                         m.d.sync += [
                             out_max[g].eq(stats[: p.max_bits]),
                             out_sum[g].eq(stats[p.max_bits :]),
@@ -780,6 +781,8 @@ class Hpu(wiring.Component):
         first_row = Signal(name=f"{name}_first_row")
         injecting = Signal(name=f"{name}_injecting")
         rows_left = Signal(p.position_bits, name=f"{name}_seq_rows_left")
+        # rows_left == 1, kept beside it: the compare sat on the gate's path into take.
+        one_left = Signal(name=f"{name}_seq_one_left")
         scale_index = Signal(range(p.scale_beats + 1), name=f"{name}_scale_index")
         row_in_page = Signal(range(PAGE_TOKENS), name=f"{name}_row_in_page")
         beat = Signal(range(p.row_beats), name=f"{name}_beat")
@@ -805,7 +808,7 @@ class Hpu(wiring.Component):
             ),
             row_scale.eq(Mux(injecting, new_scale, scale_words.word_select(row_in_page, 16))),
             last_beat.eq(beat == p.row_beats - 1),
-            last_row.eq(injecting | ((rows_left == 1) & ~append)),
+            last_row.eq(injecting | (one_left & ~append)),
         ]
         with m.If(start):
             rows = start_rows
@@ -815,6 +818,7 @@ class Hpu(wiring.Component):
                 first_row.eq(1),
                 injecting.eq(rows == 0),
                 rows_left.eq(rows),
+                one_left.eq(rows == 1),
                 scale_index.eq(0),
                 row_in_page.eq(0),
                 beat.eq(0),
@@ -833,10 +837,14 @@ class Hpu(wiring.Component):
                     with m.If(injecting):
                         m.d.sync += [active.eq(0), injecting.eq(0)]
                     with m.Else():
-                        m.d.sync += [rows_left.eq(rows_left - 1), row_in_page.eq(row_in_page + 1)]
-                        with m.If((row_in_page == PAGE_TOKENS - 1) | (rows_left == 1)):
+                        m.d.sync += [
+                            rows_left.eq(rows_left - 1),
+                            one_left.eq(rows_left == 2),
+                            row_in_page.eq(row_in_page + 1),
+                        ]
+                        with m.If((row_in_page == PAGE_TOKENS - 1) | one_left):
                             m.d.sync += [row_in_page.eq(0), scale_index.eq(0)]
-                        with m.If(rows_left == 1):
+                        with m.If(one_left):
                             m.d.sync += [active.eq(append), injecting.eq(append)]
         take_row = take & is_row
         return {
@@ -1064,9 +1072,10 @@ class Hpu(wiring.Component):
             k_results.w_en.eq(push & last_row),
             k_results.w_data.eq(Cat(*stats)),
         ]
-        # Rows in flight between a take and its push, at most one per cycle.
-        in_flight = 10 + latency
-        m.d.comb += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
+        # Rows in flight between a take and its push, at most one per cycle; one more since
+        # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
+        in_flight = 11 + latency
+        m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return bank_done
 
     @staticmethod
@@ -1092,10 +1101,12 @@ class Hpu(wiring.Component):
         p = self.params
         groups = p.gqa_group
         word = p.prob_frac_bits + 1
-        # Stages: vw (the row's weights' products and exponents, the beat's data), vs (the
-        # weights' shifts), va (their rounding and saturation; the update's products) and,
-        # where a row is two beats or more, vb (the update's sum). A request's last beat in
-        # any keeps the snapshot busy.
+        # Stages: vd (the row's scale, decoded, and its row-FIFO entry), vw (the row's
+        # weights' products and exponents, the beat's data), vs (the weights' shifts), va
+        # (their rounding and saturation; the update's products) and, where a row is two beats
+        # or more, vb (the update's sum). A request's last beat in any keeps the snapshot busy.
+        vd_valid = Signal(name="vd_valid")
+        vd_end = Signal(name="vd_end")
         vw_valid = Signal(name="vw_valid")
         vw_end = Signal(name="vw_end")
         tail_busy = Signal(name="v_tail_busy")  # the last update's stage holds a request's end
@@ -1113,6 +1124,7 @@ class Hpu(wiring.Component):
                 | (va_valid & va_end)
                 | (vs_valid & vs_end)
                 | (vw_valid & vw_end)
+                | (vd_valid & vd_end)
             ),
             gate.eq(
                 ((vb["beat"] != 0) | row_fifo.r_rdy)
@@ -1120,15 +1132,23 @@ class Hpu(wiring.Component):
                 # A request's first beat never follows the previous request's last one on the
                 # next cycle: with the update over two stages, the ring then stays still while
                 # the last update lands and the copy reads it.
-                & ~(vb["first_row"] & (vb["beat"] == 0) & vw_valid & vw_end)
+                & ~(vb["first_row"] & (vb["beat"] == 0) & vd_valid & vd_end)
             ),
         ]
         first = vb["take_row"] & (vb["beat"] == 0)
         m.d.comb += row_fifo.r_en.eq(first)
         v_mant, v_exp = decode_scale(m, vb["scale"], "v_scale")
-        # w = p * v_scale: the product and its shift amounts registered in vw (the scale's
-        # decode and a 17 x 11 multiply), the shift, rounding and saturation in va: one cycle
-        # held all of it, the engine's longest path (tandem synth's timing estimate).
+        # vd registers the decoded scale (out of the sequencer's mux of a page's 32 scales)
+        # and the row's FIFO entry; w = p * v_scale's product and shift amounts are
+        # registered in vw, the shift, rounding and saturation in vs and va (tandem synth's
+        # timing estimate found each of these cuts on the engine's longest path).
+        vd_first = Signal(name="vd_first")
+        vd_mant = Signal.like(v_mant, name="vd_mant")
+        vd_exp = Signal.like(v_exp, name="vd_exp")
+        vd_entry = Signal(len(row_fifo.r_data), name="vd_entry")
+        m.d.sync += vd_first.eq(first)
+        with m.If(first):
+            m.d.sync += [vd_mant.eq(v_mant), vd_exp.eq(v_exp), vd_entry.eq(row_fifo.r_data)]
         products = [Signal(word + 11, name=f"vw_product{g}") for g in range(groups)]
         max_left = 5 + p.w_frac_bits
         vw_left = Signal(max_left.bit_length(), name="vw_left")
@@ -1138,17 +1158,17 @@ class Hpu(wiring.Component):
         weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
         shifts = [Signal(p.shift_bits, name=f"va_shift{g}") for g in range(groups)]
         entry_bits = p.shift_bits + word
-        with m.If(first):
-            total = v_exp + (p.w_frac_bits - p.prob_frac_bits)
+        with m.If(vd_first):
+            total = vd_exp + (p.w_frac_bits - p.prob_frac_bits)
             m.d.sync += [
                 x.eq(y) for x, y in zip((vw_left, vw_right, vw_up), shift_amounts(total, max_left))
             ]
             for g in range(groups):
-                entry = row_fifo.r_data.word_select(g, entry_bits)
+                entry = vd_entry.word_select(g, entry_bits)
                 shift, prob = entry[: p.shift_bits], entry[p.shift_bits :]
-                m.d.sync += [vw_shifts[g].eq(shift), products[g].eq(prob * v_mant)]
+                m.d.sync += [vw_shifts[g].eq(shift), products[g].eq(prob * vd_mant)]
         vw_first = Signal(name="vw_first")
-        m.d.sync += vw_first.eq(first)
+        m.d.sync += vw_first.eq(vd_first)
         # vs: the weights' shifts; va: their rounding carry and saturation.
         vs_first = Signal(name="vs_first")
         m.d.sync += vs_first.eq(vw_first)
@@ -1166,12 +1186,13 @@ class Hpu(wiring.Component):
         with m.If(vs_first):
             for g in range(groups):
                 m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
-        # The row beat travels beside the weights' three stages (vw, vs, va): its data, the
+        # The row beat travels beside the weights' four stages (vd, vw, vs, va): its data, the
         # request's end and the tag, registered while the stage before holds a beat. (A
         # request's first row needs no flag: its shift clears the ring's old values.)
         beat = {"data": vb["data"], "end": vb["last_beat"] & vb["last_row"], "tag": v_tag}
         for prefix, valid, taken, end in (
-            ("vw", vw_valid, vb["take_row"], vw_end),
+            ("vd", vd_valid, vb["take_row"], vd_end),
+            ("vw", vw_valid, vd_valid, vw_end),
             ("vs", vs_valid, vw_valid, vs_end),
             ("va", va_valid, vs_valid, va_end),
         ):
@@ -1280,8 +1301,7 @@ class Hpu(wiring.Component):
             }
 
         pre, sh, mul = stage("pre"), stage("sh"), stage("mul")
-        shift_top = max(p.l_bits - 1 + p.out_o_shift_offset, 0)
-        pre["shift"] = Signal(range(shift_top + 1), name="pre_shift")
+        pre["shift"] = Signal(range(p.position_bits + 1), name="pre_shift")
         pre["recip"] = Signal(recip_bits, name="pre_recip")
         pre["free"] = Signal(name="pre_free")
         sh_recip = Signal(recip_bits, name="sh_recip")
@@ -1302,8 +1322,10 @@ class Hpu(wiring.Component):
             for src, dst in ((pre, sh), (sh, mul)):
                 m.d.sync += [dst[key].eq(src[key]) for key in ("valid", "raw", "tag", "last")]
             for i in range(lanes):
-                # A floor shift: o' keeps OUT_GUARD_BITS of o / l below y's LSB.
-                scaled = saturate(pre["words"][i] >> pre["shift"], operand)
+                # A floor shift: o' keeps OUT_GUARD_BITS of o / l below y's LSB. Its least
+                # amount is a constant, so the shifter takes position_bits + 1 amounts.
+                least = pre["words"][i] >> p.out_o_shift_min
+                scaled = saturate(least >> pre["shift"], operand)
                 m.d.sync += [
                     sh["words"][i].eq(Mux(pre["raw"], pre["words"][i], scaled)),
                     mul["words"][i].eq(sh["words"][i]),
@@ -1322,7 +1344,7 @@ class Hpu(wiring.Component):
     def _output(
         self,
         m,
-        accumulators,
+        snapshot,
         running_max,
         running_sum,
         recips,
@@ -1333,16 +1355,21 @@ class Hpu(wiring.Component):
         out_chunk,
         pre,
     ):
-        """Issue the result beats of the finished request into PRE; rotates each ring as it
-        goes. Returns the signal that the request's last beat is issued this cycle."""
+        """Issue the result beats of the finished request into PRE, reading each beat's chunk
+        of the snapshot through one mux (a rotating snapshot cost a LUT per bit for its
+        second source, 10.6k LUTs in the default engine). Returns the signal that the
+        request's last beat is issued this cycle."""
         p = self.params
         groups, lanes = p.gqa_group, p.lanes
         load = pre["free"]
         per_query = Mux(partial, p.row_beats + 1, p.row_beats)
         last = (out_query == groups - 1) & (out_chunk == per_query - 1)
         out_done = load & last
-        heads = Array(Cat(*acc[:lanes]) for acc in accumulators)
-        head = heads[out_query]
+        chunks = Array(
+            Array(Cat(*acc[c * lanes : (c + 1) * lanes]) for c in range(p.row_beats))
+            for acc in snapshot
+        )
+        head = chunks[out_query][out_chunk]  # the stats beat's chunk index is past the end
         words = []
         for i in range(lanes):
             o = head[i * p.o_bits : (i + 1) * p.o_bits].as_signed()
@@ -1361,12 +1388,6 @@ class Hpu(wiring.Component):
             with m.If(out_chunk < p.row_beats):
                 m.d.sync += pre["raw"].eq(partial)
                 m.d.sync += [reg.eq(w) for reg, w in zip(pre["words"], words, strict=True)]
-                with m.Switch(out_query):
-                    for g in range(groups):
-                        with m.Case(g):
-                            ring = accumulators[g]
-                            for j in range(len(ring)):
-                                m.d.sync += ring[j].eq(ring[(j + lanes) % len(ring)])
             with m.Else():
                 m.d.sync += pre["raw"].eq(1)
                 m.d.sync += [reg.eq(0) for reg in pre["words"][len(stats) :]]

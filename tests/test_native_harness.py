@@ -1,10 +1,12 @@
-"""The native harness's own parts: beat conversion, the fast evaluation and its shape check.
+"""The native harness's own parts: beat conversion, the fast evaluation and its shape check,
+the build's rewrite of narrow selects of wide shifts.
 
 The device tests (``tests/test_*_device_rtl.py``) run every design through the native harness
 against golden and cocotb; these check what they cannot see: the vectorized packing equals
 :mod:`tandem.host.common.bits`, the build's check of the Verilated model (``fast_eval_shape``)
-refuses the shapes the fast evaluation would get wrong, and the fast and the plain evaluation
-give the same outputs and cycles on one model.
+refuses the shapes the fast evaluation would get wrong, the fast and the plain evaluation
+give the same outputs and cycles on one model, and ``narrow_shifts`` keeps every value of the
+shifts it rewrites (shift amounts past the wide operand included).
 """
 
 import subprocess
@@ -15,7 +17,7 @@ from tandem.host.common import bits
 from tandem.host.sparse_dsp import SparseMpeParams
 from tandem.host.sparse_dsp.device import MpeCodec, SparseMpeDevice
 from tandem.mappings.nm import NMPattern, mpe_streams, prune_magnitude
-from tandem.sim.native.build import build_native, fast_eval_shape
+from tandem.sim.native.build import build_native, fast_eval_shape, narrow_shifts
 from tandem.sim.native.model import (
     NativeModel,
     fields_to_words,
@@ -122,3 +124,46 @@ def test_fast_evaluation_gives_the_plain_outputs_and_cycles(sim_cache):
         assert fast[1] == plain[1]  # cycles
         assert np.array_equal(np.asarray(fast[0][0]), np.asarray(plain[0][0]))
         assert np.array_equal(request.unpack(np.asarray(fast[0][0])), w @ x)
+
+
+#: (operand bits, result bits, shift amount bits) of each ``r = w >> s`` narrow_shifts rewrites.
+NARROW = ((100, 8, 8), (130, 64, 9), (1024, 1, 11), (65, 64, 7))
+
+
+def test_narrow_shifts_keep_every_value(tmp_path):
+    need("native")
+    lines = ["module top;", "  integer i, j, errors = 0;"]
+    for n, (wide, narrow, amount) in enumerate(NARROW):
+        lines += [
+            f"  reg [{wide - 1}:0] w{n};",
+            f"  reg [{amount - 1}:0] s{n};",
+            f"  wire [{narrow - 1}:0] r{n};",
+            f"  wire [{narrow - 1}:0] ref{n};",
+            f"  assign r{n} = w{n} >> s{n};",
+            f"  assign ref{n} = {narrow}'h0 | (w{n} >> s{n});",  # not the rewritten shape
+        ]
+    lines += ["  initial begin", "    for (i = 0; i < 8; i = i + 1) begin"]
+    for n, (wide, _, amount) in enumerate(NARROW):
+        random = ", ".join(["$random"] * ((wide + 31) // 32))
+        lines += [
+            f"      w{n} = {{{random}}};",
+            f"      for (j = 0; j < {1 << amount}; j = j + 1) begin",
+            f"        s{n} = j; #1; if (r{n} !== ref{n}) errors = errors + 1;",
+            "      end",
+        ]
+    lines += [
+        "    end",
+        '    if (errors != 0) $display("MISMATCH %0d", errors); else $display("SAME");',
+        "    $finish;",
+        "  end",
+        "endmodule",
+    ]
+    verilog, count = narrow_shifts("\n".join(lines) + "\n")
+    assert count == len(NARROW)
+    assert verilog.count(">>") == 2 * len(NARROW)  # each ref, each rewrite's far end
+    (tmp_path / "top.v").write_text(verilog)
+    command = ["verilator", "--binary", "-j", "2", "-Wno-fatal", "-Wno-lint", "-Wno-style"]
+    command += ["-CFLAGS", "-fcoroutines", "--top-module", "top", "-Mdir", "obj", "top.v"]
+    subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
+    run = subprocess.run([tmp_path / "obj" / "Vtop"], capture_output=True, text=True, check=True)
+    assert "SAME" in run.stdout, run.stdout

@@ -314,6 +314,7 @@ class Hpu(wiring.Component):
         # Requests started on the K side whose (m, l) the output has not taken yet: bounded by
         # the queue depth, so the queue never overflows.
         k_reserved = Signal(range(REQUEST_QUEUE_DEPTH + 1))
+        k_queue_full = Signal()  # k_reserved == REQUEST_QUEUE_DEPTH, kept beside it
         k_room = Signal()
         k_slot = Signal(range(DESCRIPTOR_SLOTS))  # the slot of the K sequencer's request
         with m.If(start_k):
@@ -340,7 +341,7 @@ class Hpu(wiring.Component):
             & ~k_started.bit_select(k_ptr, 1)
             & k_beat["free"]
             & v_requests.w_rdy
-            & (k_reserved < REQUEST_QUEUE_DEPTH)
+            & ~k_queue_full
         )
 
         # ---- slot bookkeeping ----
@@ -452,7 +453,15 @@ class Hpu(wiring.Component):
         out_chunk = Signal(range(p.row_beats + 1))
         partial = snap_tag[32]
         take_stats = Signal()
-        m.d.sync += k_reserved.eq(k_reserved + start_k - take_stats)
+        # The count's next value is a mux of k_reserved +- 1 (formed from the register alone)
+        # rather than an adder behind start_k: start_k is the end of a long decision.
+        with m.If(start_k & ~take_stats):
+            m.d.sync += [
+                k_reserved.eq(k_reserved + 1),
+                k_queue_full.eq(k_reserved == REQUEST_QUEUE_DEPTH - 1),
+            ]
+        with m.Elif(take_stats & ~start_k):
+            m.d.sync += [k_reserved.eq(k_reserved - 1), k_queue_full.eq(0)]
         m.d.comb += [stats_fifo.r_en.eq(take_stats), recip_fifo.r_en.eq(take_stats)]
 
         # The output is four stages: PRE holds a beat's words of o (or its raw words), SH their

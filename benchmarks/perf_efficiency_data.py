@@ -37,6 +37,21 @@ HEADER = """\
 """
 
 
+def measuring_command(report: dict) -> str:
+    """The benchmark's command line that made ``report``: its harness and the parameters that
+    differ from the defaults (``max_seq_len`` follows the longest length by itself)."""
+    from tandem.host.hpu import HpuParams
+
+    defaults = HpuParams().to_dict()
+    sets = [
+        f" --set {key}={value}"
+        for key, value in report["params"].items()
+        if key != "max_seq_len" and defaults.get(key) != value
+    ]
+    harness = " --harness native" if report.get("harness") == "native" else ""
+    return "python benchmarks/hpu_stream_efficiency.py" + harness + "".join(sets)
+
+
 def convert(report: dict) -> dict:
     """The data file's content for the benchmark ``report``."""
     params = report["params"]
@@ -61,7 +76,7 @@ def convert(report: dict) -> dict:
         )
     return {
         "design": report["design"],
-        "command": "python benchmarks/hpu_stream_efficiency.py",
+        "command": measuring_command(report),
         "simulator": report["simulator"],
         "seed": report["seed"],
         "batch": batch,

@@ -523,10 +523,19 @@ def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> Hp
 CHOSEN_PARAMS = ("lanes", "mem_data_bits")
 
 
+def _synth_family(board_name: str | None) -> str | None:
+    """The yosys family a board's syntheses map to (``xcup`` where yosys has none)."""
+    try:
+        return load_board(board_name).yosys_family or "xcup"
+    except (UserError, TypeError):
+        return None
+
+
 def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = None) -> dict:
     """The engine configuration that draws the most KV bandwidth from ``board``.
 
-    The candidates are the stored syntheses on ``board`` (:data:`RESOURCES_FILE`) that
+    The candidates are the stored syntheses for ``board``'s yosys family (:data:`RESOURCES_FILE`;
+    the U55C's serve the U280, the same UltraScale+ mapping as ``tandem synth`` uses) that
     differ from ``reference`` only in :data:`CHOSEN_PARAMS` (so the same head, GQA group, KV
     format and number formats), each with as many engines as fit and its own timing estimate,
     or all at ``clock_mhz`` when given (:func:`card_kv_bandwidth` at stream efficiency 1, the
@@ -541,7 +550,7 @@ def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = No
     candidates = []
     for entry in load_engine_resources():
         stored = {**defaults, **entry["params"]}
-        if entry.get("board") != board.name:
+        if _synth_family(entry.get("board")) != _synth_family(board.name):
             continue
         if {k: v for k, v in stored.items() if k in wanted} != wanted:
             continue
@@ -561,7 +570,7 @@ def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = No
     if not candidates:
         return {
             "params": reference,
-            "choice": f"the reference configuration: no synthesis on {board.name} differs from it "
+            "choice": f"the reference configuration: no synthesis for {board.name} differs from it "
             f"only in {' and '.join(CHOSEN_PARAMS)}",
             "candidates": [],
         }
@@ -569,7 +578,7 @@ def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = No
     return {
         "params": best["params"],
         "choice": f"the most card KV bandwidth of {len(candidates)} synthesized "
-        f"configuration{'s' if len(candidates) > 1 else ''} of this head and format on "
+        f"configuration{'s' if len(candidates) > 1 else ''} of this head and format for "
         f"{board.name} ({', '.join(CHOSEN_PARAMS)} chosen)",
         "candidates": [{k: v for k, v in c.items() if k != "params"} for c in candidates],
     }

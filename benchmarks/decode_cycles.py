@@ -37,6 +37,7 @@ CONFIGS = {
         "head_dim": 32,
         "lanes": 16,
         "mem_data_bits": 128,
+        "kv_bits": 8,
         "gqa_group": 2,
         "max_seq_len": 256,
     },

@@ -26,8 +26,8 @@ there are two, with their provenance:
   error over both: FILL 47, GAP 9, within 6.1 % of Verilator on ``hd32-g2`` and 5.7 % on the
   default int16 engine (refitted after issue 19's pipeline stages: the old FILL 41, GAP 4
   had drifted to 14.5 %). A fit to one engine alone gets 7-8 % on it but up to 32 % on the
-  other: what is left is structure the model does not have (a lone request overlaps its descriptor, reads
-  and results less than ``max(D, R, O)`` assumes; the turn-around depends on the pipeline
+  other: what is left is structure the model does not have (a lone request overlaps its
+  descriptor, reads and results less than ``max(D, R, O)`` assumes; the turn-around depends on the pipeline
   depths). The RTL co-simulation test checks the model stays within 15 %.
 * :meth:`Memory.measured` (the performance model, :mod:`tandem.host.system.perf`): a memory
   with a read latency of ``L`` cycles, from the stream efficiency the RTL reached in

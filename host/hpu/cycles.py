@@ -27,8 +27,8 @@ there are two, with their provenance:
   default int16 engine (refitted after issue 19's pipeline stages: the old FILL 41, GAP 4
   had drifted to 14.5 %). A fit to one engine alone gets 7-8 % on it but up to 32 % on the
   other: what is left is structure the model does not have (a lone request overlaps its
-  descriptor, reads and results less than ``max(D, R, O)`` assumes; the turn-around depends on the pipeline
-  depths). The RTL co-simulation test checks the model stays within 15 %.
+  descriptor, reads and results less than ``max(D, R, O)`` assumes; the turn-around depends
+  on the pipeline depths). The RTL co-simulation test checks the model stays within 15 %.
 * :meth:`Memory.measured` (the performance model, :mod:`tandem.host.system.perf`): a memory
   with a read latency of ``L`` cycles, from the stream efficiency the RTL reached in
   simulation at that latency (``constraints/measured/hpu_stream_efficiency.yaml``, written by

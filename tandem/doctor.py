@@ -4,14 +4,16 @@
 command that fixes it: the Python packages of the base install and of each extra (read from
 ``pyproject.toml`` through :mod:`tandem.extras`, so the list cannot drift from what pip
 installs), the programs Verilator's builds need (``make``, ``g++``), Icarus Verilog
-(``iverilog``, ``vvp``) and the SmolLM2-135M weights. Exit status 0 when everything required
-is there (the base install and the programs), 1 otherwise; an optional item that is missing or
-at another version than pyproject.toml pins is shown but does not fail.
+(``iverilog``, ``vvp``) and the model weights (SmolLM2-135M, Gemma 3 270M). Exit status 0
+when everything required is there (the base install and the programs), 1 otherwise; an
+optional item that is missing or at another version than pyproject.toml pins is shown but does
+not fail.
 
 ``tandem setup`` brings what pip cannot, after ``pip install -e ".[all]"``: the OS packages
 (``apt-get update`` + ``install`` when it runs as root or with password-less sudo; otherwise
-one line saying exactly what to run) and the SmolLM2-135M weights (``tandem model fetch
-smollm2-135m``), then prints the doctor's table. Each step is skipped when its result is
+one line saying exactly what to run) and the model weights (``tandem model fetch
+smollm2-135m``, the default model, and ``gemma3-270m``, the second family the HPU's accuracy
+tests run), then prints the doctor's table. Each step is skipped when its result is
 already there, so a second run takes a second or two.
 """
 
@@ -56,6 +58,15 @@ _NEEDED_BY = {
 }
 
 _MODEL = "smollm2-135m"
+#: The weights ``tandem setup`` fetches, with what needs them: the default model, and Gemma 3
+#: 270M, the second model family the HPU accuracy tests and benchmarks run.
+_SETUP_MODELS = {
+    _MODEL: ("SmolLM2-135M weights", "tandem cosim decode (default model), the SmolLM2 benchmarks"),
+    "gemma3-270m": (
+        "Gemma 3 270M weights",
+        "the Gemma tests and `hpu_accuracy_dense.py --model gemma3-270m`",
+    ),
+}
 
 
 @dataclass
@@ -184,19 +195,24 @@ def _header(name: str) -> str | None:
     return None
 
 
-def _model_check() -> Check:
+def _model_checks() -> list[Check]:
     from tandem.host.system.model import find_model
 
-    path = find_model(_MODEL)
-    return Check(
-        name="SmolLM2-135M weights",
-        version=f"found ({path.stat().st_size / 2**20:.0f} MiB)" if path else None,
-        path=str(path) if path else None,
-        required=False,
-        needed_by="tandem cosim decode (default model), the SmolLM2 benchmarks",
-        fix=f"tandem model fetch {_MODEL}",
-        problem="" if path else "missing",
-    )
+    checks = []
+    for name, (title, needed_by) in _SETUP_MODELS.items():
+        path = find_model(name)
+        checks.append(
+            Check(
+                name=title,
+                version=f"found ({path.stat().st_size / 2**20:.0f} MiB)" if path else None,
+                path=str(path) if path else None,
+                required=False,
+                needed_by=needed_by,
+                fix=f"tandem model fetch {name}",
+                problem="" if path else "missing",
+            )
+        )
+    return checks
 
 
 def checks() -> list[Check]:
@@ -208,7 +224,7 @@ def checks() -> list[Check]:
         needed_by="everything",
         fix="",
     )
-    return [python, *_package_checks(), *_program_checks(), _model_check()]
+    return [python, *_package_checks(), *_program_checks(), *_model_checks()]
 
 
 def _table(rows: list[Check]) -> str:
@@ -293,7 +309,9 @@ def _has_sudo() -> bool:
 def add_setup_arguments(parser) -> None:
     """Options of ``tandem setup``."""
     parser.add_argument(
-        "--no-model", action="store_true", help=f"do not fetch the {_MODEL} weights"
+        "--no-model",
+        action="store_true",
+        help=f"do not fetch the {', '.join(_SETUP_MODELS)} weights",
     )
 
 
@@ -321,11 +339,12 @@ def run_setup(args) -> int:
     if not args.no_model:
         from tandem.host.system.model import ModelError, fetch_model
 
-        try:
-            fetch_model(_MODEL, log=lambda line: print(f"tandem setup: {_MODEL}: {line}"))
-        except ModelError as exc:
-            print(f"tandem setup: {exc}; later: tandem model fetch {_MODEL}", flush=True)
-            failed.append(f"{_MODEL} weights")
+        for name in _SETUP_MODELS:
+            try:
+                fetch_model(name, log=lambda line, n=name: print(f"tandem setup: {n}: {line}"))
+            except ModelError as exc:
+                print(f"tandem setup: {exc}; later: tandem model fetch {name}", flush=True)
+                failed.append(f"{name} weights")
     missing = [e for e in extras.declared() if e not in (None, "all") and extras.missing(e)]
     if missing:
         hint = extras.install_hint("all")

@@ -162,7 +162,7 @@ def test_setup_reports_a_model_it_could_not_fetch(monkeypatch, capsys):
     assert main(["setup"]) == 1
     out = capsys.readouterr()
     assert "no network; later: tandem model fetch smollm2-135m" in out.out
-    assert "not done: smollm2-135m weights" in out.err
+    assert "not done: smollm2-135m weights, gemma3-270m weights" in out.err
 
 
 def test_setup_with_everything_present_runs_nothing(monkeypatch, capsys):
@@ -176,5 +176,5 @@ def test_setup_with_everything_present_runs_nothing(monkeypatch, capsys):
     assert main(["setup"]) == 0
     out = capsys.readouterr().out
     assert "make, g++, iverilog, vvp and the FST headers are there" in out
-    assert "smollm2-135m: cached" in out
+    assert "smollm2-135m: cached" in out and "gemma3-270m: cached" in out  # both families
     assert "extras not installed" not in out

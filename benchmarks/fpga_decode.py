@@ -59,7 +59,8 @@ def _fits(board, mpe_engines: int, hpu_engines: int, hpu_used: dict) -> bool:
 
 
 def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int):
-    """The engine counts that fit and give the most tokens/s: ``(step, card, checked)``."""
+    """The engine counts that fit and give the most tokens/s:
+    ``(step, card, checked, hpu_used, hpu_ports)``, the last saying which HPU ports and why."""
     from tandem.host.sparse_dsp.golden import SparseMpeParams
     from tandem.host.system.perf import (
         best_engine,
@@ -75,10 +76,15 @@ def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int
     if kv_bits != hpu.kv_bits:  # the same ports, filled by kv_bits elements
         hpu = hpu.replace(kv_bits=kv_bits, lanes=hpu.mem_data_bits // kv_bits)
     fit = engine_fit(hpu, board)
+    ports = f"{hpu.lanes} lanes, {hpu.mem_data_bits}-bit ports, the reference's"
     if not fit["checked"]:  # the reference ports never synthesized in this format: the
         # synthesized port width of the same head and format that draws the most bandwidth
         hpu = best_engine(hpu, board)["params"]
         fit = engine_fit(hpu, board)
+        ports = (
+            f"{hpu.lanes} lanes, {hpu.mem_data_bits}-bit ports: no int{kv_bits} synthesis of the "
+            "reference's ports, so the synthesized width drawing the most bandwidth"
+        )
     checked = fit["checked"] and board.capacity("lut") is not None
     hpu_used = fit.get("per_engine", {})
     mpe = SparseMpeParams(chains=MPE_ENGINE["chains"], stages=8, max_k=MPE_ENGINE["max_k"])
@@ -102,7 +108,7 @@ def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int
             )
             step = decode_step(shape, card, pattern, context, hpu, overlap=overlap)
             if best is None or step["tokens_per_s"] > best[0]["tokens_per_s"]:
-                best = (step, card, checked, hpu_used)
+                best = (step, card, checked, hpu_used, ports)
     return best
 
 
@@ -153,7 +159,7 @@ def main(argv=None) -> int:
             )  # fmt: skip
             for text in PATTERNS:
                 pattern = NMPattern.parse(text)
-                step, card, checked, hpu_used = best_card(
+                step, card, checked, hpu_used, hpu_ports = best_card(
                     board, model, shape, pattern, args.context, not args.no_overlap, args.kv_bits
                 )
                 sec = step["seconds"]
@@ -171,6 +177,7 @@ def main(argv=None) -> int:
                         "hpu_engines": card.hpu_engines,
                         "mpe_clock_mhz": card.mpe_clock_mhz,
                         "hpu_clock_mhz": card.hpu_clock_mhz,
+                        "hpu_ports": hpu_ports,
                         "resources_checked": checked,
                         "resources_used": used if checked else None,
                         **step,
@@ -199,7 +206,7 @@ def main(argv=None) -> int:
             f"FlightLLM's {FLIGHTLLM_BANDWIDTH_USE:.1%} (target {TARGET:.0%}: "
             f"{'met' if r['bandwidth_use'] >= TARGET else 'NOT met'}); {r['mpe_engines']} "
             f"sparse-mpe at {r['mpe_clock_mhz']:g} MHz + {r['hpu_engines']} HPU at "
-            f"{r['hpu_clock_mhz']:g} MHz use {shares}"
+            f"{r['hpu_clock_mhz']:g} MHz ({r['hpu_ports']}) use {shares}"
         )
     print(
         "assumed: every HBM pseudo-channel delivers its theoretical bandwidth to the engine "

@@ -527,3 +527,28 @@ def test_int16_kv_format_doubles_bytes_and_card_time():
     assert hpu[16] / hpu[8] == pytest.approx(2 * port[8] / port[16], rel=0.05), (hpu, port)
     with pytest.raises(UserError, match="kv-bits"):
         decode_projection("llama-2-7b", "a100-80gb", [16], hpus=2, kv_bits=4)
+
+
+def test_stored_efficiency_names_the_command_that_measured_it():
+    """perf_efficiency_data records the benchmark's harness and every parameter that differs
+    from the defaults (max_seq_len follows the lengths by itself), so the stored figures can be
+    measured again."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "perf_efficiency_data.py"
+    spec = importlib.util.spec_from_file_location("perf_efficiency_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    card = HpuParams(max_seq_len=8192, lanes=32, mem_data_bits=512).to_dict()
+    assert module.measuring_command({"params": card, "harness": "native"}) == (
+        "python benchmarks/hpu_stream_efficiency.py --harness native --set lanes=32 "
+        "--set mem_data_bits=512"
+    )
+    defaults = HpuParams(max_seq_len=8192).to_dict()
+    assert module.measuring_command({"params": defaults, "harness": "cocotb"}) == (
+        "python benchmarks/hpu_stream_efficiency.py"
+    )
+    assert load_efficiency().command == module.measuring_command(
+        {"params": load_efficiency().params, "harness": "native"}
+    )

@@ -6,7 +6,9 @@ beside them. Each report is one engine configuration synthesized with yosys; the
 made it is recorded beside it. Configurations already in the file and not in the reports stay.
 
 Run: ``tandem synth hpu --board u55c [--set head_dim=128 ...] --json > report.json``, then
-``python benchmarks/hpu_resources_data.py report.json [...] [--out FILE]``.
+``python benchmarks/hpu_resources_data.py report.json [...] [--out FILE]``; it then prints,
+per stored configuration, DSP48E2 per MAC and cycle, LUTs, the timing estimate and the engines
+that fit its board (without reports: only the table).
 """
 
 import argparse
@@ -47,7 +49,12 @@ TIMING_KEYS = (
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reports", nargs="+", type=Path, help="tandem synth hpu --json outputs")
+    parser.add_argument(
+        "reports",
+        nargs="*",
+        type=Path,
+        help="tandem synth hpu --json outputs (none: print the stored configurations' table)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT / "hpu_resources.yaml")
     args = parser.parse_args(argv)
     from tandem.boards import RESOURCE_KEYS
@@ -88,6 +95,12 @@ def main(argv=None) -> int:
                 if str(entry["timing"].get(key, "")).lstrip("\\").startswith("$"):  # filtered
                     entry["timing"][key] = ""
         engines.append(entry)
+    if not args.reports:
+        if not args.out.is_file():
+            print(f"hpu_resources_data: error: {args.out} does not exist", file=sys.stderr)
+            return 2
+        print_table(yaml.safe_load(args.out.read_text()).get("engines") or [])
+        return 0
     # Configurations synthesized before and not in these reports stay (a synthesis of the
     # HPU takes tens of minutes; one new report need not redo the others).
     if args.out.is_file():
@@ -100,7 +113,35 @@ def main(argv=None) -> int:
     tmp.write_text(text)
     tmp.replace(args.out)
     print(f"wrote {args.out} ({len(engines)} configurations)")
+    print_table(engines)
     return 0
+
+
+def print_table(engines: list[dict]) -> None:
+    """Per stored configuration: DSP48E2 per MAC and cycle (``2 x lanes x G`` MACs: q·k and
+    w·v), LUTs, the timing estimate and how many engines fit on its board (80 % of it, as the
+    performance model counts)."""
+    from tandem.host.hpu import HpuParams
+    from tandem.host.system.perf import engine_fit
+
+    from tandem.boards import load_board
+
+    print(
+        f"{'configuration (--set)':<64} {'DSP':>5} {'MACs':>5} {'DSP/MAC':>7} {'LUT':>7} "
+        f"{'MHz':>6} {'fit':>4}"
+    )
+    for entry in engines:
+        params = HpuParams(**entry["params"])
+        macs = 2 * params.lanes * params.gqa_group
+        used = entry["used"]
+        fmax = (entry.get("timing") or {}).get("fmax_mhz")
+        fit = engine_fit(params, load_board(entry["board"]))
+        sets = entry["command"].split(" --set ")[1:]
+        print(
+            f"{' '.join(sets) or '(defaults)':<64} {used['dsp']:>5.0f} {macs:>5} "
+            f"{used['dsp'] / macs:>7.2f} {used['lut'] / 1000:>6.1f}k "
+            f"{'-' if fmax is None else f'{fmax:.1f}':>6} {fit.get('engines_fit', '-'):>4}"
+        )
 
 
 if __name__ == "__main__":

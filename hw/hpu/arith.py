@@ -1,0 +1,85 @@
+"""Fixed-point steps the ``hpu`` engine's K and V sides share: scaling a product by a power of
+two over two pipeline stages, rounded right shifts with one fraction bit, and binary16 scales
+decoded into mantissa and exponent. The golden model's counterparts are in
+:mod:`tandem.host.hpu.golden`."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+
+from ..common.fixed import clamp, saturate
+
+__all__ = ["decode_scale", "rounded", "shift_amounts", "shift_by_split", "shift_halves"]
+
+
+def shift_amounts(total, limit_shift: int):
+    """``(left, right, non_negative)`` of :func:`shift_by_split` for the signed exponent
+    ``total`` (at most ``limit_shift``): they depend on the exponent alone, so a pipeline
+    registers them beside the product."""
+    left = Mux(total > 0, total, 0).as_unsigned()[: limit_shift.bit_length()]
+    right = Mux(-total > 62, 62, Mux(total < 0, -total, 0)).as_unsigned()[:6]
+    return left, right, total >= 0
+
+
+def shift_by_split(
+    m: Module,
+    product,
+    left_amount,
+    right_amount,
+    non_negative,
+    bits: int,
+    is_signed: bool,
+    name: str,
+    enable,
+):
+    """``product * 2**total`` rounded half up and saturated, over two stages (the golden model
+    computes the same value exactly in float64: ``_round_scaled`` in
+    :mod:`tandem.host.hpu.golden`). Returns the second stage's (combinational) value.
+
+    The amounts come from :func:`shift_amounts`; positive exponents shift left after clamping
+    the product (which saturates anyway), negative ones round-shift right by at most 62 (every
+    product the engine forms is below 2**52 in magnitude, so a longer shift would give 0 as
+    well). The first stage registers the shifts (while ``enable``); since ``(x + 2**(r-1)) >> r
+    == (x >> r) + bit r-1 of x`` for r >= 1, it keeps the floor and that bit, and the second
+    stage adds them and saturates.
+    """
+    left = Signal(signed(bits + 2 + (1 << len(left_amount))), name=f"{name}_left")
+    floor = Signal.like(Value.cast(product), name=f"{name}_floor")
+    round_bit = Signal(name=f"{name}_round")
+    up = Signal(name=f"{name}_up")
+    below = Mux(right_amount == 0, 0, right_amount - 1)[: len(right_amount)]
+    with m.If(enable):
+        m.d.sync += [
+            left.eq(clamp(product, 1 << bits) << left_amount),
+            floor.eq(product >> right_amount),
+            round_bit.eq((right_amount != 0) & (product >> below)[0]),
+            up.eq(non_negative),
+        ]
+    shape = signed(bits) if is_signed else unsigned(bits)
+    return saturate(Mux(up, left, floor + round_bit), shape)
+
+
+def shift_halves(value, amount):
+    """``value * 2**-amount`` with one fraction bit: ``floor`` (bits 1 and up, the value's
+    signedness) and the rounding bit (bit 0: bit ``amount - 1`` of ``value``, 0 for
+    ``amount`` 0), from one shifter. ``floor + round`` is the shift rounded half up
+    (:func:`rounded`); past the value's width it is 0, as the golden model's shift of 62."""
+    value = Value.cast(value)
+    wide = Cat(Const(0, 1), value)
+    return (wide.as_signed() if value.shape().signed else wide) >> amount
+
+
+def rounded(halves):
+    """The rounded-half-up shift of :func:`shift_halves`' result ``halves``."""
+    floor = halves[1:]
+    return (floor.as_signed() if halves.shape().signed else floor) + halves[0]
+
+
+def decode_scale(m: Module, bits, name: str):
+    """binary16 scale -> (mantissa, exponent) signals, as :func:`tandem.host.hpu.decode_scales`."""
+    mant = Signal(unsigned(11), name=f"{name}_mant")
+    exp = Signal(signed(7), name=f"{name}_exp")
+    field = bits[10:15]
+    m.d.comb += [
+        mant.eq(Cat(bits[0:10], field != 0)),
+        exp.eq(Mux(field == 0, 1, field) - 25),
+    ]
+    return mant, exp

@@ -1,0 +1,88 @@
+"""``hpu`` parser: descriptor beats into the engine's descriptor slots."""
+
+from amaranth.hdl import Array, Module, Mux, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from tandem.host.hpu.codec import header_layout
+
+from .beats import DESCRIPTOR_SLOTS, body_beats, checked
+
+__all__ = ["Parser"]
+
+
+class Parser(wiring.Component):
+    """Fills the descriptor slots in turn, beat by beat, and marks each ``full`` once parsed.
+
+    A slot stays full (``desc_i`` waits when the next slot to fill still is) until ``release``
+    names it: the K side has read its queries for the last time. A request without an append
+    has no k/v rows in its descriptor: its queries land at the same place in the slot as
+    those of a request with one.
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    desc_i : In(stream.Signature(unsigned(mem_data_bits)))
+        Descriptor beats (:func:`tandem.host.hpu.descriptor_beats`).
+    headers : Out(:func:`tandem.host.hpu.codec.header_layout`).array(DESCRIPTOR_SLOTS)
+        Every slot's header, as registers.
+    bodies : Out(unsigned(mem_data_bits)).array(DESCRIPTOR_SLOTS, body_beats)
+        Every slot's body beats (:func:`.beats.body_beats`), as registers.
+    full : Out(DESCRIPTOR_SLOTS)
+        Slot ``s`` holds a parsed request (bit ``s``).
+    release : In(DESCRIPTOR_SLOTS)
+        Slots to empty this cycle.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "desc_i": In(stream.Signature(unsigned(p.mem_data_bits))),
+                "headers": Out(header_layout(p)).array(DESCRIPTOR_SLOTS),
+                "bodies": Out(unsigned(p.mem_data_bits)).array(DESCRIPTOR_SLOTS, body_beats(p)),
+                "full": Out(DESCRIPTOR_SLOTS),
+                "release": In(DESCRIPTOR_SLOTS),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        beat_bits = p.mem_data_bits
+        beats = body_beats(p)
+        fill_ptr = Signal(range(DESCRIPTOR_SLOTS), name="fill_slot")
+        beat_index = Signal(range(p.header_beats + beats + 1))
+        headers = self.headers
+        append_flag = Array(headers[slot].append for slot in range(DESCRIPTOR_SLOTS))[fill_ptr]
+        m.d.comb += self.desc_i.ready.eq(~self.full.bit_select(fill_ptr, 1))
+        body_index = Signal(range(beats + 2 * p.row_beats + p.header_beats + 1))
+        m.d.comb += body_index.eq(
+            beat_index - p.header_beats + Mux(append_flag, 0, 2 * p.row_beats)
+        )
+        with m.If(self.desc_i.valid & self.desc_i.ready):
+            m.d.sync += beat_index.eq(beat_index + 1)
+            for slot in range(DESCRIPTOR_SLOTS):
+                header = headers[slot].as_value()
+                body = self.bodies[slot]
+                with m.If(fill_ptr == slot):
+                    with m.Switch(beat_index):
+                        for b in range(p.header_beats):
+                            with m.Case(b):
+                                m.d.sync += header.word_select(b, beat_bits).eq(self.desc_i.payload)
+                    with m.If(beat_index >= p.header_beats), m.Switch(body_index):
+                        for b in range(beats):
+                            with m.Case(b):
+                                m.d.sync += body[b].eq(self.desc_i.payload)
+            with m.If((beat_index >= p.header_beats) & (body_index == beats - 1)):
+                m.d.sync += [
+                    self.full.bit_select(fill_ptr, 1).eq(1),
+                    fill_ptr.eq(Mux(fill_ptr == DESCRIPTOR_SLOTS - 1, 0, fill_ptr + 1)),
+                    beat_index.eq(0),
+                ]
+        for slot in range(DESCRIPTOR_SLOTS):
+            with m.If(self.release[slot]):
+                m.d.sync += self.full[slot].eq(0)
+        return m

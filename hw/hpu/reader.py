@@ -1,0 +1,172 @@
+"""``hpu`` reader: burst addresses and read data of a request's pages, for one read port."""
+
+from amaranth.hdl import Array, Module, Mux, Signal, unsigned
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from tandem.host.hpu.codec import header_layout
+from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, PAGE_TOKENS
+
+from ..common.axi import BURST_INCR, AxiReadManager
+from .beats import DATA_FIFO_DEPTH, checked
+
+__all__ = ["Reader"]
+
+
+class Reader(wiring.Component):
+    """Burst address generator and read-data FIFOs for the given parts of a request's pages.
+
+    ``parts`` lists the page parts this port reads, in order (``False`` = K, ``True`` = V):
+    one part per port with two ports; both with one port, which reads a page's K part, then
+    its V part, then the next page. Bursts stop at ``max_burst_beats``, at a 4 KiB boundary
+    and at the part's end; at most ``max_outstanding`` are in flight. A queue of burst
+    destinations routes the R beats (AXI returns the bursts of one ID in order) into one FIFO
+    per part, whose read side is the part's stream.
+
+    Parameters
+    ----------
+    params : HpuParams
+    parts : tuple of bool
+        The page parts this port reads.
+    name : str
+        The read port's name, prefixing its signals (``k``, ``v`` or ``kv``).
+
+    Attributes
+    ----------
+    axi : Out(AxiReadManager)
+    start : In(1)
+        Take ``header``'s request (its stored rows from ``base``) this cycle (only while not
+        ``busy``).
+    header : In(:func:`tandem.host.hpu.codec.header_layout`)
+    k_o, v_o : Out(stream.Signature(unsigned(mem_data_bits)))
+        The page beats of each part read (scale block first, then the rows), one stream per
+        part in ``parts``.
+    busy : Out(1)
+        Bursts of the current request remain to be issued.
+    """
+
+    def __init__(self, params, *, parts: tuple[bool, ...], name: str):
+        self.params = p = checked(params)
+        self.parts, self.name = tuple(parts), name
+        beats = stream.Signature(unsigned(p.mem_data_bits))
+        super().__init__(
+            {
+                "axi": Out(AxiReadManager(addr_bits=p.addr_bits, data_bits=p.mem_data_bits)),
+                "start": In(1),
+                "header": In(header_layout(p)),
+                **{f"{'v' if value else 'k'}_o": Out(beats) for value in self.parts},
+                "busy": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        axi, start, header, parts, name = self.axi, self.start, self.header, self.parts, self.name
+        beat_bytes = p.beat_bytes
+        layout = p.layout
+        fifos = []
+        for value in parts:
+            part_name = "v" if value else "k"
+            m.submodules[f"{part_name}_data"] = data_fifo = fifo.SyncFIFOBuffered(
+                width=p.mem_data_bits, depth=DATA_FIFO_DEPTH
+            )
+            fifos.append(data_fifo)
+            # The FIFO's read side is the part's stream.
+            out = getattr(self, f"{part_name}_o")
+            m.d.comb += [
+                out.payload.eq(data_fifo.r_data),
+                out.valid.eq(data_fifo.r_rdy),
+                data_fifo.r_en.eq(out.ready),
+            ]
+        active = Signal(name=f"{name}_ar_active")
+        page_addr = Signal(p.addr_bits, name=f"{name}_page_addr")
+        addr = Signal(p.addr_bits, name=f"{name}_addr")
+        part = Signal(range(len(parts)), name=f"{name}_part")
+        rows_left = Signal(p.position_bits, name=f"{name}_rows_left")
+        span_bits = (p.scale_beats + PAGE_TOKENS * p.row_beats).bit_length()
+        span_left = Signal(span_bits, name=f"{name}_span_left")
+        outstanding = Signal(range(p.max_outstanding + 1), name=f"{name}_outstanding")
+        beat_shift = (beat_bytes - 1).bit_length()
+        offsets = [layout.part_bytes if value else 0 for value in parts]
+
+        def page_span(rows):
+            page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows)
+            return p.scale_beats + page_rows * p.row_beats
+
+        to_boundary = Signal(range(AXI_BOUNDARY // beat_bytes + 1), name=f"{name}_to_boundary")
+        m.d.comb += to_boundary.eq((AXI_BOUNDARY - addr[:12]) >> beat_shift)
+        beats = Signal(range(p.max_burst_beats + 1), name=f"{name}_beats")
+        limit = Mux(span_left < p.max_burst_beats, span_left, p.max_burst_beats)
+        m.d.comb += beats.eq(Mux(to_boundary < limit, to_boundary, limit))
+
+        m.d.comb += [
+            axi.arid.eq(0),
+            axi.arsize.eq(beat_shift),
+            axi.arburst.eq(BURST_INCR),
+            axi.araddr.eq(addr),
+            axi.arlen.eq(beats - 1),
+            axi.arvalid.eq(active & (outstanding < p.max_outstanding)),
+        ]
+        ar_fire = axi.arvalid & axi.arready
+        r_last = axi.rvalid & axi.rready & axi.rlast
+        m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
+        with m.If(start):
+            rows = header.length - header.append
+            base = header.base[: p.addr_bits]
+            m.d.sync += [
+                active.eq(rows != 0),
+                rows_left.eq(rows),
+                page_addr.eq(base),
+                addr.eq(base + offsets[0]),
+                part.eq(0),
+                span_left.eq(page_span(rows)),
+            ]
+        with m.Elif(ar_fire):
+            m.d.sync += [addr.eq(addr + (beats << beat_shift)), span_left.eq(span_left - beats)]
+            with m.If(span_left == beats):
+                with m.If(part != len(parts) - 1):
+                    # The page's next part: same rows, the part's own offset.
+                    m.d.sync += [
+                        part.eq(part + 1),
+                        addr.eq(page_addr + Array(offsets)[part + 1]),
+                        span_left.eq(page_span(rows_left)),
+                    ]
+                with m.Else():
+                    page_rows = Mux(rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left)
+                    remaining = rows_left - page_rows
+                    next_page = page_addr + layout.page_bytes
+                    m.d.sync += [
+                        rows_left.eq(remaining),
+                        active.eq(remaining != 0),
+                        page_addr.eq(next_page),
+                        addr.eq(next_page + offsets[0]),
+                        part.eq(0),
+                        span_left.eq(page_span(remaining)),
+                    ]
+        if len(parts) == 1:
+            (data_fifo,) = fifos
+            m.d.comb += [
+                axi.rready.eq(data_fifo.w_rdy),
+                data_fifo.w_en.eq(axi.rvalid),
+                data_fifo.w_data.eq(axi.rdata),
+            ]
+        else:
+            # One entry per burst in flight: which FIFO its beats go to.
+            m.submodules.destinations = destinations = fifo.SyncFIFO(
+                width=1, depth=p.max_outstanding
+            )
+            target = destinations.r_data[0]
+            room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
+            m.d.comb += [
+                destinations.w_en.eq(ar_fire),
+                destinations.w_data.eq(part),
+                axi.rready.eq(destinations.r_rdy & room),
+                destinations.r_en.eq(r_last),
+            ]
+            for index, data_fifo in enumerate(fifos):
+                m.d.comb += [
+                    data_fifo.w_en.eq(axi.rvalid & axi.rready & (target == index)),
+                    data_fifo.w_data.eq(axi.rdata),
+                ]
+        m.d.comb += self.busy.eq(active)
+        return m

@@ -1,0 +1,267 @@
+"""``hpu`` V side: the weights of every V row and the accumulators ``o`` of every query."""
+
+from amaranth.hdl import Module, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .arith import decode_scale, rounded, shift_amounts, shift_by_split, shift_halves
+from .beats import TAG_BITS, checked, row_beat_layout, row_entry_layout
+
+__all__ = ["VSide"]
+
+
+class VSide(wiring.Component):
+    """``w = p * v_scale`` per row and query; ``o <- round(o * 2**-shift) + w * v`` per element.
+
+    Each V row's first beat takes the row's entry from ``rows_i`` (the K side's shift and
+    ``p`` of every query). ``o`` is a ring of ``row_beats`` chunks per query that rotates by
+    one chunk per V beat, so every chunk passes the shifters and the ``w·v`` multipliers once
+    per row. A request's first row starts from ``o = 0`` (its shift, the largest, clears the
+    ring). The cycle after its last update the accumulators are copied into ``snapshot``
+    (with the request's ``tag``) and ``snapshot_valid`` rises until ``release``, so the next
+    request's rows can follow at once. A request's last beat is only taken (``i.ready``)
+    while the snapshot is free and no copy into it is under way.
+
+    Stages: vd (the row's scale, decoded, and its row entry), vw (the weights' products and
+    shift amounts, the beat's data), vs (the weights' shifts), va (their rounding and
+    saturation; the update's products) and, where a row is two beats or more, vb (the update's
+    sum).
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`.beats.row_beat_layout`))
+        V row beats, from the V :class:`~.sequencer.Sequencer`.
+    tag : In(TAG_BITS)
+        The running request's sequence id and partial flag (held while it runs).
+    rows_i : In(stream.Signature(:func:`.beats.row_entry_layout`))
+        The K side's row entries, one per V row.
+    snapshot : Out(signed(o_bits)).array(gqa_group, row_elems)
+        ``o`` of every query of the last finished request.
+    snapshot_valid : Out(1)
+    snapshot_tag : Out(TAG_BITS)
+    release : In(1)
+        The output is done with the snapshot.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(row_beat_layout(p))),
+                "tag": In(TAG_BITS),
+                "rows_i": In(stream.Signature(row_entry_layout(p))),
+                "snapshot": Out(signed(p.o_bits)).array(p.gqa_group, p.row_elems),
+                "snapshot_valid": Out(1),
+                "snapshot_tag": Out(TAG_BITS),
+                "release": In(1),
+            }
+        )
+
+    def elaborate(self, platform):
+
+        p = self.params
+        m = Module()
+        groups = p.gqa_group
+        vb = self.i.payload
+        row_fifo = self.rows_i
+        v_tag, gate = self.tag, self.i.ready
+        snapshot, snap_valid, snap_tag = self.snapshot, self.snapshot_valid, self.snapshot_tag
+        accumulators = [
+            [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.row_elems)]
+            for g in range(groups)
+        ]
+        word = p.prob_frac_bits + 1
+        # Stages: vd (the row's scale, decoded, and its row-FIFO entry), vw (the row's
+        # weights' products and exponents, the beat's data), vs (the weights' shifts), va
+        # (their rounding and saturation; the update's products) and, where a row is two beats
+        # or more, vb (the update's sum). A request's last beat in any keeps the snapshot busy.
+        vd_valid = Signal(name="vd_valid")
+        vd_end = Signal(name="vd_end")
+        vw_valid = Signal(name="vw_valid")
+        vw_end = Signal(name="vw_end")
+        tail_busy = Signal(name="v_tail_busy")  # the last update's stage holds a request's end
+        vs_valid = Signal(name="vs_valid")
+        vs_end = Signal(name="vs_end")
+        va_valid = Signal(name="va_valid")
+        va_end = Signal(name="va_end")
+        snap_copy = Signal(name="snap_copy")
+        snap_busy = Signal(name="snap_busy")
+        m.d.comb += [
+            snap_busy.eq(
+                snap_valid
+                | snap_copy
+                | tail_busy
+                | (va_valid & va_end)
+                | (vs_valid & vs_end)
+                | (vw_valid & vw_end)
+                | (vd_valid & vd_end)
+            ),
+            gate.eq(
+                ((vb.beat != 0) | row_fifo.valid)
+                & ~(vb.last_beat & vb.last_row & snap_busy)
+                # A request's first beat never follows the previous request's last one on the
+                # next cycle: with the update over two stages, the ring then stays still while
+                # the last update lands and the copy reads it.
+                & ~(vb.first_row & (vb.beat == 0) & vd_valid & vd_end)
+            ),
+        ]
+        take_row = self.i.valid & self.i.ready
+        first = take_row & (vb.beat == 0)
+        entries = row_fifo.payload.as_value()
+        m.d.comb += row_fifo.ready.eq(first)
+        v_mant, v_exp = decode_scale(m, vb.scale, "v_scale")
+        # vd registers the decoded scale (out of the sequencer's mux of a page's 32 scales)
+        # and the row's FIFO entry; w = p * v_scale's product and shift amounts are
+        # registered in vw, the shift, rounding and saturation in vs and va (tandem synth's
+        # timing estimate found each of these cuts on the engine's longest path).
+        vd_first = Signal(name="vd_first")
+        vd_mant = Signal.like(v_mant, name="vd_mant")
+        vd_exp = Signal.like(v_exp, name="vd_exp")
+        vd_entry = Signal(len(entries), name="vd_entry")
+        m.d.sync += vd_first.eq(first)
+        with m.If(first):
+            m.d.sync += [
+                vd_mant.eq(v_mant),
+                vd_exp.eq(v_exp),
+                vd_entry.eq(entries),
+            ]
+        products = [Signal(word + 11, name=f"vw_product{g}") for g in range(groups)]
+        max_left = 5 + p.w_frac_bits
+        vw_left = Signal(max_left.bit_length(), name="vw_left")
+        vw_right = Signal(6, name="vw_right")
+        vw_up = Signal(name="vw_up")
+        vw_shifts = [Signal(p.shift_bits, name=f"vw_shift{g}") for g in range(groups)]
+        weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
+        shifts = [Signal(p.shift_bits, name=f"va_shift{g}") for g in range(groups)]
+        entry_bits = p.shift_bits + word
+        with m.If(vd_first):
+            total = vd_exp + (p.w_frac_bits - p.prob_frac_bits)
+            m.d.sync += [
+                x.eq(y) for x, y in zip((vw_left, vw_right, vw_up), shift_amounts(total, max_left))
+            ]
+            for g in range(groups):
+                entry = vd_entry.word_select(g, entry_bits)
+                shift, prob = entry[: p.shift_bits], entry[p.shift_bits :]
+                m.d.sync += [vw_shifts[g].eq(shift), products[g].eq(prob * vd_mant)]
+        vw_first = Signal(name="vw_first")
+        m.d.sync += vw_first.eq(vd_first)
+        # vs: the weights' shifts; va: their rounding carry and saturation.
+        vs_first = Signal(name="vs_first")
+        m.d.sync += vs_first.eq(vw_first)
+        vs_shifts = [Signal(p.shift_bits, name=f"vs_shift{g}") for g in range(groups)]
+        shifted = []
+        with m.If(vw_first):
+            m.d.sync += [vs_shifts[g].eq(vw_shifts[g]) for g in range(groups)]
+        for g in range(groups):
+            shifted.append(
+                shift_by_split(
+                    m, products[g], vw_left, vw_right, vw_up, p.weight_bits, False,
+                    f"vs_w{g}", vw_first,
+                )
+            )  # fmt: skip
+        with m.If(vs_first):
+            for g in range(groups):
+                m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
+        # The row beat travels beside the weights' four stages (vd, vw, vs, va): its data, the
+        # request's end and the tag, registered while the stage before holds a beat. (A
+        # request's first row needs no flag: its shift clears the ring's old values.)
+        beat = {"data": vb.data, "end": vb.last_beat & vb.last_row, "tag": v_tag}
+        for prefix, valid, taken, end in (
+            ("vd", vd_valid, take_row, vd_end),
+            ("vw", vw_valid, vd_valid, vw_end),
+            ("vs", vs_valid, vw_valid, vs_end),
+            ("va", va_valid, vs_valid, va_end),
+        ):
+            held = {
+                "data": Signal(p.mem_data_bits, name=f"{prefix}_data"),
+                "end": end,
+                "tag": Signal(TAG_BITS, name=f"{prefix}_tag"),
+            }
+            m.d.sync += valid.eq(taken)
+            with m.If(taken):
+                m.d.sync += [held[key].eq(beat[key]) for key in ("data", "end", "tag")]
+            beat = held
+        update = _update_in_one if p.row_beats == 1 else _update_in_two
+        end_valid, end, end_tag = update(
+            p,
+            m,
+            accumulators,
+            va_valid,
+            beat["data"],
+            va_end,
+            beat["tag"],
+            shifts,
+            weights,
+        )
+        # The copy happens the cycle after the last update; the next request's first update is
+        # at the earliest on that same edge (the gate keeps a cycle between a request's last
+        # beat and the next one's first), and reads nothing of the old ring.
+        copy_tag = Signal(TAG_BITS, name="snap_copy_tag")
+        m.d.sync += snap_copy.eq(end_valid & end)
+        with m.If(end_valid & end):
+            m.d.sync += copy_tag.eq(end_tag)
+        with m.If(snap_copy):
+            m.d.sync += [snap_valid.eq(1), snap_tag.eq(copy_tag)]
+            for g in range(groups):
+                for i in range(p.row_elems):
+                    m.d.sync += snapshot[g][i].eq(accumulators[g][i])
+        with m.If(self.release):
+            m.d.sync += snap_valid.eq(0)
+        m.d.comb += tail_busy.eq(end_valid & end)
+        return m
+
+
+def _update_in_one(p, m, accumulators, valid, data_, end, tag, shifts, weights):
+    """``o <- round(o * 2**-shift) + w * v`` in one cycle (a row of one beat updates the
+    same elements every cycle). Returns the last update's (valid, end, tag)."""
+    lanes = p.lanes
+    with m.If(valid):
+        for g, ring in enumerate(accumulators):
+            for i in range(lanes):
+                updated = rounded(shift_halves(ring[i], shifts[g])) + (
+                    weights[g] * data_.word_select(i, p.kv_bits).as_signed()
+                )
+                m.d.sync += ring[len(ring) - lanes + i].eq(updated)
+            for j in range(len(ring) - lanes):
+                m.d.sync += ring[j].eq(ring[j + lanes])
+    return valid, end, tag
+
+
+def _update_in_two(p, m, accumulators, valid, data_, end, tag, shifts, weights):
+    """``o <- round(o * 2**-shift) + w * v`` over two stages: VA shifts the head (the floor
+    and the rounding bit of :func:`shift_halves`), forms the products w * v and rotates
+    the ring (its head to the tail, unchanged), VB adds them and writes the sum where the
+    element sits after this cycle's rotation, one beat further when VA rotates again. An
+    element comes back to the head ``row_beats >= 2`` beats after its update, so VB's write
+    is there before VA reads it. Returns VB's (valid, end, tag)."""
+    lanes = p.lanes
+    vb_valid = Signal(name="vb_valid")
+    vb_end = Signal(name="vb_end")
+    vb_tag = Signal(TAG_BITS, name="vb_tag")
+    m.d.sync += vb_valid.eq(valid)
+    with m.If(valid):
+        m.d.sync += [vb_end.eq(end), vb_tag.eq(tag)]
+    for g, ring in enumerate(accumulators):
+        size = len(ring)
+        scaled = [Signal(signed(p.o_bits + 1), name=f"vb_scaled{g}_{i}") for i in range(lanes)]
+        added = [Signal(signed(p.o_bits), name=f"vb_wv{g}_{i}") for i in range(lanes)]
+        with m.If(valid):
+            for i in range(lanes):
+                m.d.sync += [
+                    scaled[i].eq(shift_halves(ring[i], shifts[g])),
+                    added[i].eq(weights[g] * data_.word_select(i, p.kv_bits).as_signed()),
+                ]
+            for j in range(size):
+                m.d.sync += ring[j].eq(ring[(j + lanes) % size])
+        with m.If(vb_valid):
+            for i in range(lanes):
+                updated = rounded(scaled[i]) + added[i]
+                with m.If(valid):
+                    m.d.sync += ring[size - 2 * lanes + i].eq(updated)
+                with m.Else():
+                    m.d.sync += ring[size - lanes + i].eq(updated)
+    return vb_valid, vb_end, vb_tag

@@ -1,0 +1,165 @@
+"""``hpu`` writer: the appended token's k and v rows and scales into the KV cache."""
+
+from amaranth.hdl import Array, Const, Module, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+from tandem.host.hpu.codec import header_layout
+from tandem.mappings.hpu.kv_layout import BLOCK_BYTES
+
+from ..common.axi import BURST_INCR, AxiWriteManager
+from .beats import checked
+
+__all__ = ["Writer"]
+
+
+class Writer(wiring.Component):
+    """Writes the appended token of a request: its k row, its v row (``head_dim`` elements
+    strobed, the row's padding left alone), then the two scales into their page's scale block.
+
+    ``start`` hands the writer a descriptor slot's ``header`` and ``body``; it writes only when
+    the header's append flag is set. The slot's fields are registered at ``start``, the page
+    address formed the next cycle (a header mux, a multiply and an add in one cycle was the
+    engine's longest path).
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    w_axi : Out(AxiWriteManager)
+    start : In(1)
+        Take ``header`` and ``body`` this cycle (only while ``ready``).
+    header : In(:func:`tandem.host.hpu.codec.header_layout`)
+    body : In(unsigned(2 * row_elems * kv_bits))
+        The new k row, then the new v row.
+    ready : Out(1)
+        No append is pending: a ``start`` can be taken.
+    idle : Out(1)
+        No write is pending or unacknowledged.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "w_axi": Out(AxiWriteManager(addr_bits=p.addr_bits, data_bits=p.mem_data_bits)),
+                "start": In(1),
+                "header": In(header_layout(p)),
+                "body": In(unsigned(2 * p.row_elems * p.kv_bits)),
+                "ready": Out(1),
+                "idle": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        axi = self.w_axi
+        header = self.header
+        body = self.body
+        beat_bytes = p.beat_bytes
+        layout = p.layout
+        offset = Signal(5, name="w_offset")
+        page_base = Signal(p.addr_bits, name="w_page_base")
+        data_k = Signal(p.row_elems * p.kv_bits, name="w_k")
+        data_v = Signal(p.row_elems * p.kv_bits, name="w_v")
+        row_used_bytes = p.head_dim * p.kv_bits // 8  # the rest of a row is padding
+        scales = Signal(data.StructLayout({"k": 16, "v": 16}), name="w_scales")
+        outstanding = Signal(range(8), name="w_outstanding")
+        beat = Signal(range(p.row_beats + 1), name="w_beat")
+        m.d.comb += [
+            axi.awid.eq(0),
+            axi.awsize.eq((beat_bytes - 1).bit_length()),
+            axi.awburst.eq(BURST_INCR),
+            axi.bready.eq(1),
+        ]
+        aw_fire = axi.awvalid & axi.awready
+        b_fire = axi.bvalid & axi.bready
+        m.d.sync += outstanding.eq(outstanding + aw_fire - b_fire)
+        row_strobes = Array(
+            Const(
+                sum(1 << j for j in range(beat_bytes) if b * beat_bytes + j < row_used_bytes),
+                beat_bytes,
+            )
+            for b in range(p.row_beats)
+        )
+        scale_byte = Signal(range(BLOCK_BYTES), name="w_scale_byte")
+        m.d.comb += scale_byte.eq(offset * 2)
+        in_beat = Signal(range(beat_bytes), name="w_scale_lane")
+        m.d.comb += in_beat.eq(scale_byte % beat_bytes)
+        scale_beat_addr = page_base + (scale_byte - in_beat)
+        row_addr = page_base + BLOCK_BYTES + offset * layout.row_bytes
+        pending = Signal(name="w_pending")
+
+        def row_states(name, next_state, part, data_row):
+            with m.State(name + "_AW"):
+                m.d.comb += [
+                    axi.awvalid.eq(1),
+                    axi.awaddr.eq(row_addr + part),
+                    axi.awlen.eq(p.row_beats - 1),
+                ]
+                with m.If(axi.awready):
+                    m.d.sync += beat.eq(0)
+                    m.next = name + "_W"
+            with m.State(name + "_W"):
+                m.d.comb += [
+                    axi.wvalid.eq(1),
+                    axi.wdata.eq(data_row.word_select(beat, p.mem_data_bits)),
+                    axi.wstrb.eq(row_strobes[beat]),
+                    axi.wlast.eq(beat == p.row_beats - 1),
+                ]
+                with m.If(axi.wready):
+                    m.d.sync += beat.eq(beat + 1)
+                    with m.If(beat == p.row_beats - 1):
+                        m.next = next_state
+
+        def scale_states(name, next_state, part, half):
+            with m.State(name + "_AW"):
+                m.d.comb += [
+                    axi.awvalid.eq(1),
+                    axi.awaddr.eq(scale_beat_addr + part),
+                    axi.awlen.eq(0),
+                ]
+                with m.If(axi.awready):
+                    m.next = name + "_W"
+            with m.State(name + "_W"):
+                m.d.comb += [
+                    axi.wvalid.eq(1),
+                    axi.wdata.eq(half << (in_beat * 8)),
+                    axi.wstrb.eq(Const(3, beat_bytes) << in_beat),
+                    axi.wlast.eq(1),
+                ]
+                with m.If(axi.wready):
+                    m.next = next_state
+                    if next_state == "IDLE":
+                        m.d.sync += pending.eq(0)
+
+        # The slot's fields are registered first, the page address formed the next cycle
+        # (a header mux, a multiply and an add in one cycle was the engine's longest path).
+        base = Signal(p.addr_bits, name="w_base")
+        page = Signal(p.position_bits - 5, name="w_page")
+        with m.FSM(name="writer"):
+            with m.State("IDLE"), m.If(self.start & header.append):
+                position = Signal(p.position_bits, name="w_position")
+                m.d.comb += position.eq(header.length - 1)
+                m.d.sync += [
+                    pending.eq(1),
+                    offset.eq(position[:5]),
+                    base.eq(header.base[: p.addr_bits]),
+                    page.eq(position[5:]),
+                    data_k.eq(body[0 : p.row_elems * p.kv_bits]),
+                    data_v.eq(body[p.row_elems * p.kv_bits : 2 * p.row_elems * p.kv_bits]),
+                    scales.k.eq(header.new_k_scale),
+                    scales.v.eq(header.new_v_scale),
+                ]
+                m.next = "PAGE"
+            with m.State("PAGE"):
+                m.d.sync += page_base.eq(base + page * layout.page_bytes)
+                m.next = "K_AW"
+            row_states("K", "V_AW", 0, data_k)
+            row_states("V", "KS_AW", layout.part_bytes, data_v)
+            scale_states("KS", "VS_AW", 0, scales.k)
+            scale_states("VS", "IDLE", layout.part_bytes, scales.v)
+        m.d.comb += [self.idle.eq((outstanding == 0) & ~pending), self.ready.eq(~pending)]
+        return m

@@ -7,7 +7,14 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 
 from ..common.fixed import clamp, saturate
 
-__all__ = ["decode_scale", "rounded", "shift_amounts", "shift_by_split", "shift_halves"]
+__all__ = [
+    "decode_scale",
+    "registered",
+    "rounded",
+    "shift_amounts",
+    "shift_by_split",
+    "shift_halves",
+]
 
 
 def shift_amounts(total, limit_shift: int):
@@ -83,3 +90,14 @@ def decode_scale(m: Module, bits, name: str):
         exp.eq(Mux(field == 0, 1, field) - 25),
     ]
     return mant, exp
+
+
+def registered(m: Module, name: str, value, enable=None):
+    """A register following ``value`` (only while ``enable``, when given): one pipeline stage."""
+    reg = Signal.like(value, name=name)
+    if enable is None:
+        m.d.sync += reg.eq(value)
+    else:
+        with m.If(enable):
+            m.d.sync += reg.eq(value)
+    return reg

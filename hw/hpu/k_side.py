@@ -1,11 +1,24 @@
-"""``hpu`` K side: q·k of every query per K row, the score, the running max, exp2 and l."""
+"""``hpu`` K side: q·k of every query per K row, the score, the running max, exp2 and l.
+
+Three components in pipeline order, each a stream that never stalls once a row beat is taken:
+:class:`QueryDot` (row beats into each query's dot product and the row's scale factors),
+:class:`ScoreScale` (dot products into scores) and :class:`OnlineSoftmax` (the running max,
+``p`` and ``l``, into the row FIFO and the (m, l) queue); :class:`KSide` connects them.
+"""
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.exp2 import Exp2
-from .arith import decode_scale, rounded, shift_amounts, shift_by_split, shift_halves
+from .arith import (
+    decode_scale,
+    registered,
+    rounded,
+    shift_amounts,
+    shift_by_split,
+    shift_halves,
+)
 from .beats import (
     DESCRIPTOR_SLOTS,
     REQUEST_QUEUE_DEPTH,
@@ -16,7 +29,379 @@ from .beats import (
     stats_layout,
 )
 
-__all__ = ["KSide"]
+__all__ = ["KSide", "OnlineSoftmax", "QueryDot", "ScoreScale", "row_dot_layout", "score_layout"]
+
+
+def row_dot_layout(params) -> data.StructLayout:
+    """A K row's dot product with each query, and the factors that make it a score: the
+    product of the query's and the row's scale mantissas and the shift amounts of their
+    exponents (:func:`.arith.shift_amounts`), with the row's request-boundary flags."""
+    p = params
+    groups = p.gqa_group
+    max_left = 10 + 10 + p.score_frac_bits
+    return data.StructLayout(
+        {
+            "dot": data.ArrayLayout(signed(p.dot_bits), groups),
+            "mant": data.ArrayLayout(unsigned(22), groups),
+            "left": data.ArrayLayout(unsigned(max_left.bit_length()), groups),
+            "right": data.ArrayLayout(unsigned(6), groups),
+            "up": data.ArrayLayout(unsigned(1), groups),
+            "first_row": 1,
+            "last_row": 1,
+        }
+    )
+
+
+def score_layout(params) -> data.StructLayout:
+    """A K row's score with each query, in the score format, with the row's flags."""
+    p = params
+    return data.StructLayout(
+        {
+            "score": data.ArrayLayout(signed(p.score_bits), p.gqa_group),
+            "first_row": 1,
+            "last_row": 1,
+        }
+    )
+
+
+class QueryDot(wiring.Component):
+    """Stages KA (the accepted row beat and each query's chunk for it, read from its bank so
+    KB's products start from registers), KB (``groups x lanes`` products), KS (their sum) and
+    KC (a row's beats summed into its dot product; beside it the row's scale factors).
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`.beats.row_beat_layout`))
+        K row beats; ``i.ready`` is ``room``.
+    room : In(1)
+        The consumer can take every row in flight.
+    bank : In(range(DESCRIPTOR_SLOTS))
+        The descriptor slot whose queries the beats meet.
+    queries : In(unsigned(row_elems * q_bits)).array(DESCRIPTOR_SLOTS, gqa_group)
+    query_scales : In(unsigned(16)).array(DESCRIPTOR_SLOTS, gqa_group)
+        Every slot's queries and binary16 score scales.
+    o : Out(stream.Signature(:func:`row_dot_layout`, always_ready=True))
+        One per row, four cycles after its last beat is taken.
+    bank_done : Out(DESCRIPTOR_SLOTS)
+        The last beat reading that slot's queries has left the stages that read them.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(row_beat_layout(p))),
+                "room": In(1),
+                "bank": In(range(DESCRIPTOR_SLOTS)),
+                "queries": In(unsigned(p.row_elems * p.q_bits)).array(
+                    DESCRIPTOR_SLOTS, p.gqa_group
+                ),
+                "query_scales": In(unsigned(16)).array(DESCRIPTOR_SLOTS, p.gqa_group),
+                "o": Out(stream.Signature(row_dot_layout(p), always_ready=True)),
+                "bank_done": Out(DESCRIPTOR_SLOTS),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        groups, lanes = p.gqa_group, p.lanes
+        kb = self.i.payload
+        cur_bank = self.bank
+        m.d.comb += self.i.ready.eq(self.room)
+        # KA: the accepted row beat, and each query's chunk for it (read from its bank here, so
+        # KB's products start from registers).
+        take = self.i.valid & self.i.ready
+        a_valid = registered(m, "ka_valid", take)
+        a_data = registered(m, "ka_data", kb.data, take)
+        a_beat = registered(m, "ka_beat", kb.beat, take)
+        a_last_beat = registered(m, "ka_last_beat", kb.last_beat, take)
+        a_scale = registered(m, "ka_scale", kb.scale, take)
+        a_first_row = registered(m, "ka_first_row", kb.first_row, take)
+        a_last_row = registered(m, "ka_last_row", kb.last_row, take)
+        a_bank = registered(m, "ka_bank", cur_bank, take)
+        q_chunk_bits = lanes * p.q_bits
+        a_chunk = []
+        for g in range(groups):
+            query = Array(self.queries[b][g] for b in range(DESCRIPTOR_SLOTS))[cur_bank]
+            a_chunk.append(
+                registered(m, f"ka_chunk{g}", query.word_select(kb.beat, q_chunk_bits), take)
+            )
+        # KB: lanes products per query (the multipliers' output registers).
+        b_valid = registered(m, "kb_valid", a_valid)
+        b_first = registered(m, "kb_first", a_beat == 0)
+        b_last_beat = registered(m, "kb_last_beat", a_last_beat)
+        b_scale = registered(m, "kb_scale", a_scale)
+        b_first_row = registered(m, "kb_first_row", a_first_row)
+        b_last_row = registered(m, "kb_last_row", a_last_row)
+        b_bank = registered(m, "kb_bank", a_bank)
+        product_bits = p.q_bits + p.kv_bits
+        e = p.kv_bits  # element width of K and V
+        b_products = []
+        for g in range(groups):
+            row = []
+            for i in range(lanes):
+                product = Signal(signed(product_bits), name=f"kb_product{g}_{i}")
+                m.d.sync += product.eq(
+                    a_chunk[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
+                    * a_data[i * e : (i + 1) * e].as_signed()
+                )
+                row.append(product)
+            b_products.append(row)
+        # KS: the products summed (an adder tree of its own stage).
+        s_valid = registered(m, "ks_valid", b_valid)
+        s_first = registered(m, "ks_first", b_first)
+        s_last_beat = registered(m, "ks_last_beat", b_last_beat)
+        s_scale = registered(m, "ks_scale", b_scale)
+        s_first_row = registered(m, "ks_first_row", b_first_row)
+        s_last_row = registered(m, "ks_last_row", b_last_row)
+        s_bank = registered(m, "ks_bank", b_bank)
+        partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
+        s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
+        for g in range(groups):
+            m.d.sync += s_partial[g].eq(sum(b_products[g]))
+        # KC: accumulate the beats of a row into the dot product.
+        row_end = s_valid & s_last_beat
+        out = self.o.payload
+        c_valid = registered(m, "kc_valid", row_end)
+        m.d.sync += [out.first_row.eq(s_first_row), out.last_row.eq(s_last_row)]
+        c_bank = registered(m, "kc_bank", s_bank)
+        dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(groups)]
+        c_dot = out.dot
+        for g in range(groups):
+            total = Mux(s_first, s_partial[g], dot_acc[g] + s_partial[g])
+            with m.If(s_valid):
+                m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
+        # Beside the accumulation, the row's scale: the mantissa product q_mant * k_mant and
+        # the shift amounts of the exponent c_exp + k_exp + score_frac_bits (they depend on
+        # the scales alone), so S1 is one multiplication.
+        k_mant, k_exp = decode_scale(m, s_scale, "k_scale")
+        c_mant, c_left, c_right, c_up = out.mant, out.left, out.right, out.up
+        max_left = 10 + 10 + p.score_frac_bits
+        for g in range(groups):
+            q_scale = Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[s_bank]
+            q_mant, q_exp = decode_scale(m, q_scale, f"q_scale{g}")
+            left, right, up = shift_amounts(q_exp + k_exp + p.score_frac_bits, max_left)
+            with m.If(row_end):
+                m.d.sync += [
+                    c_mant[g].eq(q_mant * k_mant),
+                    c_left[g].eq(left),
+                    c_right[g].eq(right),
+                    c_up[g].eq(up),
+                ]
+        # The last read of a query bank happens here.
+        m.d.comb += [
+            self.o.valid.eq(c_valid),
+            *(
+                self.bank_done[b].eq(c_valid & out.last_row & (c_bank == b))
+                for b in range(DESCRIPTOR_SLOTS)
+            ),
+        ]
+        return m
+
+
+class ScoreScale(wiring.Component):
+    """Stages S1 (dot times the scales' mantissas), SH (its shifts) and S2 (their rounding
+    carry and saturation into the score format, :func:`.arith.shift_by_split`).
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`row_dot_layout`, always_ready=True))
+    o : Out(stream.Signature(:func:`score_layout`, always_ready=True))
+        Three cycles after ``i``.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(row_dot_layout(p), always_ready=True)),
+                "o": Out(stream.Signature(score_layout(p), always_ready=True)),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        groups = p.gqa_group
+        row = self.i.payload
+        # S1: dot * (q_mant * k_mant).
+        s1_valid = registered(m, "s1_valid", self.i.valid)
+        s1_first_row = registered(m, "s1_first_row", row.first_row)
+        s1_last_row = registered(m, "s1_last_row", row.last_row)
+        s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
+        s1_left = [registered(m, f"s1_left{g}", row.left[g]) for g in range(groups)]
+        s1_right = [registered(m, f"s1_right{g}", row.right[g]) for g in range(groups)]
+        s1_up = [registered(m, f"s1_up{g}", row.up[g]) for g in range(groups)]
+        for g in range(groups):
+            m.d.sync += s1_product[g].eq(row.dot[g] * row.mant[g])
+        # SH: the product's shifts; S2: their rounding carry and saturation into the score
+        # format (:func:`shift_by_split`).
+        sh_valid = registered(m, "sh_valid", s1_valid)
+        sh_first_row = registered(m, "sh_first_row", s1_first_row)
+        sh_last_row = registered(m, "sh_last_row", s1_last_row)
+        shifted = [
+            shift_by_split(
+                m, s1_product[g], s1_left[g], s1_right[g], s1_up[g], p.score_bits, True,
+                f"sh_score{g}", 1,
+            )
+            for g in range(groups)
+        ]  # fmt: skip
+        out = self.o.payload
+        m.d.sync += [
+            self.o.valid.eq(sh_valid),
+            out.first_row.eq(sh_first_row),
+            out.last_row.eq(sh_last_row),
+            *(out.score[g].eq(shifted[g]) for g in range(groups)),
+        ]
+        return m
+
+
+class OnlineSoftmax(wiring.Component):
+    """Stages S3 (the running max, an integer in log2 units, and the exp2 argument), the exp2
+    units, and S4 (``p`` and ``l``): one entry per row on ``rows_o`` (every query's shift
+    of ``l`` and ``o`` and its ``p``), a request's final (m, l) on ``stats_o``.
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`score_layout`, always_ready=True))
+    rows_o : Out(stream.Signature(:func:`.beats.row_entry_layout`))
+    stats_o : Out(stream.Signature(:func:`.beats.stats_layout`))
+    room : Out(1)
+        The row FIFO has room for every row :class:`QueryDot` may have in flight.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(score_layout(p), always_ready=True)),
+                "rows_o": Out(stream.Signature(row_entry_layout(p))),
+                "stats_o": Out(stream.Signature(stats_layout(p))),
+                "room": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        groups = p.gqa_group
+        # The row FIFO to the V side and the queue of requests' final (m, l): their read
+        # sides are this component's outputs.
+        m.submodules.row_fifo = row_fifo = fifo.SyncFIFOBuffered(
+            width=len(self.rows_o.payload.as_value()), depth=ROW_FIFO_DEPTH
+        )
+        m.submodules.k_results = k_results = fifo.SyncFIFOBuffered(
+            width=len(self.stats_o.payload.as_value()), depth=REQUEST_QUEUE_DEPTH
+        )
+        for queue, out in ((row_fifo, self.rows_o), (k_results, self.stats_o)):
+            m.d.comb += [
+                out.payload.eq(queue.r_data),
+                out.valid.eq(queue.r_rdy),
+                queue.r_en.eq(out.ready),
+            ]
+        room = self.room
+        # S3: the running max, an integer in log2 units, and the exp2 argument s - m; a
+        # request's first row compares against the initial max (the golden model's max_start).
+        # A score s > m grows it to ceil(s): the row's shift is ceil(s) - m, its exp2 argument
+        # s - ceil(s) (the fraction's bits alone), both formed beside the comparison. A
+        # request's first row shifts by the most, which clears l and o (the previous
+        # request's): no mux to zero them on either side.
+        scores = self.i.payload.score
+        s2_valid, s2_first_row = self.i.valid, self.i.payload.first_row
+        octave = 1 << p.score_frac_bits
+        top_shift = (1 << p.shift_bits) - 1
+        running_max = [Signal(signed(p.max_bits), name=f"m{g}") for g in range(groups)]
+        running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
+        exp2_units = []
+        exp2_lo = -(1 << (p.exp2.in_width - 1))
+        shift_line = []
+        new_max = []
+        for g in range(groups):
+            m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
+            exp2_units.append(unit)
+            previous = Signal(signed(p.max_bits), name=f"s3_previous_max{g}")
+            diff = Signal(signed(p.score_bits + 2), name=f"s3_diff{g}")
+            fraction = scores[g][: p.score_frac_bits]
+            ceiling = Signal(signed(p.max_bits), name=f"s3_ceil{g}")
+            growth = Signal(signed(p.max_bits + 1), name=f"s3_growth{g}")
+            grew = Signal(name=f"s3_grew{g}")
+            m.d.comb += [
+                previous.eq(Mux(s2_first_row, p.max_start, running_max[g])),
+                diff.eq(scores[g] - (previous << p.score_frac_bits)),
+                ceiling.eq((scores[g] >> p.score_frac_bits) + (fraction != 0)),
+                growth.eq(ceiling - previous),
+                grew.eq(diff > 0),
+                unit.o.ready.eq(1),
+            ]
+            x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
+            shift_reg = Signal(p.shift_bits, name=f"s3_shift{g}")
+            max_reg = Signal(signed(p.max_bits), name=f"s3_max{g}")
+            with m.If(s2_valid):
+                m.d.sync += [
+                    x.eq(
+                        Mux(
+                            grew,
+                            Mux(fraction == 0, 0, fraction - octave),
+                            Mux(diff < exp2_lo, exp2_lo, diff),
+                        )
+                    ),
+                    shift_reg.eq(
+                        Mux(
+                            s2_first_row | (grew & (growth > top_shift)),
+                            top_shift,
+                            Mux(grew, growth, 0),
+                        )
+                    ),
+                    running_max[g].eq(Mux(grew, ceiling, previous)),
+                    max_reg.eq(Mux(grew, ceiling, previous)),
+                ]
+            # Delay the shift and the row's max alongside the exp2 pipeline.
+            shift_line.append(_delay(m, shift_reg, unit.LATENCY, f"shift{g}"))
+            new_max.append(_delay(m, max_reg, unit.LATENCY, f"max{g}"))
+            s3_valid = Signal(name=f"s3_valid{g}")
+            m.d.sync += s3_valid.eq(s2_valid)
+            m.d.comb += [unit.i.payload.eq(x), unit.i.valid.eq(s3_valid)]
+        latency = exp2_units[0].LATENCY
+        s3_last_row = registered(m, "s3_last_row", self.i.payload.last_row, s2_valid)
+        last_row = _delay(m, s3_last_row, latency, "last_row")
+        # S4: p = exp2(s - m) and l <- round(l * 2**-shift) + p; push the row's shift and p of
+        # every query, and at a request's last row its final (m, l).
+        push = exp2_units[0].o.valid
+        entry = []
+        stats = []
+        for g in range(groups):
+            prob = exp2_units[g].o.payload
+            new_sum = Signal(p.l_bits, name=f"s4_l{g}")
+            rescaled = rounded(shift_halves(running_sum[g], shift_line[g]))
+            m.d.comb += new_sum.eq(rescaled + prob)
+            with m.If(push):
+                m.d.sync += running_sum[g].eq(new_sum)
+            entry += [shift_line[g], prob[: p.prob_frac_bits + 1]]
+            stats.append(Cat(new_max[g], new_sum))
+        m.d.comb += [
+            row_fifo.w_en.eq(push),
+            row_fifo.w_data.eq(Cat(*entry)),
+            k_results.w_en.eq(push & last_row),
+            k_results.w_data.eq(Cat(*stats)),
+        ]
+        # Rows in flight between a take and its push, at most one per cycle; one more since
+        # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
+        in_flight = 11 + latency
+        m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
+        return m
 
 
 class KSide(wiring.Component):
@@ -76,238 +461,27 @@ class KSide(wiring.Component):
         )
 
     def elaborate(self, platform):
-
         p = self.params
         m = Module()
-        groups, lanes = p.gqa_group, p.lanes
-        kb = self.i.payload
-        cur_bank = self.bank
-        # The row FIFO to the V side and the queue of requests' final (m, l): their read
-        # sides are this component's outputs.
-        m.submodules.row_fifo = row_fifo = fifo.SyncFIFOBuffered(
-            width=len(self.rows_o.payload.as_value()), depth=ROW_FIFO_DEPTH
-        )
-        m.submodules.k_results = k_results = fifo.SyncFIFOBuffered(
-            width=len(self.stats_o.payload.as_value()), depth=REQUEST_QUEUE_DEPTH
-        )
-        for queue, out in ((row_fifo, self.rows_o), (k_results, self.stats_o)):
-            m.d.comb += [
-                out.payload.eq(queue.r_data),
-                out.valid.eq(queue.r_rdy),
-                queue.r_en.eq(out.ready),
-            ]
-        room = Signal(name="k_room")
-        m.d.comb += self.i.ready.eq(room)
-
-        def stage(name, value, enable=None):
-            """A register following ``value`` (only while ``enable``, when given)."""
-            reg = Signal.like(value, name=name)
-            if enable is None:
-                m.d.sync += reg.eq(value)
-            else:
-                with m.If(enable):
-                    m.d.sync += reg.eq(value)
-            return reg
-
-        # KA: the accepted row beat, and each query's chunk for it (read from its bank here, so
-        # KB's products start from registers).
-        take = self.i.valid & self.i.ready
-        a_valid = stage("ka_valid", take)
-        a_data = stage("ka_data", kb.data, take)
-        a_beat = stage("ka_beat", kb.beat, take)
-        a_last_beat = stage("ka_last_beat", kb.last_beat, take)
-        a_scale = stage("ka_scale", kb.scale, take)
-        a_first_row = stage("ka_first_row", kb.first_row, take)
-        a_last_row = stage("ka_last_row", kb.last_row, take)
-        a_bank = stage("ka_bank", cur_bank, take)
-        q_chunk_bits = lanes * p.q_bits
-        a_chunk = []
-        for g in range(groups):
-            query = Array(self.queries[b][g] for b in range(DESCRIPTOR_SLOTS))[cur_bank]
-            a_chunk.append(stage(f"ka_chunk{g}", query.word_select(kb.beat, q_chunk_bits), take))
-        # KB: lanes products per query (the multipliers' output registers).
-        b_valid = stage("kb_valid", a_valid)
-        b_first = stage("kb_first", a_beat == 0)
-        b_last_beat = stage("kb_last_beat", a_last_beat)
-        b_scale = stage("kb_scale", a_scale)
-        b_first_row = stage("kb_first_row", a_first_row)
-        b_last_row = stage("kb_last_row", a_last_row)
-        b_bank = stage("kb_bank", a_bank)
-        product_bits = p.q_bits + p.kv_bits
-        e = p.kv_bits  # element width of K and V
-        b_products = []
-        for g in range(groups):
-            row = []
-            for i in range(lanes):
-                product = Signal(signed(product_bits), name=f"kb_product{g}_{i}")
-                m.d.sync += product.eq(
-                    a_chunk[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
-                    * a_data[i * e : (i + 1) * e].as_signed()
-                )
-                row.append(product)
-            b_products.append(row)
-        # KS: the products summed (an adder tree of its own stage).
-        s_valid = stage("ks_valid", b_valid)
-        s_first = stage("ks_first", b_first)
-        s_last_beat = stage("ks_last_beat", b_last_beat)
-        s_scale = stage("ks_scale", b_scale)
-        s_first_row = stage("ks_first_row", b_first_row)
-        s_last_row = stage("ks_last_row", b_last_row)
-        s_bank = stage("ks_bank", b_bank)
-        partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
-        s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
-        for g in range(groups):
-            m.d.sync += s_partial[g].eq(sum(b_products[g]))
-        # KC: accumulate the beats of a row into the dot product.
-        row_end = s_valid & s_last_beat
-        c_valid = stage("kc_valid", row_end)
-        c_first_row = stage("kc_first_row", s_first_row)
-        c_last_row = stage("kc_last_row", s_last_row)
-        c_bank = stage("kc_bank", s_bank)
-        dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(groups)]
-        c_dot = [Signal(signed(p.dot_bits), name=f"kc_dot{g}") for g in range(groups)]
-        for g in range(groups):
-            total = Mux(s_first, s_partial[g], dot_acc[g] + s_partial[g])
-            with m.If(s_valid):
-                m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
-        # Beside the accumulation, the row's scale: the mantissa product q_mant * k_mant and
-        # the shift amounts of the exponent c_exp + k_exp + score_frac_bits (they depend on
-        # the scales alone), so S1 is one multiplication.
-        k_mant, k_exp = decode_scale(m, s_scale, "k_scale")
-        max_left = 10 + 10 + p.score_frac_bits
-        c_mant = [Signal(22, name=f"kc_mant{g}") for g in range(groups)]
-        c_left = [Signal(max_left.bit_length(), name=f"kc_left{g}") for g in range(groups)]
-        c_right = [Signal(6, name=f"kc_right{g}") for g in range(groups)]
-        c_up = [Signal(name=f"kc_up{g}") for g in range(groups)]
-        for g in range(groups):
-            q_scale = Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[s_bank]
-            q_mant, q_exp = decode_scale(m, q_scale, f"q_scale{g}")
-            left, right, up = shift_amounts(q_exp + k_exp + p.score_frac_bits, max_left)
-            with m.If(row_end):
-                m.d.sync += [
-                    c_mant[g].eq(q_mant * k_mant),
-                    c_left[g].eq(left),
-                    c_right[g].eq(right),
-                    c_up[g].eq(up),
-                ]
-        # S1: dot * (q_mant * k_mant). The last read of a query bank happened in KC.
-        s1_valid = stage("s1_valid", c_valid)
-        s1_first_row = stage("s1_first_row", c_first_row)
-        s1_last_row = stage("s1_last_row", c_last_row)
+        m.submodules.dot = dot = QueryDot(p)
+        m.submodules.score = score = ScoreScale(p)
+        m.submodules.softmax = softmax = OnlineSoftmax(p)
+        wiring.connect(m, wiring.flipped(self.i), dot.i)
+        wiring.connect(m, dot.o, score.i)
+        wiring.connect(m, score.o, softmax.i)
+        wiring.connect(m, softmax.rows_o, wiring.flipped(self.rows_o))
+        wiring.connect(m, softmax.stats_o, wiring.flipped(self.stats_o))
         m.d.comb += [
-            self.bank_done[b].eq(c_valid & c_last_row & (c_bank == b))
-            for b in range(DESCRIPTOR_SLOTS)
+            dot.room.eq(softmax.room),
+            dot.bank.eq(self.bank),
+            self.bank_done.eq(dot.bank_done),
         ]
-        s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
-        s1_left = [stage(f"s1_left{g}", c_left[g]) for g in range(groups)]
-        s1_right = [stage(f"s1_right{g}", c_right[g]) for g in range(groups)]
-        s1_up = [stage(f"s1_up{g}", c_up[g]) for g in range(groups)]
-        for g in range(groups):
-            m.d.sync += s1_product[g].eq(c_dot[g] * c_mant[g])
-        # SH: the product's shifts; S2: their rounding carry and saturation into the score
-        # format (:func:`shift_by_split`).
-        sh_valid = stage("sh_valid", s1_valid)
-        sh_first_row = stage("sh_first_row", s1_first_row)
-        sh_last_row = stage("sh_last_row", s1_last_row)
-        shifted = [
-            shift_by_split(
-                m, s1_product[g], s1_left[g], s1_right[g], s1_up[g], p.score_bits, True,
-                f"sh_score{g}", 1,
-            )
-            for g in range(groups)
-        ]  # fmt: skip
-        s2_valid = stage("s2_valid", sh_valid)
-        s2_first_row = stage("s2_first_row", sh_first_row)
-        s2_last_row = stage("s2_last_row", sh_last_row)
-        scores = [Signal(signed(p.score_bits), name=f"s2_score{g}") for g in range(groups)]
-        for g in range(groups):
-            m.d.sync += scores[g].eq(shifted[g])
-        # S3: the running max, an integer in log2 units, and the exp2 argument s - m; a
-        # request's first row compares against the initial max (the golden model's max_start).
-        # A score s > m grows it to ceil(s): the row's shift is ceil(s) - m, its exp2 argument
-        # s - ceil(s) (the fraction's bits alone), both formed beside the comparison. A
-        # request's first row shifts by the most, which clears l and o (the previous
-        # request's): no mux to zero them on either side.
-        octave = 1 << p.score_frac_bits
-        top_shift = (1 << p.shift_bits) - 1
-        running_max = [Signal(signed(p.max_bits), name=f"m{g}") for g in range(groups)]
-        running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
-        exp2_units = []
-        exp2_lo = -(1 << (p.exp2.in_width - 1))
-        shift_line = []
-        new_max = []
-        for g in range(groups):
-            m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
-            exp2_units.append(unit)
-            previous = Signal(signed(p.max_bits), name=f"s3_previous_max{g}")
-            diff = Signal(signed(p.score_bits + 2), name=f"s3_diff{g}")
-            fraction = scores[g][: p.score_frac_bits]
-            ceiling = Signal(signed(p.max_bits), name=f"s3_ceil{g}")
-            growth = Signal(signed(p.max_bits + 1), name=f"s3_growth{g}")
-            grew = Signal(name=f"s3_grew{g}")
-            m.d.comb += [
-                previous.eq(Mux(s2_first_row, p.max_start, running_max[g])),
-                diff.eq(scores[g] - (previous << p.score_frac_bits)),
-                ceiling.eq((scores[g] >> p.score_frac_bits) + (fraction != 0)),
-                growth.eq(ceiling - previous),
-                grew.eq(diff > 0),
-                unit.o.ready.eq(1),
-            ]
-            x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
-            shift_reg = Signal(p.shift_bits, name=f"s3_shift{g}")
-            max_reg = Signal(signed(p.max_bits), name=f"s3_max{g}")
-            with m.If(s2_valid):
-                m.d.sync += [
-                    x.eq(
-                        Mux(
-                            grew,
-                            Mux(fraction == 0, 0, fraction - octave),
-                            Mux(diff < exp2_lo, exp2_lo, diff),
-                        )
-                    ),
-                    shift_reg.eq(
-                        Mux(
-                            s2_first_row | (grew & (growth > top_shift)),
-                            top_shift,
-                            Mux(grew, growth, 0),
-                        )
-                    ),
-                    running_max[g].eq(Mux(grew, ceiling, previous)),
-                    max_reg.eq(Mux(grew, ceiling, previous)),
+        for s in range(DESCRIPTOR_SLOTS):
+            for g in range(p.gqa_group):
+                m.d.comb += [
+                    dot.queries[s][g].eq(self.queries[s][g]),
+                    dot.query_scales[s][g].eq(self.query_scales[s][g]),
                 ]
-            # Delay the shift and the row's max alongside the exp2 pipeline.
-            shift_line.append(_delay(m, shift_reg, unit.LATENCY, f"shift{g}"))
-            new_max.append(_delay(m, max_reg, unit.LATENCY, f"max{g}"))
-            s3_valid = Signal(name=f"s3_valid{g}")
-            m.d.sync += s3_valid.eq(s2_valid)
-            m.d.comb += [unit.i.payload.eq(x), unit.i.valid.eq(s3_valid)]
-        latency = exp2_units[0].LATENCY
-        s3_last_row = stage("s3_last_row", s2_last_row, s2_valid)
-        last_row = _delay(m, s3_last_row, latency, "last_row")
-        # S4: p = exp2(s - m) and l <- round(l * 2**-shift) + p; push the row's shift and p of
-        # every query, and at a request's last row its final (m, l).
-        push = exp2_units[0].o.valid
-        entry = []
-        stats = []
-        for g in range(groups):
-            prob = exp2_units[g].o.payload
-            new_sum = Signal(p.l_bits, name=f"s4_l{g}")
-            rescaled = rounded(shift_halves(running_sum[g], shift_line[g]))
-            m.d.comb += new_sum.eq(rescaled + prob)
-            with m.If(push):
-                m.d.sync += running_sum[g].eq(new_sum)
-            entry += [shift_line[g], prob[: p.prob_frac_bits + 1]]
-            stats.append(Cat(new_max[g], new_sum))
-        m.d.comb += [
-            row_fifo.w_en.eq(push),
-            row_fifo.w_data.eq(Cat(*entry)),
-            k_results.w_en.eq(push & last_row),
-            k_results.w_data.eq(Cat(*stats)),
-        ]
-        # Rows in flight between a take and its push, at most one per cycle; one more since
-        # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
-        in_flight = 11 + latency
-        m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return m
 
 

@@ -1,13 +1,28 @@
 """``hpu`` V side: the weights of every V row and the accumulators ``o`` of every query."""
 
-from amaranth.hdl import Module, Signal, signed
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arith import decode_scale, rounded, shift_amounts, shift_by_split, shift_halves
 from .beats import TAG_BITS, checked, row_beat_layout, row_entry_layout
 
-__all__ = ["VSide"]
+__all__ = ["Accumulators", "RowWeights", "VSide", "weighted_beat_layout"]
+
+
+def weighted_beat_layout(params) -> data.StructLayout:
+    """A V row beat with its row's weight and shift for every query: the beat's data, whether
+    it ends its request, the request's tag."""
+    p = params
+    return data.StructLayout(
+        {
+            "data": unsigned(p.mem_data_bits),
+            "end": 1,
+            "tag": unsigned(TAG_BITS),
+            "shift": data.ArrayLayout(unsigned(p.shift_bits), p.gqa_group),
+            "weight": data.ArrayLayout(unsigned(p.weight_bits), p.gqa_group),
+        }
+    )
 
 
 class VSide(wiring.Component):
@@ -62,19 +77,68 @@ class VSide(wiring.Component):
         )
 
     def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        m.submodules.weights = weights = RowWeights(p)
+        m.submodules.accumulators = accumulators = Accumulators(p)
+        wiring.connect(m, wiring.flipped(self.i), weights.i)
+        wiring.connect(m, wiring.flipped(self.rows_i), weights.rows_i)
+        wiring.connect(m, weights.o, accumulators.i)
+        m.d.comb += [
+            weights.tag.eq(self.tag),
+            weights.snapshot_busy.eq(accumulators.busy),
+            accumulators.release.eq(self.release),
+            self.snapshot_valid.eq(accumulators.snapshot_valid),
+            self.snapshot_tag.eq(accumulators.snapshot_tag),
+        ]
+        for g in range(p.gqa_group):
+            for i in range(p.row_elems):
+                m.d.comb += self.snapshot[g][i].eq(accumulators.snapshot[g][i])
+        return m
 
+
+class RowWeights(wiring.Component):
+    """``w = p * v_scale`` of every query for each V row, beside the row's beats.
+
+    Each row's first beat takes the row's entry from ``rows_i``. The beats leave on ``o``
+    four cycles after they are taken, with their row's weights and shifts. A request's last
+    beat is taken only while ``snapshot_busy`` is low and no other request's end is in these
+    stages, and a request's first beat never right after the previous request's last.
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`.beats.row_beat_layout`))
+    tag : In(TAG_BITS)
+    rows_i : In(stream.Signature(:func:`.beats.row_entry_layout`))
+    snapshot_busy : In(1)
+        The :class:`Accumulators` cannot take a request's end yet.
+    o : Out(stream.Signature(:func:`weighted_beat_layout`, always_ready=True))
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(row_beat_layout(p))),
+                "tag": In(TAG_BITS),
+                "rows_i": In(stream.Signature(row_entry_layout(p))),
+                "snapshot_busy": In(1),
+                "o": Out(stream.Signature(weighted_beat_layout(p), always_ready=True)),
+            }
+        )
+
+    def elaborate(self, platform):
         p = self.params
         m = Module()
         groups = p.gqa_group
+        word = p.prob_frac_bits + 1
         vb = self.i.payload
         row_fifo = self.rows_i
         v_tag, gate = self.tag, self.i.ready
-        snapshot, snap_valid, snap_tag = self.snapshot, self.snapshot_valid, self.snapshot_tag
-        accumulators = [
-            [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.row_elems)]
-            for g in range(groups)
-        ]
-        word = p.prob_frac_bits + 1
         # Stages: vd (the row's scale, decoded, and its row-FIFO entry), vw (the row's
         # weights' products and exponents, the beat's data), vs (the weights' shifts), va
         # (their rounding and saturation; the update's products) and, where a row is two beats
@@ -83,18 +147,13 @@ class VSide(wiring.Component):
         vd_end = Signal(name="vd_end")
         vw_valid = Signal(name="vw_valid")
         vw_end = Signal(name="vw_end")
-        tail_busy = Signal(name="v_tail_busy")  # the last update's stage holds a request's end
         vs_valid = Signal(name="vs_valid")
         vs_end = Signal(name="vs_end")
-        va_valid = Signal(name="va_valid")
-        va_end = Signal(name="va_end")
-        snap_copy = Signal(name="snap_copy")
+        va_valid, va_end = self.o.valid, self.o.payload.end
         snap_busy = Signal(name="snap_busy")
         m.d.comb += [
             snap_busy.eq(
-                snap_valid
-                | snap_copy
-                | tail_busy
+                self.snapshot_busy
                 | (va_valid & va_end)
                 | (vs_valid & vs_end)
                 | (vw_valid & vw_end)
@@ -135,8 +194,8 @@ class VSide(wiring.Component):
         vw_right = Signal(6, name="vw_right")
         vw_up = Signal(name="vw_up")
         vw_shifts = [Signal(p.shift_bits, name=f"vw_shift{g}") for g in range(groups)]
-        weights = [Signal(p.weight_bits, name=f"va_w{g}") for g in range(groups)]
-        shifts = [Signal(p.shift_bits, name=f"va_shift{g}") for g in range(groups)]
+        out = self.o.payload
+        weights, shifts = out.weight, out.shift
         entry_bits = p.shift_bits + word
         with m.If(vd_first):
             total = vd_exp + (p.w_frac_bits - p.prob_frac_bits)
@@ -176,30 +235,74 @@ class VSide(wiring.Component):
             ("vs", vs_valid, vw_valid, vs_end),
             ("va", va_valid, vs_valid, va_end),
         ):
+            last = prefix == "va"  # the last stage's registers are the output's
             held = {
-                "data": Signal(p.mem_data_bits, name=f"{prefix}_data"),
+                "data": out.data if last else Signal(p.mem_data_bits, name=f"{prefix}_data"),
                 "end": end,
-                "tag": Signal(TAG_BITS, name=f"{prefix}_tag"),
+                "tag": out.tag if last else Signal(TAG_BITS, name=f"{prefix}_tag"),
             }
             m.d.sync += valid.eq(taken)
             with m.If(taken):
                 m.d.sync += [held[key].eq(beat[key]) for key in ("data", "end", "tag")]
             beat = held
-        update = _update_in_one if p.row_beats == 1 else _update_in_two
-        end_valid, end, end_tag = update(
-            p,
-            m,
-            accumulators,
-            va_valid,
-            beat["data"],
-            va_end,
-            beat["tag"],
-            shifts,
-            weights,
+        return m
+
+
+class Accumulators(wiring.Component):
+    """``o <- round(o * 2**-shift) + w * v`` per element, and the snapshot of each finished
+    request.
+
+    ``o`` is a ring of ``row_beats`` chunks per query that rotates by one chunk per beat, so
+    every chunk passes the shifters and the ``w·v`` multipliers once per row: in one stage
+    when a row is one beat, over two (va: shift and products, vb: sum) otherwise. The cycle
+    after a request's last update the ring is copied into ``snapshot``.
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`weighted_beat_layout`, always_ready=True))
+    snapshot : Out(signed(o_bits)).array(gqa_group, row_elems)
+    snapshot_valid, snapshot_tag : Out
+    release : In(1)
+    busy : Out(1)
+        The snapshot is held, being copied, or a request's last update is under way.
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(weighted_beat_layout(p), always_ready=True)),
+                "snapshot": Out(signed(p.o_bits)).array(p.gqa_group, p.row_elems),
+                "snapshot_valid": Out(1),
+                "snapshot_tag": Out(TAG_BITS),
+                "release": In(1),
+                "busy": Out(1),
+            }
         )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        groups = p.gqa_group
+        snapshot, snap_valid, snap_tag = self.snapshot, self.snapshot_valid, self.snapshot_tag
+        accumulators = [
+            [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.row_elems)]
+            for g in range(groups)
+        ]
+        update = _update_in_one if p.row_beats == 1 else _update_in_two
+        beat = self.i.payload
+        end_valid, end, end_tag = update(
+            p, m, accumulators, self.i.valid, beat.data, beat.end, beat.tag, beat.shift,
+            beat.weight,
+        )  # fmt: skip
         # The copy happens the cycle after the last update; the next request's first update is
         # at the earliest on that same edge (the gate keeps a cycle between a request's last
         # beat and the next one's first), and reads nothing of the old ring.
+        snap_copy = Signal(name="snap_copy")
         copy_tag = Signal(TAG_BITS, name="snap_copy_tag")
         m.d.sync += snap_copy.eq(end_valid & end)
         with m.If(end_valid & end):
@@ -211,7 +314,7 @@ class VSide(wiring.Component):
                     m.d.sync += snapshot[g][i].eq(accumulators[g][i])
         with m.If(self.release):
             m.d.sync += snap_valid.eq(0)
-        m.d.comb += tail_busy.eq(end_valid & end)
+        m.d.comb += self.busy.eq(snap_valid | snap_copy | (end_valid & end))
         return m
 
 

@@ -1,7 +1,12 @@
-"""``hpu`` output: each finished request's ``o / l`` per query, in result beats."""
+"""``hpu`` output: each finished request's ``o / l`` per query, in result beats.
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
-from amaranth.lib import stream, wiring
+Two components in pipeline order: :class:`ResultIssue` (which beat of the snapshot goes out
+next, with its query's shift and reciprocal) and :class:`ResultScale` (``o'`` and the
+products, rounded into result words); :class:`Output` connects them.
+"""
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import result_layout
 
@@ -9,7 +14,24 @@ from ..common.fixed import round_shift_right, saturate
 from ..common.reciprocal import leading_one
 from .beats import TAG_BITS, checked, normalized_layout
 
-__all__ = ["Output"]
+__all__ = ["Output", "ResultIssue", "ResultScale", "issued_beat_layout"]
+
+
+def issued_beat_layout(params) -> data.StructLayout:
+    """A result beat before its division: ``lanes`` words of ``o`` (or, ``raw``, words that
+    leave as they are: partial mode's ``o``, m and l), the request's sequence id, whether the
+    beat is its last, and its query's shift of ``o`` and reciprocal ``1/m``."""
+    p = params
+    return data.StructLayout(
+        {
+            "words": data.ArrayLayout(signed(p.o_bits), p.lanes),
+            "raw": 1,
+            "tag": unsigned(32),
+            "last": 1,
+            "shift": range(p.position_bits + 1),
+            "recip": unsigned(p.reciprocal.out_bits),
+        }
+    )
 
 
 class Output(wiring.Component):
@@ -18,10 +40,7 @@ class Output(wiring.Component):
     With ``l = m * 2**e`` and the normalizer's ``1/m``, each element leaves as
     ``y = round(o' * (1/m))`` with ``o' = o >> (e + const)`` clamped to one DSP48E2 operand
     (``out_operand_bits``): one multiplier per lane. In partial mode ``o`` leaves as it is,
-    with an extra beat per query holding m (in the score format) and l. Four stages: PRE holds
-    a beat's words of ``o`` (or its raw words), SH their ``o'``, MUL the products ``o' * (1/m)``,
-    the result register their rounding and saturation. All move when the result register is
-    free, so backpressure on ``result_o`` stalls them together.
+    with an extra beat per query holding m (in the score format) and l.
 
     Parameters
     ----------
@@ -56,83 +75,172 @@ class Output(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        groups = p.gqa_group
-        recip_bits = p.reciprocal.out_bits
-        snap_valid, snap_tag = self.snapshot_valid, self.snapshot_tag
-        snapshot = [[self.snapshot[g][i] for i in range(p.row_elems)] for g in range(groups)]
-        recips = [Signal(recip_bits, name=f"r{g}") for g in range(groups)]
+        m.submodules.issue = issue = ResultIssue(p)
+        m.submodules.scale = scale = ResultScale(p)
+        wiring.connect(m, wiring.flipped(self.i), issue.i)
+        wiring.connect(m, issue.o, scale.i)
+        wiring.connect(m, scale.o, wiring.flipped(self.result_o))
+        m.d.comb += [
+            issue.snapshot_valid.eq(self.snapshot_valid),
+            issue.snapshot_tag.eq(self.snapshot_tag),
+            self.release.eq(issue.release),
+        ]
+        for g in range(p.gqa_group):
+            for i in range(p.row_elems):
+                m.d.comb += issue.snapshot[g][i].eq(self.snapshot[g][i])
+        return m
+
+
+class ResultIssue(wiring.Component):
+    """Takes a request's (m, l) and reciprocals once its snapshot is there, then offers its
+    beats on ``o``: ``row_beats`` chunks per query (and the (m, l) beat in partial mode),
+    each chunk read from the snapshot through one mux (a rotating snapshot cost a LUT per bit
+    for its second source, 10.6k LUTs in the default engine). Elements past ``head_dim``
+    leave as zero. Each query's shift of ``o`` is ``o' = o >> (l's exponent + offset)``, the
+    exponent ``1/m`` leaves out, formed as the (m, l) are taken (a cycle of its own made short
+    requests wait on the output).
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    snapshot, snapshot_valid, snapshot_tag, i, release
+        As :class:`Output`'s.
+    o : Out(stream.Signature(:func:`issued_beat_layout`))
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "snapshot": In(signed(p.o_bits)).array(p.gqa_group, p.row_elems),
+                "snapshot_valid": In(1),
+                "snapshot_tag": In(TAG_BITS),
+                "i": In(stream.Signature(normalized_layout(p))),
+                "release": Out(1),
+                "o": Out(stream.Signature(issued_beat_layout(p))),
+            }
+        )
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        groups, lanes = p.gqa_group, p.lanes
+        recips = [Signal(p.reciprocal.out_bits, name=f"r{g}") for g in range(groups)]
         # The shift of o to o' above its least (out_o_shift_min): 0..position_bits.
         o_shifts = [Signal(range(p.position_bits + 1), name=f"o_shift{g}") for g in range(groups)]
         out_max = [Signal(signed(p.max_bits), name=f"out_m{g}") for g in range(groups)]
         out_sum = [Signal(p.l_bits, name=f"out_l{g}") for g in range(groups)]
         out_query = Signal(range(groups))
         out_chunk = Signal(range(p.row_beats + 1))
-        partial = snap_tag[32]
+        partial = self.snapshot_tag[32]
+        per_query = Mux(partial, p.row_beats + 1, p.row_beats)
+        last = (out_query == groups - 1) & (out_chunk == per_query - 1)
 
-        # The output is four stages: PRE holds a beat's words of o (or its raw words), SH their
-        # o' = o >> shift, clamped into one multiplier operand, MUL the products o' * (1/m),
-        # the result register their rounding and saturation. All move when the result
-        # register is free, so backpressure stalls them together.
-        pre = self._output_stages(m)
+        # The beat on offer: its chunk of the snapshot (the stats beat's index is past the end).
+        chunks = Array(
+            Array(Cat(*acc[c * lanes : (c + 1) * lanes]) for c in range(p.row_beats))
+            for acc in self.snapshot
+        )
+        head = chunks[out_query][out_chunk]
+        beat = self.o.payload
+        m.d.comb += [
+            beat.tag.eq(self.snapshot_tag[:32]),
+            beat.last.eq(last),
+            beat.shift.eq(Array(o_shifts)[out_query]),
+            beat.recip.eq(Array(recips)[out_query]),
+        ]
+        with m.If(out_chunk < p.row_beats):
+            m.d.comb += beat.raw.eq(partial)
+            for i in range(lanes):
+                o = head[i * p.o_bits : (i + 1) * p.o_bits].as_signed()
+                in_head = out_chunk * lanes + i < p.head_dim
+                m.d.comb += beat.words[i].eq(Mux(in_head, o, 0))
+        with m.Else():
+            # Partial mode's extra beat per query: m in word 0 (in the score format), l in
+            # word 1.
+            m_score = Array(out_max)[out_query] << p.score_frac_bits
+            stats = [m_score, Array(out_sum)[out_query]]
+            m.d.comb += beat.raw.eq(1)
+            m.d.comb += [beat.words[i].eq(v) for i, v in enumerate(stats)]
 
         with m.FSM(name="control"):
             with m.State("IDLE"):
-                with m.If(snap_valid & self.i.valid):
+                with m.If(self.snapshot_valid & self.i.valid):
                     m.d.comb += self.i.ready.eq(1)
                     for g in range(groups):
-                        stats = self.i.payload.stats[g].as_value()
-                        # o' = o >> (l's exponent + offset): the exponent 1/m leaves out. (A
-                        # cycle of its own made short requests wait on the output.)
-                        msb = leading_one(m, stats[p.max_bits :], name=f"l_msb{g}")
+                        stats = self.i.payload.stats[g]
+                        msb = leading_one(m, stats.sum, name=f"l_msb{g}")
                         o_shift = msb - (p.prob_frac_bits - 1)
                         m.d.sync += [
-                            out_max[g].eq(stats[: p.max_bits]),
-                            out_sum[g].eq(stats[p.max_bits :]),
+                            out_max[g].eq(stats.max),
+                            out_sum[g].eq(stats.sum),
                             recips[g].eq(self.i.payload.recips[g]),
                             o_shifts[g].eq(Mux(o_shift < 0, 0, o_shift)),
                         ]
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
                     m.next = "OUT"
             with m.State("OUT"):
-                out_done = self._output(
-                    m,
-                    snapshot,
-                    out_max,
-                    out_sum,
-                    recips,
-                    o_shifts,
-                    snap_tag[:32],
-                    partial,
-                    out_query,
-                    out_chunk,
-                    pre,
-                )
-                m.d.comb += self.release.eq(out_done)
-                with m.If(out_done):
-                    m.next = "IDLE"
+                m.d.comb += self.o.valid.eq(1)
+                with m.If(self.o.ready):
+                    with m.If(out_chunk == per_query - 1):
+                        m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
+                    with m.Else():
+                        m.d.sync += out_chunk.eq(out_chunk + 1)
+                    with m.If(last):
+                        m.d.comb += self.release.eq(1)
+                        m.next = "IDLE"
         return m
 
-    def _output_stages(self, m) -> dict:
-        """PRE, SH, MUL and the result register. Returns PRE's registers and ``free`` (PRE may
-        take a beat this cycle)."""
+
+class ResultScale(wiring.Component):
+    """Four stages that move together when the result register is free, so backpressure on
+    ``o`` stalls them all: PRE holds an issued beat, SH its ``o' = o >> shift`` clamped into
+    one multiplier operand (a floor shift that keeps ``OUT_GUARD_BITS`` of ``o / l`` below y's
+    LSB; its least amount is a constant, so the shifter takes ``position_bits + 1`` amounts),
+    MUL the products ``o' * (1/m)``, the result register their rounding and saturation. Raw
+    words pass unchanged.
+
+    Parameters
+    ----------
+    params : HpuParams
+
+    Attributes
+    ----------
+    i : In(stream.Signature(:func:`issued_beat_layout`))
+    o : Out(stream.Signature(:func:`tandem.host.hpu.codec.result_layout`))
+    """
+
+    def __init__(self, params):
+        self.params = p = checked(params)
+        super().__init__(
+            {
+                "i": In(stream.Signature(issued_beat_layout(p))),
+                "o": Out(stream.Signature(result_layout(p))),
+            }
+        )
+
+    def elaborate(self, platform):
         p = self.params
-        result = self.result_o
+        m = Module()
+        result = self.o
         lanes = p.lanes
         recip_bits = p.reciprocal.out_bits
 
         def stage(name):
             return {
                 "valid": Signal(name=f"{name}_valid"),
-                "raw": Signal(name=f"{name}_raw"),  # partial mode's o, or m and l: as they are
+                "raw": Signal(name=f"{name}_raw"),
                 "tag": Signal(32, name=f"{name}_tag"),
                 "last": Signal(name=f"{name}_last"),
                 "words": [Signal(signed(p.o_bits), name=f"{name}_word{i}") for i in range(lanes)],
             }
 
         pre, sh, mul = stage("pre"), stage("sh"), stage("mul")
-        pre["shift"] = Signal(range(p.position_bits + 1), name="pre_shift")
-        pre["recip"] = Signal(recip_bits, name="pre_recip")
-        pre["free"] = Signal(name="pre_free")
+        pre_shift = Signal(range(p.position_bits + 1), name="pre_shift")
+        pre_recip = Signal(recip_bits, name="pre_recip")
         sh_recip = Signal(recip_bits, name="sh_recip")
         operand = signed(p.out_operand_bits)
         products = [
@@ -140,95 +248,41 @@ class Output(wiring.Component):
             for i in range(lanes)
         ]
         advance = ~result.valid | result.ready
-        m.d.comb += pre["free"].eq(~pre["valid"] | advance)
+        m.d.comb += self.i.ready.eq(~pre["valid"] | advance)
         words = []
         for i in range(lanes):
             y = round_shift_right(products[i], p.out_product_shift)
-            words.append(
-                self._word(m, Mux(mul["raw"], mul["words"][i], saturate(y, signed(p.out_bits))))
-            )
+            word = Signal(signed(p.word_bits), name=f"result_word{i}")
+            m.d.comb += word.eq(Mux(mul["raw"], mul["words"][i], saturate(y, signed(p.out_bits))))
+            words.append(word)
         with m.If(advance):
             for src, dst in ((pre, sh), (sh, mul)):
                 m.d.sync += [dst[key].eq(src[key]) for key in ("valid", "raw", "tag", "last")]
             for i in range(lanes):
-                # A floor shift: o' keeps OUT_GUARD_BITS of o / l below y's LSB. Its least
-                # amount is a constant, so the shifter takes position_bits + 1 amounts.
                 least = pre["words"][i] >> p.out_o_shift_min
-                scaled = saturate(least >> pre["shift"], operand)
+                scaled = saturate(least >> pre_shift, operand)
                 m.d.sync += [
                     sh["words"][i].eq(Mux(pre["raw"], pre["words"][i], scaled)),
                     mul["words"][i].eq(sh["words"][i]),
                     products[i].eq(sh["words"][i][: p.out_operand_bits].as_signed() * sh_recip),
                 ]
             m.d.sync += [
-                sh_recip.eq(pre["recip"]),
+                sh_recip.eq(pre_recip),
                 result.valid.eq(mul["valid"]),
                 result.payload.tag.eq(mul["tag"]),
                 result.payload.last.eq(mul["last"]),
                 result.payload.data.eq(Cat(*words)),
-                pre["valid"].eq(0),  # unless the sequencer loads PRE this cycle (later wins)
+                pre["valid"].eq(0),  # unless PRE takes a beat this cycle (later wins)
             ]
-        return pre
-
-    def _output(
-        self,
-        m,
-        snapshot,
-        running_max,
-        running_sum,
-        recips,
-        o_shifts,
-        seq_id,
-        partial,
-        out_query,
-        out_chunk,
-        pre,
-    ):
-        """Issue the result beats of the finished request into PRE, reading each beat's chunk
-        of the snapshot through one mux (a rotating snapshot cost a LUT per bit for its
-        second source, 10.6k LUTs in the default engine). Returns the signal that the
-        request's last beat is issued this cycle."""
-        p = self.params
-        groups, lanes = p.gqa_group, p.lanes
-        load = pre["free"]
-        per_query = Mux(partial, p.row_beats + 1, p.row_beats)
-        last = (out_query == groups - 1) & (out_chunk == per_query - 1)
-        out_done = load & last
-        chunks = Array(
-            Array(Cat(*acc[c * lanes : (c + 1) * lanes]) for c in range(p.row_beats))
-            for acc in snapshot
-        )
-        head = chunks[out_query][out_chunk]  # the stats beat's chunk index is past the end
-        words = []
-        for i in range(lanes):
-            o = head[i * p.o_bits : (i + 1) * p.o_bits].as_signed()
-            # Elements past head_dim (padding of 32-wide heads) leave as zero.
-            in_head = out_chunk * lanes + i < p.head_dim
-            words.append(Mux(in_head, o, 0))
-        # Partial mode's extra beat per query: m in word 0 (in the score format), l in word 1.
-        m_score = Array(running_max)[out_query] << p.score_frac_bits
-        stats = [m_score, Array(running_sum)[out_query]]
-        with m.If(load):
-            m.d.sync += [pre["valid"].eq(1), pre["tag"].eq(seq_id), pre["last"].eq(last)]
+        beat = self.i.payload
+        with m.If(self.i.valid & self.i.ready):
             m.d.sync += [
-                pre["shift"].eq(Array(o_shifts)[out_query]),
-                pre["recip"].eq(Array(recips)[out_query]),
+                pre["valid"].eq(1),
+                pre["raw"].eq(beat.raw),
+                pre["tag"].eq(beat.tag),
+                pre["last"].eq(beat.last),
+                pre_shift.eq(beat.shift),
+                pre_recip.eq(beat.recip),
+                *(reg.eq(word) for reg, word in zip(pre["words"], beat.words, strict=True)),
             ]
-            with m.If(out_chunk < p.row_beats):
-                m.d.sync += pre["raw"].eq(partial)
-                m.d.sync += [reg.eq(w) for reg, w in zip(pre["words"], words, strict=True)]
-            with m.Else():
-                m.d.sync += pre["raw"].eq(1)
-                m.d.sync += [reg.eq(0) for reg in pre["words"][len(stats) :]]
-                m.d.sync += [reg.eq(v) for reg, v in zip(pre["words"], stats, strict=False)]
-            with m.If(out_chunk == per_query - 1):
-                m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
-            with m.Else():
-                m.d.sync += out_chunk.eq(out_chunk + 1)
-        return out_done
-
-    def _word(self, m, value):
-        """``value`` sign- or zero-extended (by its own signedness) to one result word."""
-        word = Signal(signed(self.params.word_bits))
-        m.d.comb += word.eq(value)
-        return word
+        return m

@@ -26,7 +26,10 @@ class Normalizer(wiring.Component):
     Attributes
     ----------
     i : In(stream.Signature(:func:`.beats.stats_layout`))
-        A request's final (m, l) per query, from the K side.
+        A request's final (m, l) per query, from the K side. The producer keeps at most
+        ``REQUEST_QUEUE_DEPTH`` requests between ``i`` and ``o`` (the
+        :class:`~.scheduler.Scheduler` counts them): ``i.ready`` does not look at the queues'
+        room.
     o : Out(stream.Signature(:func:`.beats.normalized_layout`))
         The same (m, l) and each ``l``'s reciprocal.
     """
@@ -86,13 +89,14 @@ class Normalizer(wiring.Component):
                 for g in range(groups - 1):
                     with m.Case(g):
                         m.d.sync += collected[g].eq(recip.o.payload)
-        # The output takes a request's (m, l) and reciprocals together.
-        ready = stats_fifo.r_rdy & recip_fifo.r_rdy
+        # The output takes a request's (m, l) and reciprocals together: neither queue pops
+        # while the other is empty (its (m, l) can wait for its reciprocals).
+        taken = self.o.valid & self.o.ready
         m.d.comb += [
-            self.o.valid.eq(ready),
+            self.o.valid.eq(stats_fifo.r_rdy & recip_fifo.r_rdy),
             self.o.payload.stats.eq(stats_fifo.r_data),
             self.o.payload.recips.eq(recip_fifo.r_data),
-            stats_fifo.r_en.eq(self.o.ready),
-            recip_fifo.r_en.eq(self.o.ready),
+            stats_fifo.r_en.eq(taken),
+            recip_fifo.r_en.eq(taken),
         ]
         return m

@@ -144,8 +144,9 @@ class VRequestQueue(wiring.Component):
 
     The V side starts each request later than the K side: ``push`` (the K side's start)
     queues what the V side needs of it (:func:`.beats.v_request_layout`); the V sequencer
-    starts the queue's head as soon as it is ``seq_free``, and the head's appended v row,
-    its scale and its tag are held from then on while that request runs.
+    starts the queue's head when it is ``seq_free`` (a push reaches the head one or two
+    cycles later, the buffered FIFO's latency), and the head's appended v row, its scale and
+    its tag are held from then on while that request runs.
 
     Parameters
     ----------

@@ -402,6 +402,8 @@ def test_gateware_every_group_size(gqa_group):
         {**SMALL, "kv_bits": 16, "lanes": 8, "gqa_group": 3},
         # int8, head_dim 64 with 256-bit ports (the SmolLM2 engine's int8 format), one port
         {"kv_bits": 8, "lanes": 32, "read_ports": 1, "max_seq_len": 256},
+        # one beat per row (64-byte rows on 512-bit ports): the V side's one-stage update
+        {**SMALL, "lanes": 64, "mem_data_bits": 512, "gqa_group": 2},
     ],
 )
 def test_gateware_shapes_bursts_and_memory(overrides):
@@ -512,8 +514,9 @@ def test_error_on_smollm2_attention_meets_the_targets():
 @pytest.mark.parametrize(
     "overrides",
     [
-        {**SMALL, "gqa_group": 3},  # 2 beats per row
-        {**SMALL, "gqa_group": 2, "lanes": 32, "mem_data_bits": 256},  # 1 beat per row
+        {**SMALL, "gqa_group": 3},  # 4 beats per row (64-byte rows, 16-byte beats)
+        {**SMALL, "gqa_group": 2, "lanes": 32, "mem_data_bits": 256},  # 2 beats per row
+        {**SMALL, "gqa_group": 2, "lanes": 64, "mem_data_bits": 512},  # 1 beat per row
         {**SMALL, "gqa_group": 2, "read_ports": 1},  # K and V share one port
     ],
 )

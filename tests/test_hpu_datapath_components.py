@@ -474,9 +474,27 @@ def test_v_side_snapshot_is_the_golden_o_and_waits_for_release(name):
 
 # --- result scale ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", PARAMS)
+def test_reciprocal_of_every_sum_is_in_the_result_scales_range(name):
+    """ResultScale saturates y where o' leaves the multiplier's operand, which is exact only
+    if 1/m >= 1/2 (a clamped o' then saturates y): the reciprocal unit's output for every
+    mantissa (each of the 2**16 sums of one octave, and sums of higher octaves with random low
+    bits) lies in [1/2, 1)."""
+    p = PARAMS[name]
+    frac = p.reciprocal.out_frac_bits
+    rng = np.random.default_rng(18)
+    octave = p.prob_frac_bits
+    sums = [np.arange(1 << octave, 1 << (octave + 1), dtype=np.int64)]
+    for top in range(octave + 1, p.l_bits):
+        sums.append(rng.integers(1 << top, 1 << (top + 1), 1 << 14, dtype=np.int64))
+    sums.append(np.arange(1 << (octave - 1), 1 << octave, dtype=np.int64))  # l in [1/2, 1)
+    recips = np.asarray(reciprocal_golden(p.reciprocal, np.concatenate(sums)))
+    assert recips.min() >= 1 << (frac - 1) and recips.max() < 1 << frac
+
+
+@pytest.mark.parametrize("name", PARAMS)
 def test_result_scale_divides_clamps_and_saturates_like_the_golden_output(name):
     """Random issued beats: o of every magnitude (small, near the operand's clamp, the whole
-    accumulator range), every shift, reciprocals in [0.5, 1) and any others, raw beats among them;
+    accumulator range), every shift, reciprocals over [1/2, 1), raw beats among them;
     under random gaps and backpressure each result word is the golden model's
     ``y = round(clamp(o >> (shift + least)) * (1/m))`` saturated, raw words unchanged."""
     p = PARAMS[name]
@@ -490,12 +508,11 @@ def test_result_scale_divides_clamps_and_saturates_like_the_golden_output(name):
         kind == 0, small, np.where(kind == 1, edge, rng.integers(o_lo, o_hi, (count, lanes)))
     )
     shifts = rng.integers(p.position_bits + 1, size=count)
-    recip_top = 1 << p.reciprocal.out_bits
-    recips = np.where(
-        rng.random(count) < 0.8,
-        rng.integers(recip_top // 2, recip_top, count),  # 1/m in (0.5, 1)
-        rng.integers(recip_top, size=count),
-    )
+    # 1/m in [1/2, 1): the reciprocal unit's whole range (ResultScale's contract), the ends
+    # among them.
+    half = 1 << (p.reciprocal.out_frac_bits - 1)
+    recips = rng.integers(half, 2 * half, count)
+    recips[:4] = [half, half, 2 * half - 1, 2 * half - 1]
     raw = rng.random(count) < 0.25
     beats = [
         {

@@ -66,8 +66,9 @@ def score_layout(params) -> data.StructLayout:
 
 class QueryDot(wiring.Component):
     """Stages KA (the accepted row beat and each query's chunk for it, read from its bank so
-    KB's products start from registers), KB (``groups x lanes`` products), KS (their sum) and
-    KC (a row's beats summed into its dot product; beside it the row's scale factors).
+    KB's products start from registers), KB (``groups x lanes`` products), K1 and KS (their
+    sum, with the scales decoded beside it) and KC (a row's beats summed into its dot product;
+    beside it the row's scale factors).
 
     Parameters
     ----------
@@ -85,7 +86,7 @@ class QueryDot(wiring.Component):
     query_scales : In(unsigned(16)).array(DESCRIPTOR_SLOTS, gqa_group)
         Every slot's queries and binary16 score scales.
     o : Out(stream.Signature(:func:`row_dot_layout`, always_ready=True))
-        One per row, four cycles after its last beat is taken.
+        One per row, five cycles after its last beat is taken.
     bank_done : Out(DESCRIPTOR_SLOTS)
         The last beat reading that slot's queries has left the stages that read them.
     """
@@ -152,18 +153,45 @@ class QueryDot(wiring.Component):
                 )
                 row.append(product)
             b_products.append(row)
-        # KS: the products summed (an adder tree of its own stage).
-        s_valid = registered(m, "ks_valid", b_valid)
-        s_first = registered(m, "ks_first", b_first)
-        s_last_beat = registered(m, "ks_last_beat", b_last_beat)
-        s_scale = registered(m, "ks_scale", b_scale)
-        s_first_row = registered(m, "ks_first_row", b_first_row)
-        s_last_row = registered(m, "ks_last_row", b_last_row)
-        s_bank = registered(m, "ks_bank", b_bank)
+        # K1 and KS: the products summed, over two stages (groups of up to eight products in
+        # K1, their sums in KS: in one stage, 32 lanes' tree was the engine's longest path).
+        # Beside them the row's scale factors: K1 reads the query's scale of the bank and
+        # decodes both scales, KS registers the exponent's sum.
+        t_valid = registered(m, "k1_valid", b_valid)
+        t_first = registered(m, "k1_first", b_first)
+        t_last_beat = registered(m, "k1_last_beat", b_last_beat)
+        t_first_row = registered(m, "k1_first_row", b_first_row)
+        t_last_row = registered(m, "k1_last_row", b_last_row)
+        t_bank = registered(m, "k1_bank", b_bank)
+        group = min(8, lanes)
+        t_sums = [
+            [
+                registered(m, f"k1_sum{g}_{j}", sum(row[j : j + group]))
+                for j in range(0, lanes, group)
+            ]
+            for g, row in enumerate(b_products)
+        ]
+        b_k_mant, b_k_exp = decode_scale(m, b_scale, "k_scale")
+        t_k_mant = registered(m, "k1_k_mant", b_k_mant)
+        t_q_mant, t_exp = [], []
+        for g in range(groups):
+            q_scale = Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[b_bank]
+            q_mant, q_exp = decode_scale(m, q_scale, f"q_scale{g}")
+            t_q_mant.append(registered(m, f"k1_q_mant{g}", q_mant))
+            t_exp.append(registered(m, f"k1_exp{g}", q_exp + b_k_exp + p.score_frac_bits))
+        s_valid = registered(m, "ks_valid", t_valid)
+        s_first = registered(m, "ks_first", t_first)
+        s_last_beat = registered(m, "ks_last_beat", t_last_beat)
+        s_first_row = registered(m, "ks_first_row", t_first_row)
+        s_last_row = registered(m, "ks_last_row", t_last_row)
+        s_bank = registered(m, "ks_bank", t_bank)
+        s_k_mant = registered(m, "ks_k_mant", t_k_mant)
+        s_q_mant = [registered(m, f"ks_q_mant{g}", t_q_mant[g]) for g in range(groups)]
+        s_exp = [registered(m, f"ks_exp{g}", t_exp[g]) for g in range(groups)]
         partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
         s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
         for g in range(groups):
-            m.d.sync += s_partial[g].eq(sum(b_products[g]))
+            m.d.sync += s_partial[g].eq(sum(t_sums[g]))
         # KC: accumulate the beats of a row into the dot product.
         row_end = s_valid & s_last_beat
         out = self.o.payload
@@ -176,19 +204,16 @@ class QueryDot(wiring.Component):
             total = Mux(s_first, s_partial[g], dot_acc[g] + s_partial[g])
             with m.If(s_valid):
                 m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
-        # Beside the accumulation, the row's scale: the mantissa product q_mant * k_mant and
-        # the shift amounts of the exponent c_exp + k_exp + score_frac_bits (they depend on
-        # the scales alone), so S1 is one multiplication.
-        k_mant, k_exp = decode_scale(m, s_scale, "k_scale")
+        # Beside the accumulation, the mantissa product q_mant * k_mant and the shift amounts
+        # of the exponent q_exp + k_exp + score_frac_bits (they depend on the scales alone), so
+        # S1 is one multiplication.
         c_mant, c_left, c_right, c_up = out.mant, out.left, out.right, out.up
         max_left = 10 + 10 + p.score_frac_bits
         for g in range(groups):
-            q_scale = Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[s_bank]
-            q_mant, q_exp = decode_scale(m, q_scale, f"q_scale{g}")
-            left, right, up = shift_amounts(q_exp + k_exp + p.score_frac_bits, max_left)
+            left, right, up = shift_amounts(s_exp[g], max_left)
             with m.If(row_end):
                 m.d.sync += [
-                    c_mant[g].eq(q_mant * k_mant),
+                    c_mant[g].eq(s_q_mant[g] * s_k_mant),
                     c_left[g].eq(left),
                     c_right[g].eq(right),
                     c_up[g].eq(up),
@@ -399,7 +424,7 @@ class OnlineSoftmax(wiring.Component):
         ]
         # Rows in flight between a take and its push, at most one per cycle; one more since
         # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
-        in_flight = 11 + latency
+        in_flight = 12 + latency
         m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return m
 
@@ -420,9 +445,10 @@ class KSide(wiring.Component):
     taking row beats (``i.ready``) when that FIFO could overflow. ``stats_o`` never overflows
     while at most ``REQUEST_QUEUE_DEPTH`` requests are in flight (the
     :class:`~.scheduler.Scheduler` counts them). Stages: KA (the beat and each query's chunk),
-    KB (products), KS (their sum), KC (the row's dot product and its scale's product and shift
-    amounts), S1 (dot times the scales' mantissas), SH and S2 (shift, round, saturate), S3 (the
-    running max and the exp2 argument), the exp2 units, S4 (``l`` and the entry's push).
+    KB (products), K1 and KS (their sum), KC (the row's dot product and its scale's product
+    and shift amounts), S1 (dot times the scales' mantissas), SH and S2 (shift, round,
+    saturate), S3 (the running max and the exp2 argument), the exp2 units, S4 (``l`` and the
+    entry's push).
 
     Parameters
     ----------

@@ -172,13 +172,15 @@ class ResultIssue(wiring.Component):
                     m.d.comb += self.i.ready.eq(1)
                     for g in range(groups):
                         stats = self.i.payload.stats[g]
-                        msb = leading_one(m, stats.sum, name=f"l_msb{g}")
-                        o_shift = msb - (p.prob_frac_bits - 1)
+                        # max(msb - (prob_frac_bits - 1), 0) for l's leading one msb: the
+                        # leading one of l's bits from prob_frac_bits - 1 up.
+                        top = stats.sum[p.prob_frac_bits - 1 :]
+                        o_shift = leading_one(m, top, name=f"l_msb{g}")
                         m.d.sync += [
                             out_max[g].eq(stats.max),
                             out_sum[g].eq(stats.sum),
                             recips[g].eq(self.i.payload.recips[g]),
-                            o_shifts[g].eq(Mux(o_shift < 0, 0, o_shift)),
+                            o_shifts[g].eq(o_shift),
                         ]
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
                     m.next = "OUT"
@@ -201,7 +203,9 @@ class ResultScale(wiring.Component):
     one multiplier operand (a floor shift that keeps ``OUT_GUARD_BITS`` of ``o / l`` below y's
     LSB; its least amount is a constant, so the shifter takes ``position_bits + 1`` amounts),
     MUL the products ``o' * (1/m)``, the result register their rounding and saturation. Raw
-    words pass unchanged.
+    words pass unchanged. ``recip`` must lie in [1/2, 1) (the reciprocal of a mantissa in
+    [1, 2), as the :class:`~.normalizer.Normalizer` gives): then an ``o'`` out of the
+    operand's range saturates ``y``, so where it is, ``y`` saturates by ``o'``'s sign.
 
     Parameters
     ----------
@@ -242,29 +246,38 @@ class ResultScale(wiring.Component):
         pre_shift = Signal(range(p.position_bits + 1), name="pre_shift")
         pre_recip = Signal(recip_bits, name="pre_recip")
         sh_recip = Signal(recip_bits, name="sh_recip")
-        operand = signed(p.out_operand_bits)
         products = [
             Signal(signed(p.out_operand_bits + recip_bits + 1), name=f"mul_product{i}")
             for i in range(lanes)
         ]
         advance = ~result.valid | result.ready
         m.d.comb += self.i.ready.eq(~pre["valid"] | advance)
+        # o' is clamped to one multiplier operand, and a clamped o' saturates y (1/m is at
+        # least 1/2): so SH keeps o >> shift whole, MUL multiplies its low bits and notes
+        # whether it was out of the operand's range, and the result saturates y by o's sign
+        # where it was (the clamp's compare in SH was its longest path).
+        out_range = [Signal(name=f"mul_clamped{i}") for i in range(lanes)]
+        y_max = (1 << (p.out_bits - 1)) - 1
         words = []
         for i in range(lanes):
-            y = round_shift_right(products[i], p.out_product_shift)
+            y = saturate(round_shift_right(products[i], p.out_product_shift), signed(p.out_bits))
+            clamped = Mux(mul["words"][i] < 0, -y_max - 1, y_max)
             word = Signal(signed(p.word_bits), name=f"result_word{i}")
-            m.d.comb += word.eq(Mux(mul["raw"], mul["words"][i], saturate(y, signed(p.out_bits))))
+            m.d.comb += word.eq(Mux(mul["raw"], mul["words"][i], Mux(out_range[i], clamped, y)))
             words.append(word)
         with m.If(advance):
             for src, dst in ((pre, sh), (sh, mul)):
                 m.d.sync += [dst[key].eq(src[key]) for key in ("valid", "raw", "tag", "last")]
             for i in range(lanes):
                 least = pre["words"][i] >> p.out_o_shift_min
-                scaled = saturate(least >> pre_shift, operand)
+                scaled = sh["words"][i]
+                top = scaled[p.out_operand_bits - 1 :]  # o' fits the operand: all sign bits
+                fits = top.all() | ~top.any()
                 m.d.sync += [
-                    sh["words"][i].eq(Mux(pre["raw"], pre["words"][i], scaled)),
-                    mul["words"][i].eq(sh["words"][i]),
-                    products[i].eq(sh["words"][i][: p.out_operand_bits].as_signed() * sh_recip),
+                    sh["words"][i].eq(Mux(pre["raw"], pre["words"][i], least >> pre_shift)),
+                    mul["words"][i].eq(scaled),
+                    out_range[i].eq(~fits),
+                    products[i].eq(scaled[: p.out_operand_bits].as_signed() * sh_recip),
                 ]
             m.d.sync += [
                 sh_recip.eq(pre_recip),

@@ -1,13 +1,13 @@
 """``hpu`` reader: burst addresses and read data of a request's pages, for one read port."""
 
-from amaranth.hdl import Array, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import header_layout
 from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, PAGE_TOKENS
 
 from ..common.axi import BURST_INCR, AxiReadManager
-from .beats import DATA_FIFO_DEPTH, checked
+from .beats import DATA_FIFO_DEPTH, V_DATA_FIFO_DEPTH, checked
 
 __all__ = ["Reader"]
 
@@ -68,7 +68,7 @@ class Reader(wiring.Component):
         for value in parts:
             part_name = "v" if value else "k"
             m.submodules[f"{part_name}_data"] = data_fifo = fifo.SyncFIFOBuffered(
-                width=p.mem_data_bits, depth=DATA_FIFO_DEPTH
+                width=p.mem_data_bits, depth=V_DATA_FIFO_DEPTH if value else DATA_FIFO_DEPTH
             )
             fifos.append(data_fifo)
             # The FIFO's read side is the part's stream.
@@ -93,11 +93,37 @@ class Reader(wiring.Component):
             page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows)
             return p.scale_beats + page_rows * p.row_beats
 
+        # Each burst is planned the cycle before it is offered: its length (at most
+        # max_burst_beats, never across 4 KiB, never past the part's span) and whether it ends
+        # the span are registered from addr and span_left, so a burst's address update starts
+        # from registers (computed in the cycle of the update, the chain was the engine's
+        # longest path). A port thus issues at most one burst every two cycles, which keeps up
+        # with the data as long as bursts average two beats or more.
+        planned = Signal(name=f"{name}_planned")
+        beats = Signal(range(p.max_burst_beats + 1), name=f"{name}_beats")
+        span_end = Signal(name=f"{name}_span_end")
         to_boundary = Signal(range(AXI_BOUNDARY // beat_bytes + 1), name=f"{name}_to_boundary")
         m.d.comb += to_boundary.eq((AXI_BOUNDARY - addr[:12]) >> beat_shift)
-        beats = Signal(range(p.max_burst_beats + 1), name=f"{name}_beats")
         limit = Mux(span_left < p.max_burst_beats, span_left, p.max_burst_beats)
-        m.d.comb += beats.eq(Mux(to_boundary < limit, to_boundary, limit))
+        length = Mux(to_boundary < limit, to_boundary, limit)
+        # The values of the page after this one and this page's span, also registered: they
+        # follow rows_left and page_addr, which change only on an update, and an update is
+        # always at least a cycle after the one before (the plan's cycle).
+        page_rows = Mux(rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left)
+        next_rows = Signal.like(rows_left, name=f"{name}_next_rows")
+        next_span = Signal.like(span_left, name=f"{name}_next_span")
+        this_span = Signal.like(span_left, name=f"{name}_this_span")
+        next_page = Signal.like(page_addr, name=f"{name}_next_page")
+        next_addr = Signal.like(addr, name=f"{name}_next_addr")  # its first part's start
+        last_part_addr = Signal.like(addr, name=f"{name}_last_part_addr")
+        m.d.sync += [
+            next_rows.eq(rows_left - page_rows),
+            next_span.eq(page_span(rows_left - page_rows)),
+            this_span.eq(page_span(rows_left)),
+            next_page.eq(page_addr + layout.page_bytes),
+            next_addr.eq(page_addr + (layout.page_bytes + offsets[0])),
+            last_part_addr.eq(page_addr + offsets[-1]),
+        ]
 
         m.d.comb += [
             axi.arid.eq(0),
@@ -105,15 +131,18 @@ class Reader(wiring.Component):
             axi.arburst.eq(BURST_INCR),
             axi.araddr.eq(addr),
             axi.arlen.eq(beats - 1),
-            axi.arvalid.eq(active & (outstanding < p.max_outstanding)),
+            axi.arvalid.eq(active & planned & (outstanding < p.max_outstanding)),
         ]
         ar_fire = axi.arvalid & axi.arready
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
+        with m.If(~planned):
+            m.d.sync += [planned.eq(1), beats.eq(length), span_end.eq(span_left == length)]
         with m.If(start):
             rows = header.length - header.append
             base = header.base[: p.addr_bits]
             m.d.sync += [
+                planned.eq(0),
                 active.eq(rows != 0),
                 rows_left.eq(rows),
                 page_addr.eq(base),
@@ -122,26 +151,27 @@ class Reader(wiring.Component):
                 span_left.eq(page_span(rows)),
             ]
         with m.Elif(ar_fire):
-            m.d.sync += [addr.eq(addr + (beats << beat_shift)), span_left.eq(span_left - beats)]
-            with m.If(span_left == beats):
+            m.d.sync += [
+                planned.eq(0),
+                addr.eq(addr + (beats << beat_shift)),
+                span_left.eq(span_left - beats),
+            ]
+            with m.If(span_end):
                 with m.If(part != len(parts) - 1):
-                    # The page's next part: same rows, the part's own offset.
+                    # The page's next (and last) part: same rows, the part's own offset.
                     m.d.sync += [
                         part.eq(part + 1),
-                        addr.eq(page_addr + Array(offsets)[part + 1]),
-                        span_left.eq(page_span(rows_left)),
+                        addr.eq(last_part_addr),
+                        span_left.eq(this_span),
                     ]
                 with m.Else():
-                    page_rows = Mux(rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left)
-                    remaining = rows_left - page_rows
-                    next_page = page_addr + layout.page_bytes
                     m.d.sync += [
-                        rows_left.eq(remaining),
-                        active.eq(remaining != 0),
+                        rows_left.eq(next_rows),
+                        active.eq(next_rows != 0),
                         page_addr.eq(next_page),
-                        addr.eq(next_page + offsets[0]),
+                        addr.eq(next_addr),
                         part.eq(0),
-                        span_left.eq(page_span(remaining)),
+                        span_left.eq(next_span),
                     ]
         if len(parts) == 1:
             (data_fifo,) = fifos

@@ -18,9 +18,10 @@ class Scheduler(wiring.Component):
     * Reads start as soon as both readers are free, so the next request's memory latency hides
       behind the current request's last rows; they wait for every earlier append to be
       written and acknowledged (``writes_idle``): a later request may read the appended token.
-    * The write of a slot's appended token starts once its reads have (the same cycle at the
+    * The write of a slot's appended token starts once its reads have (the next cycle at the
       earliest), the writer being free.
-    * The K side starts once the slot's write has, its sequencer is free (``k_free``), the V
+    * The K side starts once the slot's write has (the next cycle at the earliest), its
+      sequencer is free (``k_free``), the V
       side's request queue has room (``v_room``) and fewer than ``REQUEST_QUEUE_DEPTH``
       requests started on the K side wait for the output to take their (m, l)
       (``stats_taken`` counts them out), so the queues between never overflow.
@@ -94,15 +95,17 @@ class Scheduler(wiring.Component):
                 & self.writes_idle
                 & ~self.readers_busy
             ),
+            # Each decision reads the slot's registered flags only, not the decision before
+            # it this cycle: chained, the three were the engine's longest path.
             write_start.eq(
                 full.bit_select(write_ptr, 1)
-                & (read.bit_select(write_ptr, 1) | (read_start & (read_ptr == write_ptr)))
+                & read.bit_select(write_ptr, 1)
                 & ~written.bit_select(write_ptr, 1)
                 & self.writer_ready
             ),
             start_k.eq(
                 full.bit_select(k_ptr, 1)
-                & (written.bit_select(k_ptr, 1) | (write_start & (write_ptr == k_ptr)))
+                & written.bit_select(k_ptr, 1)
                 & ~k_started.bit_select(k_ptr, 1)
                 & self.k_free
                 & self.v_room

@@ -268,7 +268,8 @@ class Accumulators(wiring.Component):
     snapshot_valid, snapshot_tag : Out
     release : In(1)
     busy : Out(1)
-        The snapshot is held, being copied, or a request's last update is under way.
+        The snapshot is held, being copied, or a request's last update is under way (a
+        register).
     """
 
     def __init__(self, params):
@@ -314,7 +315,15 @@ class Accumulators(wiring.Component):
                     m.d.sync += snapshot[g][i].eq(accumulators[g][i])
         with m.If(self.release):
             m.d.sync += snap_valid.eq(0)
-        m.d.comb += self.busy.eq(snap_valid | snap_copy | (end_valid & end))
+        # busy is a register holding what the snapshot's state, the copy and the update's end
+        # will be next cycle (what they are then, exactly: the input's end is the two-stage
+        # update's next end; a one-stage update's end is still in RowWeights' last stage), so
+        # the V side's gate starts from a register.
+        m.d.sync += self.busy.eq(
+            ((snap_valid | snap_copy) & ~self.release)
+            | (end_valid & end)
+            | (self.i.valid & self.i.payload.end)
+        )
         return m
 
 

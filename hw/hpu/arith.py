@@ -4,8 +4,9 @@ decoded into mantissa and exponent. The golden model's counterparts are in
 :mod:`tandem.host.hpu.golden`."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from tandem.host.common.fixed import value_range
 
-from ..common.fixed import clamp, saturate
+from ..common.fixed import clamp_changes, saturate
 
 __all__ = [
     "decode_scale",
@@ -41,27 +42,38 @@ def shift_by_split(
     computes the same value exactly in float64: ``_round_scaled`` in
     :mod:`tandem.host.hpu.golden`). Returns the second stage's (combinational) value.
 
-    The amounts come from :func:`shift_amounts`; positive exponents shift left after clamping
-    the product (which saturates anyway), negative ones round-shift right by at most 62 (every
+    The amounts come from :func:`shift_amounts`; positive exponents shift the product left
+    (one out of ``[-2**bits, 2**bits]`` saturates whatever the shift: the first stage notes
+    that beside the shift, rather than clamp the product before it, which was the V side's
+    longest path), negative ones round-shift right by at most 62 (every
     product the engine forms is below 2**52 in magnitude, so a longer shift would give 0 as
     well). The first stage registers the shifts (while ``enable``); since ``(x + 2**(r-1)) >> r
     == (x >> r) + bit r-1 of x`` for r >= 1, it keeps the floor and that bit, and the second
     stage adds them and saturates.
     """
+    product = Value.cast(product)
     left = Signal(signed(bits + 2 + (1 << len(left_amount))), name=f"{name}_left")
-    floor = Signal.like(Value.cast(product), name=f"{name}_floor")
+    over = Signal(name=f"{name}_over")  # |product| > 2**bits: a left shift saturates
+    negative = Signal(name=f"{name}_negative")
+    floor = Signal.like(product, name=f"{name}_floor")
     round_bit = Signal(name=f"{name}_round")
     up = Signal(name=f"{name}_up")
     below = Mux(right_amount == 0, 0, right_amount - 1)[: len(right_amount)]
+    # Within [-2**bits, 2**bits] the product fits bits + 2 signed bits.
+    fitted = product[: bits + 2].as_signed() if len(product) > bits + 1 else product
     with m.If(enable):
         m.d.sync += [
-            left.eq(clamp(product, 1 << bits) << left_amount),
+            left.eq(fitted << left_amount),
+            over.eq(clamp_changes(product, 1 << bits)),
+            negative.eq(product < 0),
             floor.eq(product >> right_amount),
             round_bit.eq((right_amount != 0) & (product >> below)[0]),
             up.eq(non_negative),
         ]
     shape = signed(bits) if is_signed else unsigned(bits)
-    return saturate(Mux(up, left, floor + round_bit), shape)
+    lo, hi = value_range(bits, is_signed)
+    shifted = Mux(over, Mux(negative, lo, hi), saturate(left, shape))
+    return Mux(up, shifted, saturate(floor + round_bit, shape))
 
 
 def shift_halves(value, amount):

@@ -1,6 +1,6 @@
 """``hpu`` normalizer: ``1/m`` of each finished request's ``l = m * 2**e``, per query."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -63,14 +63,17 @@ class Normalizer(wiring.Component):
         load = self.i.valid & self.i.ready
         m.d.comb += [
             recip.i.valid.eq(feeding),
-            recip.i.payload.eq(Array(feed_sums)[feed_index]),
+            recip.i.payload.eq(feed_sums[0]),
             self.i.ready.eq(~feeding | last_feed),
             stats_fifo.w_en.eq(load),
             stats_fifo.w_data.eq(self.i.payload),
             recip.o.ready.eq(1),
         ]
+        # The sums move down one place per l fed, so the unit reads the first (a register)
+        # rather than a mux by feed_index (which sat on its first stage's longest path).
         with m.If(recip.i.valid & recip.i.ready):
             m.d.sync += feed_index.eq(feed_index + 1)
+            m.d.sync += [feed_sums[g].eq(feed_sums[g + 1]) for g in range(groups - 1)]
         with m.If(last_feed):
             m.d.sync += [feeding.eq(0), feed_index.eq(0)]
         with m.If(load):

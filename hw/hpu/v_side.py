@@ -150,15 +150,19 @@ class RowWeights(wiring.Component):
         vs_valid = Signal(name="vs_valid")
         vs_end = Signal(name="vs_end")
         va_valid, va_end = self.o.valid, self.o.payload.end
+        take_row = self.i.valid & self.i.ready
+        # A request's end in vd, vw, vs or va: a register of what it will be (the stages'
+        # next values), so the gate starts from registers.
+        ends = Signal(name="v_ends_in_flight")
+        m.d.sync += ends.eq(
+            (take_row & vb.last_beat & vb.last_row)
+            | (vd_valid & vd_end)
+            | (vw_valid & vw_end)
+            | (vs_valid & vs_end)
+        )
         snap_busy = Signal(name="snap_busy")
         m.d.comb += [
-            snap_busy.eq(
-                self.snapshot_busy
-                | (va_valid & va_end)
-                | (vs_valid & vs_end)
-                | (vw_valid & vw_end)
-                | (vd_valid & vd_end)
-            ),
+            snap_busy.eq(self.snapshot_busy | ends),
             gate.eq(
                 ((vb.beat != 0) | row_fifo.valid)
                 & ~(vb.last_beat & vb.last_row & snap_busy)
@@ -168,10 +172,18 @@ class RowWeights(wiring.Component):
                 & ~(vb.first_row & (vb.beat == 0) & vd_valid & vd_end)
             ),
         ]
-        take_row = self.i.valid & self.i.ready
         first = take_row & (vb.beat == 0)
         entries = row_fifo.payload.as_value()
-        m.d.comb += row_fifo.ready.eq(first)
+        if p.row_beats == 1:
+            m.d.comb += row_fifo.ready.eq(first)
+        else:
+            # The entry is registered (vd) as the row's first beat is taken, and popped the
+            # cycle after: the next row's first beat is two cycles later at the earliest, when
+            # the FIFO shows the next entry. (Popped at once, the FIFO's own logic sat behind
+            # the gate on the engine's longest path.)
+            popped = Signal(name="v_entry_popped")
+            m.d.sync += popped.eq(first)
+            m.d.comb += row_fifo.ready.eq(popped)
         v_mant, v_exp = decode_scale(m, vb.scale, "v_scale")
         # vd registers the decoded scale (out of the sequencer's mux of a page's 32 scales)
         # and the row's FIFO entry; w = p * v_scale's product and shift amounts are

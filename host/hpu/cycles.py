@@ -23,12 +23,13 @@ there are two, with their provenance:
   RTL: ``python benchmarks/decode_cycles.py`` runs ten batches (1-8 requests, lengths 1-250,
   appends and partial requests) on both backends for two engines (the co-simulation tests'
   ``hd32-g2`` and the default one) and picks the integers that minimize the largest relative
-  error over both: FILL 47, GAP 9, within 6.1 % of Verilator on ``hd32-g2`` and 5.7 % on the
-  default int16 engine (refitted after issue 19's pipeline stages: the old FILL 41, GAP 4
-  had drifted to 14.5 %). A fit to one engine alone gets 7-8 % on it but up to 32 % on the
-  other: what is left is structure the model does not have (a lone request overlaps its
-  descriptor, reads and results less than ``max(D, R, O)`` assumes; the turn-around depends
-  on the pipeline depths). The RTL co-simulation test checks the model stays within 15 %.
+  error over both: FILL 49, GAP 9, within 6.0 % of Verilator on ``hd32-g2`` and 5.7 % on the
+  default int16 engine (refitted after issue 19's pipeline stages: FILL 41, GAP 4 had drifted
+  to 14.5 %; after the 225 MHz retiming, FILL 47 to 7.5 %). A fit to one engine alone gets
+  7-8 % on it but up to 32 % on the other: what is left is structure the model does not have
+  (a lone request overlaps its descriptor, reads and results less than ``max(D, R, O)``
+  assumes; the turn-around depends on the pipeline depths). The RTL co-simulation test checks
+  the model stays within 15 %.
 * :meth:`Memory.measured` (the performance model, :mod:`tandem.host.system.perf`): a memory
   with a read latency of ``L`` cycles, from the stream efficiency the RTL reached in
   simulation at that latency (``constraints/measured/hpu_stream_efficiency.yaml``, written by
@@ -69,7 +70,7 @@ __all__ = [
 
 #: Pipeline fill of one batch: first read's memory latency, K side, FIFO, V side, output
 #: (fitted to the RTL by benchmarks/decode_cycles.py).
-FILL_CYCLES = 47
+FILL_CYCLES = 49
 #: Turn-around cycles between two requests of a batch (fitted likewise).
 GAP_CYCLES = 9
 

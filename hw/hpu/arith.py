@@ -58,16 +58,20 @@ def shift_by_split(
     floor = Signal.like(product, name=f"{name}_floor")
     round_bit = Signal(name=f"{name}_round")
     up = Signal(name=f"{name}_up")
-    below = Mux(right_amount == 0, 0, right_amount - 1)[: len(right_amount)]
     # Within [-2**bits, 2**bits] the product fits bits + 2 signed bits.
     fitted = product[: bits + 2].as_signed() if len(product) > bits + 1 else product
+    below_zero = Cat(Const(0, 1), product)
+    below_zero = below_zero.as_signed() if product.shape().signed else below_zero
     with m.If(enable):
         m.d.sync += [
             left.eq(fitted << left_amount),
             over.eq(clamp_changes(product, 1 << bits)),
             negative.eq(product < 0),
             floor.eq(product >> right_amount),
-            round_bit.eq((right_amount != 0) & (product >> below)[0]),
+            # Bit r - 1 of the product is bit r of the product with a zero below it (bit 0
+            # for r = 0): no decrement of r in front of the select, which was the K side's
+            # longest path.
+            round_bit.eq((below_zero >> right_amount)[0]),
             up.eq(non_negative),
         ]
     shape = signed(bits) if is_signed else unsigned(bits)

@@ -139,12 +139,16 @@ class ResultIssue(wiring.Component):
         per_query = Mux(partial, p.row_beats + 1, p.row_beats)
         last = (out_query == groups - 1) & (out_chunk == per_query - 1)
 
-        # The beat on offer: its chunk of the snapshot (the stats beat's index is past the end).
+        # The beat on offer: its chunk of the snapshot, through one mux of every query's chunks
+        # in order (out_index counts the chunk beats; a mux per query, then one by query,
+        # cost twice the LUTs).
+        out_index = Signal(range(groups * p.row_beats + 1))
         chunks = Array(
-            Array(Cat(*acc[c * lanes : (c + 1) * lanes]) for c in range(p.row_beats))
+            Cat(*acc[c * lanes : (c + 1) * lanes])
             for acc in self.snapshot
+            for c in range(p.row_beats)
         )
-        head = chunks[out_query][out_chunk]
+        head = chunks[out_index]
         beat = self.o.payload
         m.d.comb += [
             beat.tag.eq(self.snapshot_tag[:32]),
@@ -182,11 +186,13 @@ class ResultIssue(wiring.Component):
                             recips[g].eq(self.i.payload.recips[g]),
                             o_shifts[g].eq(o_shift),
                         ]
-                    m.d.sync += [out_query.eq(0), out_chunk.eq(0)]
+                    m.d.sync += [out_query.eq(0), out_chunk.eq(0), out_index.eq(0)]
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += self.o.valid.eq(1)
                 with m.If(self.o.ready):
+                    with m.If(out_chunk < p.row_beats):
+                        m.d.sync += out_index.eq(out_index + 1)
                     with m.If(out_chunk == per_query - 1):
                         m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
                     with m.Else():

@@ -1,6 +1,6 @@
 """``hpu`` V side: the weights of every V row and the accumulators ``o`` of every query."""
 
-from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.hdl import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,10 +29,10 @@ class VSide(wiring.Component):
     """``w = p * v_scale`` per row and query; ``o <- round(o * 2**-shift) + w * v`` per element.
 
     Each V row's first beat takes the row's entry from ``rows_i`` (the K side's shift and
-    ``p`` of every query). ``o`` is a ring of ``row_beats`` chunks per query that rotates by
-    one chunk per V beat, so every chunk passes the shifters and the ``w·v`` multipliers once
-    per row. A request's first row starts from ``o = 0`` (its shift, the largest, clears the
-    ring). The cycle after its last update the accumulators are copied into ``snapshot``
+    ``p`` of every query). ``o`` is ``row_beats`` chunks per query; each V beat updates the chunk
+    of its place in the row, so every chunk passes the shifters and the ``w·v`` multipliers
+    once per row. A request's first row starts from ``o = 0`` (its shift, the largest, clears
+    the old values). The cycle after its last update the accumulators are copied into ``snapshot``
     (with the request's ``tag``) and ``snapshot_valid`` rises until ``release``, so the next
     request's rows can follow at once. A request's last beat is only taken (``i.ready``)
     while the snapshot is free and no copy into it is under way.
@@ -167,8 +167,8 @@ class RowWeights(wiring.Component):
                 ((vb.beat != 0) | row_fifo.valid)
                 & ~(vb.last_beat & vb.last_row & snap_busy)
                 # A request's first beat never follows the previous request's last one on the
-                # next cycle: with the update over two stages, the ring then stays still while
-                # the last update lands and the copy reads it.
+                # next cycle: with the update over two stages, the accumulators then hold still
+                # while the last update lands and the copy reads them.
                 & ~(vb.first_row & (vb.beat == 0) & vd_valid & vd_end)
             ),
         ]
@@ -239,7 +239,7 @@ class RowWeights(wiring.Component):
                 m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
         # The row beat travels beside the weights' four stages (vd, vw, vs, va): its data, the
         # request's end and the tag, registered while the stage before holds a beat. (A
-        # request's first row needs no flag: its shift clears the ring's old values.)
+        # request's first row needs no flag: its shift clears the old values.)
         beat = {"data": vb.data, "end": vb.last_beat & vb.last_row, "tag": v_tag}
         for prefix, valid, taken, end in (
             ("vd", vd_valid, take_row, vd_end),
@@ -264,10 +264,10 @@ class Accumulators(wiring.Component):
     """``o <- round(o * 2**-shift) + w * v`` per element, and the snapshot of each finished
     request.
 
-    ``o`` is a ring of ``row_beats`` chunks per query that rotates by one chunk per beat, so
-    every chunk passes the shifters and the ``w·v`` multipliers once per row: in one stage
-    when a row is one beat, over two (va: shift and products, vb: sum) otherwise. The cycle
-    after a request's last update the ring is copied into ``snapshot``.
+    ``o`` is ``row_beats`` chunks per query; each beat updates the chunk of its place in the
+    row, so every chunk passes the shifters and the ``w·v`` multipliers once per row: in one
+    stage when a row is one beat, over two (va: shift and products, vb: sum) otherwise. The
+    cycle after a request's last update the chunks are copied into ``snapshot``.
 
     Parameters
     ----------
@@ -314,7 +314,7 @@ class Accumulators(wiring.Component):
         )  # fmt: skip
         # The copy happens the cycle after the last update; the next request's first update is
         # at the earliest on that same edge (the gate keeps a cycle between a request's last
-        # beat and the next one's first), and reads nothing of the old ring.
+        # beat and the next one's first), and reads nothing of the old values.
         snap_copy = Signal(name="snap_copy")
         copy_tag = Signal(TAG_BITS, name="snap_copy_tag")
         m.d.sync += snap_copy.eq(end_valid & end)
@@ -356,36 +356,41 @@ def _update_in_one(p, m, accumulators, valid, data_, end, tag, shifts, weights):
 
 
 def _update_in_two(p, m, accumulators, valid, data_, end, tag, shifts, weights):
-    """``o <- round(o * 2**-shift) + w * v`` over two stages: VA shifts the head (the floor
-    and the rounding bit of :func:`shift_halves`), forms the products w * v and rotates
-    the ring (its head to the tail, unchanged), VB adds them and writes the sum where the
-    element sits after this cycle's rotation, one beat further when VA rotates again. An
-    element comes back to the head ``row_beats >= 2`` beats after its update, so VB's write
-    is there before VA reads it. Returns VB's (valid, end, tag)."""
+    """``o <- round(o * 2**-shift) + w * v`` over two stages: VA reads the chunk of the
+    beat's place in its row (a chunk pointer that moves one chunk per beat) and shifts it
+    (the floor and the rounding bit of :func:`shift_halves`) and forms the products w * v, VB
+    adds them and writes the sum back into the same chunk. A chunk comes back to VA
+    ``row_beats >= 2`` beats after its update, so VB's write is there before VA reads it.
+    (The chunks stay where they are: a ring rotating one chunk per beat needed a second
+    source on every accumulator bit for VB's write, a LUT per bit.) Returns VB's (valid,
+    end, tag)."""
     lanes = p.lanes
     vb_valid = Signal(name="vb_valid")
     vb_end = Signal(name="vb_end")
     vb_tag = Signal(TAG_BITS, name="vb_tag")
+    va_chunk = Signal(range(p.row_beats), name="va_chunk")
+    vb_chunk = Signal(range(p.row_beats), name="vb_chunk")
     m.d.sync += vb_valid.eq(valid)
     with m.If(valid):
-        m.d.sync += [vb_end.eq(end), vb_tag.eq(tag)]
+        m.d.sync += [
+            vb_end.eq(end),
+            vb_tag.eq(tag),
+            vb_chunk.eq(va_chunk),
+            va_chunk.eq(Mux(va_chunk == p.row_beats - 1, 0, va_chunk + 1)),
+        ]
     for g, ring in enumerate(accumulators):
-        size = len(ring)
+        chunks = [ring[c * lanes : (c + 1) * lanes] for c in range(p.row_beats)]
+        head = [Array(chunk[i] for chunk in chunks)[va_chunk] for i in range(lanes)]
         scaled = [Signal(signed(p.o_bits + 1), name=f"vb_scaled{g}_{i}") for i in range(lanes)]
         added = [Signal(signed(p.o_bits), name=f"vb_wv{g}_{i}") for i in range(lanes)]
         with m.If(valid):
             for i in range(lanes):
                 m.d.sync += [
-                    scaled[i].eq(shift_halves(ring[i], shifts[g])),
+                    scaled[i].eq(shift_halves(head[i], shifts[g])),
                     added[i].eq(weights[g] * data_.word_select(i, p.kv_bits).as_signed()),
                 ]
-            for j in range(size):
-                m.d.sync += ring[j].eq(ring[(j + lanes) % size])
-        with m.If(vb_valid):
-            for i in range(lanes):
-                updated = rounded(scaled[i]) + added[i]
-                with m.If(valid):
-                    m.d.sync += ring[size - 2 * lanes + i].eq(updated)
-                with m.Else():
-                    m.d.sync += ring[size - lanes + i].eq(updated)
+        for c, chunk in enumerate(chunks):
+            with m.If(vb_valid & (vb_chunk == c)):
+                for i in range(lanes):
+                    m.d.sync += chunk[i].eq(rounded(scaled[i]) + added[i])
     return vb_valid, vb_end, vb_tag

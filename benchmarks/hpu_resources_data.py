@@ -9,6 +9,11 @@ Run: ``tandem synth hpu --board u55c [--set head_dim=128 ...] --json > report.js
 ``python benchmarks/hpu_resources_data.py report.json [...] [--out FILE]``; it then prints,
 per stored configuration, DSP48E2 per MAC and cycle, LUTs, the timing estimate and the engines
 that fit its board (without reports: only the table).
+
+Each entry records the sha256 of the Verilog it was synthesized from (``verilog_sha256``; the
+generator is run again for the report's parameters when the entry is written, so write it
+from the same tree). ``--check`` generates every stored configuration's Verilog again and says
+which entries describe the present gateware and which an older one (no hash, or another).
 """
 
 import argparse
@@ -56,6 +61,11 @@ def main(argv=None) -> int:
         help="tandem synth hpu --json outputs (none: print the stored configurations' table)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT / "hpu_resources.yaml")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="generate each stored configuration's Verilog and compare it with the entry's hash",
+    )
     args = parser.parse_args(argv)
     from tandem.boards import RESOURCE_KEYS
     from tandem.errors import UserError
@@ -87,7 +97,13 @@ def main(argv=None) -> int:
             + report["board"]
             + "".join(f" --set {k}={v}" for k, v in overrides.items())
         )
-        entry = {"board": report["board"], "command": command, "params": params, "used": used}
+        entry = {
+            "board": report["board"],
+            "command": command,
+            "params": params,
+            "verilog_sha256": verilog_sha256(params),
+            "used": used,
+        }
         timing = report.get("timing") or {}
         if timing.get("fmax_mhz") is not None:
             entry["timing"] = {key: timing[key] for key in TIMING_KEYS if key in timing}
@@ -99,7 +115,7 @@ def main(argv=None) -> int:
         if not args.out.is_file():
             print(f"hpu_resources_data: error: {args.out} does not exist", file=sys.stderr)
             return 2
-        print_table(yaml.safe_load(args.out.read_text()).get("engines") or [])
+        print_table(yaml.safe_load(args.out.read_text()).get("engines") or [], args.check)
         return 0
     # Configurations synthesized before and not in these reports stay (a synthesis of the
     # HPU takes tens of minutes; one new report need not redo the others).
@@ -113,14 +129,24 @@ def main(argv=None) -> int:
     tmp.write_text(text)
     tmp.replace(args.out)
     print(f"wrote {args.out} ({len(engines)} configurations)")
-    print_table(engines)
+    print_table(engines, args.check)
     return 0
 
 
-def print_table(engines: list[dict]) -> None:
+def verilog_sha256(params: dict) -> str:
+    """The sha256 of the hpu Verilog the present generator writes for ``params``."""
+    from tandem.generate import generate
+    from tandem.registry import get_design
+
+    hpu = get_design("hpu")
+    return generate(hpu, hpu.params(**params)).manifest["verilog"]["sha256"]
+
+
+def print_table(engines: list[dict], check: bool = False) -> None:
     """Per stored configuration: DSP48E2 per MAC and cycle (``2 x lanes x G`` MACs: q·k and
     w·v), LUTs, the timing estimate and how many engines fit on its board (80 % of it, as the
-    performance model counts)."""
+    performance model counts); with ``check``, whether the entry's Verilog is the present
+    generator's (``current``) or an older one's (``older``)."""
     from tandem.host.hpu import HpuParams
     from tandem.host.system.perf import engine_fit
 
@@ -128,7 +154,7 @@ def print_table(engines: list[dict]) -> None:
 
     print(
         f"{'configuration (--set)':<64} {'DSP':>5} {'MACs':>5} {'DSP/MAC':>7} {'LUT':>7} "
-        f"{'MHz':>6} {'fit':>4}"
+        f"{'MHz':>6} {'fit':>4}" + (f" {'RTL':>7}" if check else "")
     )
     for entry in engines:
         params = HpuParams(**entry["params"])
@@ -141,7 +167,14 @@ def print_table(engines: list[dict]) -> None:
             f"{' '.join(sets) or '(defaults)':<64} {used['dsp']:>5.0f} {macs:>5} "
             f"{used['dsp'] / macs:>7.2f} {used['lut'] / 1000:>6.1f}k "
             f"{'-' if fmax is None else f'{fmax:.1f}':>6} {fit.get('engines_fit', '-'):>4}"
+            + (f" {rtl_state(entry):>7}" if check else "")
         )
+
+
+def rtl_state(entry: dict) -> str:
+    """``current`` where the entry's Verilog is the present generator's, else ``older``."""
+    stored = entry.get("verilog_sha256")
+    return "current" if stored and stored == verilog_sha256(entry["params"]) else "older"
 
 
 if __name__ == "__main__":

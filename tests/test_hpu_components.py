@@ -6,9 +6,9 @@ these tests pin each component's own contract (its class docstring, the layouts 
 built here from the host side (:mod:`tandem.host.hpu`, :mod:`tandem.mappings.hpu.kv_layout`,
 :mod:`tandem.host.common.reciprocal`), never from the gateware:
 
-* parser: each slot's header and body beats are the descriptor's bytes (queries at the same
-  place with or without an append), ``full`` after the last beat, ``desc_i`` waits on a full
-  slot, ``release`` empties one;
+* parser: each slot's header and k/v row beats are the descriptor's bytes, and so are the
+  query beats it sends on ``query_w`` (at the same place with or without an append), ``full``
+  after the last beat, ``desc_i`` waits on a full slot, ``release`` empties one;
 * reader: the AR bursts are :func:`~tandem.host.hpu.read_port_bursts` (4 KiB boundaries,
   ``max_outstanding``), the part streams carry each page part's bytes in order, ``busy``
   falls after the last burst;
@@ -141,6 +141,7 @@ def test_parser_fills_slots_in_turn_with_the_descriptor_bytes(name):
     source = _Source(dut.desc_i, [w for b in beats for w in b], rng, gaps=0.3)
     rows = 2 * p.row_beats
     seen = {"stalled": 0, "released_out_of_order": 0, "checked": 0}
+    written = [{} for _ in range(DESCRIPTOR_SLOTS)]  # per slot: query beat -> data on query_w
 
     def check_slot(ctx, slot, index):
         request, data = requests[index], descriptors[index]
@@ -153,11 +154,12 @@ def test_parser_fills_slots_in_turn_with_the_descriptor_bytes(name):
         for g in range(p.gqa_group):
             assert ctx.get(view.score_scale[g]) == _binary16_bits(fields["score_scale"][g])
         body = _beats_of(data[64:], p.beat_bytes)
-        got = [ctx.get(dut.bodies[slot][b]) for b in range(body_beats(p))]
+        queries = [written[slot].get(b) for b in range(body_beats(p) - rows)]
         if request.append:
-            assert got == body
-        else:  # the queries land where they do with an append; the k/v rows are not defined
-            assert got[rows:] == body
+            assert [ctx.get(dut.bodies[slot][b]) for b in range(rows)] == body[:rows]
+            assert queries == body[rows:]
+        else:  # the queries go where they do with an append; the k/v rows are not defined
+            assert queries == body
         seen["checked"] += 1
 
     async def bench(ctx):
@@ -180,6 +182,9 @@ def test_parser_fills_slots_in_turn_with_the_descriptor_bytes(name):
             for s in range(DESCRIPTOR_SLOTS):
                 if slot_request[s] is not None:
                     check_slot(ctx, s, slot_request[s])
+            if ctx.get(dut.query_w.valid):  # a query beat, into the K side's memory
+                write = ctx.get(dut.query_w.payload)
+                written[int(write.slot)][int(write.beat)] = int(write.data)
             fire = source.sample(ctx)
             await ctx.tick()
             source.apply()

@@ -174,9 +174,11 @@ class _Offer:
 
 
 # --- K side ----------------------------------------------------------------------------------
-def _load_slot(ctx, dut, p, slot, seq=None, rng=None):
-    """A descriptor slot's queries and score scales: ``seq``'s, or random ones (whose padding
-    elements are not zero) where no request owns it."""
+def _load_slot(ctx, dut, p, slot, writes, seq=None, rng=None):
+    """A descriptor slot's score scales, set at once, and its query beats, queued on
+    ``writes`` for ``query_w`` (one a cycle, as the parser sends them): ``seq``'s, or random
+    ones (whose padding elements are not zero) where no request owns it."""
+    mask = (1 << p.mem_data_bits) - 1
     for g in range(p.gqa_group):
         if seq is None:
             top = 1 << (p.q_bits - 1)
@@ -184,8 +186,20 @@ def _load_slot(ctx, dut, p, slot, seq=None, rng=None):
             scale = int(rng.integers(0x3000, 0x5000))
         else:
             query, scale = seq["q_rows"][g], _scale_bits(seq["c"][g])
-        ctx.set(dut.queries[slot][g], _word(query, p.q_bits))
+        word = _word(query, p.q_bits)
+        for b in range(p.q_beats):
+            writes.append((slot, g * p.q_beats + b, word >> (b * p.mem_data_bits) & mask))
         ctx.set(dut.query_scales[slot][g], scale)
+
+
+def _drive_query_write(ctx, dut, writes) -> None:
+    """Offers the first queued query beat on ``query_w`` (taken at the next edge)."""
+    ctx.set(dut.query_w.valid, bool(writes))
+    if writes:
+        slot, beat, data = writes[0]
+        ctx.set(dut.query_w.payload.slot, slot)
+        ctx.set(dut.query_w.payload.beat, beat)
+        ctx.set(dut.query_w.payload.data, data)
 
 
 @pytest.mark.parametrize("name", PARAMS)
@@ -229,15 +243,21 @@ def test_k_side_rows_and_stats_match_the_golden_softmax(name):
     async def bench(ctx):
         nonlocal refused_streak, stall_end
         owner = {0: None, 1: 0, 2: 1}  # which request's queries each slot holds
-        _load_slot(ctx, dut, p, 0, rng=control)
-        _load_slot(ctx, dut, p, 1, requests[0])
-        _load_slot(ctx, dut, p, 2, requests[1])
+        writes = deque()  # query beats still to write: (slot, beat, data)
+        _load_slot(ctx, dut, p, 0, writes, rng=control)
+        _load_slot(ctx, dut, p, 1, writes, requests[0])
+        _load_slot(ctx, dut, p, 2, writes, requests[1])
         producer = _Offer(dut.i, [beat for _, beat in beats], 0.2, control)
         owners = deque(index for index, _ in beats)
         unfinished = list(range(len(requests)))  # requests whose bank_done is still to come
         for cycle in range(4000):
             index = owners[0] if owners else None
-            allowed = index is not None and owner[slots[index]] == index
+            allowed = (
+                index is not None
+                and owner[slots[index]] == index
+                and all(slot != slots[index] for slot, _, _ in writes)
+            )
+            _drive_query_write(ctx, dut, writes)
             offering = producer.drive(ctx, allowed)
             # bank matters only with a beat: any slot between them
             bank = slots[index] if offering else int(control.integers(DESCRIPTOR_SLOTS))
@@ -273,8 +293,11 @@ def test_k_side_rows_and_stats_match_the_golden_softmax(name):
                         nxt = following[0] if following else None
                         owner[slot] = nxt
                         seq = requests[nxt] if nxt is not None else None
-                        _load_slot(ctx, dut, p, slot, seq, control)
+                        _load_slot(ctx, dut, p, slot, writes, seq, control)
+            wrote = ctx.get(dut.query_w.valid)
             await ctx.tick()
+            if wrote:
+                writes.popleft()
             if taken:
                 if beats[len(beats) - len(owners)][1]["last_row"]:
                     last_taken[index] = cycle

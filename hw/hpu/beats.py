@@ -22,6 +22,7 @@ __all__ = [
     "V_DATA_FIFO_DEPTH",
     "checked",
     "normalized_layout",
+    "query_write_layout",
     "row_beat_layout",
     "row_entry_layout",
     "stats_layout",
@@ -53,10 +54,22 @@ def checked(params: HpuParams) -> HpuParams:
 
 
 def body_beats(params: HpuParams) -> int:
-    """The beats of a descriptor body in a slot: the new k row, the new v row, then every
-    query."""
+    """The beats of a descriptor body: the new k row, the new v row, then every query."""
     p = params
     return 2 * p.row_beats + p.gqa_group * p.q_beats
+
+
+def query_write_layout(params: HpuParams) -> data.StructLayout:
+    """A descriptor's query beat on its way to the K side's query memory: the slot, the beat's
+    index among the slot's query beats (query by query), its data."""
+    p = params
+    return data.StructLayout(
+        {
+            "slot": range(DESCRIPTOR_SLOTS),
+            "beat": range(p.gqa_group * p.q_beats),
+            "data": unsigned(p.mem_data_bits),
+        }
+    )
 
 
 def row_beat_layout(params: HpuParams) -> data.StructLayout:

@@ -137,10 +137,10 @@ class Hpu(wiring.Component):
 
         k_header = header(scheduler.k_slot)
         k_body = body(scheduler.k_slot, 0, 2 * row_bits)
-        q_width = p.row_elems * p.q_bits
 
         # --- streams, in pipeline order --------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.desc_i), parser.desc_i)
+        wiring.connect(m, parser.query_w, k_side.query_w)
         wiring.connect(m, k_beats, k_sequencer.i)
         wiring.connect(m, v_beats, v_sequencer.i)
         wiring.connect(m, k_sequencer.o, k_side.i)
@@ -178,11 +178,6 @@ class Hpu(wiring.Component):
             k_sequencer.new_row.eq(body(scheduler.k_bank, 0, row_bits)),
             k_sequencer.new_scale.eq(header(scheduler.k_bank).new_k_scale),
             k_side.bank.eq(scheduler.k_bank),
-            *(
-                k_side.queries[s][g].eq(b[2 * row_bits :].word_select(g, q_width))
-                for s, b in enumerate(bodies)
-                for g in range(p.gqa_group)
-            ),
             *(
                 k_side.query_scales[s][g].eq(h.score_scale[g])
                 for s, h in enumerate(parser.headers)

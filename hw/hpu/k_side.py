@@ -6,9 +6,11 @@ Three components in pipeline order, each a stream that never stalls once a row b
 ``p`` and ``l``, into the row FIFO and the (m, l) queue); :class:`KSide` connects them.
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ..common.exp2 import Exp2
 from .arith import (
@@ -24,6 +26,7 @@ from .beats import (
     REQUEST_QUEUE_DEPTH,
     ROW_FIFO_DEPTH,
     checked,
+    query_write_layout,
     row_beat_layout,
     row_entry_layout,
     stats_layout,
@@ -82,9 +85,10 @@ class QueryDot(wiring.Component):
         The consumer can take every row in flight.
     bank : In(range(DESCRIPTOR_SLOTS))
         The descriptor slot whose queries the beats meet.
-    queries : In(unsigned(row_elems * q_bits)).array(DESCRIPTOR_SLOTS, gqa_group)
+    query_w : In(stream.Signature(:func:`.beats.query_write_layout`, always_ready=True))
+        Query beats into the query memory (a slot's, while the beats meet another slot's).
     query_scales : In(unsigned(16)).array(DESCRIPTOR_SLOTS, gqa_group)
-        Every slot's queries and binary16 score scales.
+        Every slot's binary16 score scales.
     o : Out(stream.Signature(:func:`row_dot_layout`, always_ready=True))
         One per row, five cycles after its last beat is taken.
     bank_done : Out(DESCRIPTOR_SLOTS)
@@ -98,9 +102,7 @@ class QueryDot(wiring.Component):
                 "i": In(stream.Signature(row_beat_layout(p))),
                 "room": In(1),
                 "bank": In(range(DESCRIPTOR_SLOTS)),
-                "queries": In(unsigned(p.row_elems * p.q_bits)).array(
-                    DESCRIPTOR_SLOTS, p.gqa_group
-                ),
+                "query_w": In(stream.Signature(query_write_layout(p), always_ready=True)),
                 "query_scales": In(unsigned(16)).array(DESCRIPTOR_SLOTS, p.gqa_group),
                 "o": Out(stream.Signature(row_dot_layout(p), always_ready=True)),
                 "bank_done": Out(DESCRIPTOR_SLOTS),
@@ -125,13 +127,10 @@ class QueryDot(wiring.Component):
         a_first_row = registered(m, "ka_first_row", kb.first_row, take)
         a_last_row = registered(m, "ka_last_row", kb.last_row, take)
         a_bank = registered(m, "ka_bank", cur_bank, take)
-        q_chunk_bits = lanes * p.q_bits
-        a_chunk = []
-        for g in range(groups):
-            query = Array(self.queries[b][g] for b in range(DESCRIPTOR_SLOTS))[cur_bank]
-            a_chunk.append(
-                registered(m, f"ka_chunk{g}", query.word_select(kb.beat, q_chunk_bits), take)
-            )
+        a_chunk = [
+            registered(m, f"ka_chunk{g}", chunk, take)
+            for g, chunk in enumerate(_query_memories(p, m, self.query_w, cur_bank, kb.beat))
+        ]
         # KB: lanes products per query (the multipliers' output registers).
         b_valid = registered(m, "kb_valid", a_valid)
         b_first = registered(m, "kb_first", a_beat == 0)
@@ -460,8 +459,8 @@ class KSide(wiring.Component):
         K row beats, from the K :class:`~.sequencer.Sequencer`.
     bank : In(range(DESCRIPTOR_SLOTS))
         The descriptor slot whose queries the beats meet.
-    queries : In(unsigned(row_elems * q_bits)).array(DESCRIPTOR_SLOTS, gqa_group)
-        Every slot's queries.
+    query_w : In(stream.Signature(:func:`.beats.query_write_layout`, always_ready=True))
+        Every slot's query beats, as the descriptor brings them.
     query_scales : In(unsigned(16)).array(DESCRIPTOR_SLOTS, gqa_group)
         Every slot's binary16 score scales, one per query.
     rows_o : Out(stream.Signature(:func:`.beats.row_entry_layout`))
@@ -476,9 +475,7 @@ class KSide(wiring.Component):
             {
                 "i": In(stream.Signature(row_beat_layout(p))),
                 "bank": In(range(DESCRIPTOR_SLOTS)),
-                "queries": In(unsigned(p.row_elems * p.q_bits)).array(
-                    DESCRIPTOR_SLOTS, p.gqa_group
-                ),
+                "query_w": In(stream.Signature(query_write_layout(p), always_ready=True)),
                 "query_scales": In(unsigned(16)).array(DESCRIPTOR_SLOTS, p.gqa_group),
                 "rows_o": Out(stream.Signature(row_entry_layout(p))),
                 "stats_o": Out(stream.Signature(stats_layout(p))),
@@ -502,13 +499,45 @@ class KSide(wiring.Component):
             dot.bank.eq(self.bank),
             self.bank_done.eq(dot.bank_done),
         ]
+        wiring.connect(m, wiring.flipped(self.query_w), dot.query_w)
         for s in range(DESCRIPTOR_SLOTS):
             for g in range(p.gqa_group):
-                m.d.comb += [
-                    dot.queries[s][g].eq(self.queries[s][g]),
-                    dot.query_scales[s][g].eq(self.query_scales[s][g]),
-                ]
+                m.d.comb += dot.query_scales[s][g].eq(self.query_scales[s][g])
         return m
+
+
+def _query_memories(p, m: Module, query_w, slot, chunk) -> list:
+    """One memory per query: every slot's query, written beat by beat from ``query_w``; returns
+    each query's chunk ``chunk`` (``lanes`` elements) of slot ``slot``, read asynchronously
+    (LUTRAM). An entry is a chunk, written a descriptor beat at a time where a chunk spans
+    beats (int16 queries against int8 K), or a beat holding several chunks (int8 against
+    int16). Slots are 4 apart in the address, so it is ``Cat(entry, slot)``."""
+    beat_bits, chunk_bits = p.mem_data_bits, p.lanes * p.q_bits
+    entry_bits = max(beat_bits, chunk_bits)
+    beats_per_entry = entry_bits // beat_bits
+    chunks_per_entry = entry_bits // chunk_bits
+    entries = p.q_beats // beats_per_entry  # per query and slot, a power of two
+    index_bits = exact_log2(entries)
+    write = query_w.payload
+    chunks = []
+    for g in range(p.gqa_group):
+        memory = Memory(shape=unsigned(entry_bits), depth=4 * entries, init=[])
+        m.submodules[f"queries{g}"] = memory
+        port = memory.write_port(granularity=beat_bits)
+        beat = Signal(range(p.q_beats), name=f"q_write_beat{g}")
+        mine = (write.beat >= g * p.q_beats) & (write.beat < (g + 1) * p.q_beats)
+        m.d.comb += [
+            beat.eq(write.beat - g * p.q_beats),
+            port.addr.eq(Cat(beat[exact_log2(beats_per_entry) :][:index_bits], write.slot)),
+            port.data.eq(write.data.replicate(beats_per_entry)),
+        ]
+        granule = beat[: exact_log2(beats_per_entry)]
+        m.d.comb += port.en.eq(Mux(query_w.valid & mine, Const(1, beats_per_entry) << granule, 0))
+        read = memory.read_port(domain="comb")
+        offset = exact_log2(chunks_per_entry)
+        m.d.comb += read.addr.eq(Cat(chunk[offset:][:index_bits], slot))
+        chunks.append(read.data.word_select(chunk[:offset], chunk_bits) if offset else read.data)
+    return chunks
 
 
 def _delay(m: Module, value, cycles: int, name: str):

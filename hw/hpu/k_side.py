@@ -127,10 +127,7 @@ class QueryDot(wiring.Component):
         a_first_row = registered(m, "ka_first_row", kb.first_row, take)
         a_last_row = registered(m, "ka_last_row", kb.last_row, take)
         a_bank = registered(m, "ka_bank", cur_bank, take)
-        a_chunk = [
-            registered(m, f"ka_chunk{g}", chunk, take)
-            for g, chunk in enumerate(_query_memories(p, m, self.query_w, cur_bank, kb.beat))
-        ]
+        a_chunk = _query_memories(p, m, self.query_w, cur_bank, kb.beat, take)
         # KB: lanes products per query (the multipliers' output registers).
         b_valid = registered(m, "kb_valid", a_valid)
         b_first = registered(m, "kb_first", a_beat == 0)
@@ -506,18 +503,24 @@ class KSide(wiring.Component):
         return m
 
 
-def _query_memories(p, m: Module, query_w, slot, chunk) -> list:
+def _query_memories(p, m: Module, query_w, slot, chunk, take) -> list:
     """One memory per query: every slot's query, written beat by beat from ``query_w``; returns
-    each query's chunk ``chunk`` (``lanes`` elements) of slot ``slot``, read asynchronously
-    (LUTRAM). An entry is a chunk, written a descriptor beat at a time where a chunk spans
-    beats (int16 queries against int8 K), or a beat holding several chunks (int8 against
-    int16). Slots are 4 apart in the address, so it is ``Cat(entry, slot)``."""
+    each query's chunk ``chunk`` (``lanes`` elements) of slot ``slot``, read on ``take`` into
+    the read port's register (LUTRAM and its output register: KA). An entry is a chunk,
+    written a descriptor beat at a time where a chunk spans beats (int16 queries against
+    int8 K), or a beat holding several chunks (int8 against int16: the register holds the
+    beat, and the chunk is picked after it). Slots are 4 apart in the address, so it is
+    ``Cat(entry, slot)``. (A read port without a register read stale values in Icarus: its
+    continuous assignment is not evaluated again when the word at an unchanged address is
+    written.)"""
     beat_bits, chunk_bits = p.mem_data_bits, p.lanes * p.q_bits
     entry_bits = max(beat_bits, chunk_bits)
     beats_per_entry = entry_bits // beat_bits
     chunks_per_entry = entry_bits // chunk_bits
     entries = p.q_beats // beats_per_entry  # per query and slot, a power of two
     index_bits = exact_log2(entries)
+    offset = exact_log2(chunks_per_entry)
+    a_offset = registered(m, "ka_chunk_offset", chunk[:offset], take)
     write = query_w.payload
     chunks = []
     for g in range(p.gqa_group):
@@ -526,17 +529,16 @@ def _query_memories(p, m: Module, query_w, slot, chunk) -> list:
         port = memory.write_port(granularity=beat_bits)
         beat = Signal(range(p.q_beats), name=f"q_write_beat{g}")
         mine = (write.beat >= g * p.q_beats) & (write.beat < (g + 1) * p.q_beats)
+        granule = beat[: exact_log2(beats_per_entry)]
         m.d.comb += [
             beat.eq(write.beat - g * p.q_beats),
             port.addr.eq(Cat(beat[exact_log2(beats_per_entry) :][:index_bits], write.slot)),
             port.data.eq(write.data.replicate(beats_per_entry)),
+            port.en.eq(Mux(query_w.valid & mine, Const(1, beats_per_entry) << granule, 0)),
         ]
-        granule = beat[: exact_log2(beats_per_entry)]
-        m.d.comb += port.en.eq(Mux(query_w.valid & mine, Const(1, beats_per_entry) << granule, 0))
-        read = memory.read_port(domain="comb")
-        offset = exact_log2(chunks_per_entry)
-        m.d.comb += read.addr.eq(Cat(chunk[offset:][:index_bits], slot))
-        chunks.append(read.data.word_select(chunk[:offset], chunk_bits) if offset else read.data)
+        read = memory.read_port(transparent_for=())
+        m.d.comb += [read.addr.eq(Cat(chunk[offset:][:index_bits], slot)), read.en.eq(take)]
+        chunks.append(read.data.word_select(a_offset, chunk_bits) if offset else read.data)
     return chunks
 
 

@@ -1,6 +1,6 @@
 """``hpu`` V side: the weights of every V row and the accumulators ``o`` of every query."""
 
-from amaranth.hdl import Array, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -302,16 +302,11 @@ class Accumulators(wiring.Component):
         m = Module()
         groups = p.gqa_group
         snapshot, snap_valid, snap_tag = self.snapshot, self.snapshot_valid, self.snapshot_tag
-        accumulators = [
-            [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.row_elems)]
-            for g in range(groups)
-        ]
         update = _update_in_one if p.row_beats == 1 else _update_in_two
         beat = self.i.payload
-        end_valid, end, end_tag = update(
-            p, m, accumulators, self.i.valid, beat.data, beat.end, beat.tag, beat.shift,
-            beat.weight,
-        )  # fmt: skip
+        end_valid, end, end_tag, finals = update(
+            p, m, self.i.valid, beat.data, beat.end, beat.tag, beat.shift, beat.weight
+        )
         # The copy happens the cycle after the last update; the next request's first update is
         # at the earliest on that same edge (the gate keeps a cycle between a request's last
         # beat and the next one's first), and reads nothing of the old values.
@@ -324,7 +319,7 @@ class Accumulators(wiring.Component):
             m.d.sync += [snap_valid.eq(1), snap_tag.eq(copy_tag)]
             for g in range(groups):
                 for i in range(p.row_elems):
-                    m.d.sync += snapshot[g][i].eq(accumulators[g][i])
+                    m.d.sync += snapshot[g][i].eq(finals[g][i])
         with m.If(self.release):
             m.d.sync += snap_valid.eq(0)
         # busy is a register holding what the snapshot's state, the copy and the update's end
@@ -339,58 +334,58 @@ class Accumulators(wiring.Component):
         return m
 
 
-def _update_in_one(p, m, accumulators, valid, data_, end, tag, shifts, weights):
+def _update_in_one(p, m, valid, data_, end, tag, shifts, weights):
     """``o <- round(o * 2**-shift) + w * v`` in one cycle (a row of one beat updates the
-    same elements every cycle). Returns the last update's (valid, end, tag)."""
-    lanes = p.lanes
+    same elements every cycle). Returns the last update's (valid, end, tag) and the
+    accumulators, per query."""
+    accumulators = []
     with m.If(valid):
-        for g, ring in enumerate(accumulators):
-            for i in range(lanes):
-                updated = rounded(shift_halves(ring[i], shifts[g])) + (
+        for g in range(p.gqa_group):
+            ring = [Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range(p.lanes)]
+            for i, element in enumerate(ring):
+                updated = rounded(shift_halves(element, shifts[g])) + (
                     weights[g] * data_.word_select(i, p.kv_bits).as_signed()
                 )
-                m.d.sync += ring[len(ring) - lanes + i].eq(updated)
-            for j in range(len(ring) - lanes):
-                m.d.sync += ring[j].eq(ring[j + lanes])
-    return valid, end, tag
+                m.d.sync += element.eq(updated)
+            accumulators.append(ring)
+    return valid, end, tag, accumulators
 
 
-def _update_in_two(p, m, accumulators, valid, data_, end, tag, shifts, weights):
-    """``o <- round(o * 2**-shift) + w * v`` over two stages: VA reads the chunk of the
-    beat's place in its row (a chunk pointer that moves one chunk per beat) and shifts it
-    (the floor and the rounding bit of :func:`shift_halves`) and forms the products w * v, VB
-    adds them and writes the sum back into the same chunk. A chunk comes back to VA
-    ``row_beats >= 2`` beats after its update, so VB's write is there before VA reads it.
-    (The chunks stay where they are: a ring rotating one chunk per beat needed a second
-    source on every accumulator bit for VB's write, a LUT per bit.) Returns VB's (valid,
-    end, tag)."""
+def _update_in_two(p, m, valid, data_, end, tag, shifts, weights):
+    """``o <- round(o * 2**-shift) + w * v`` over two stages, with ``o`` a shift register of
+    ``row_beats`` chunks per query that moves one chunk per beat: its head chunk, shifted (the
+    floor and the rounding bit of :func:`shift_halves`), and the products w * v are VA's
+    registers, which are the register's last chunk; their sum (VB) enters it at the tail.
+    Every accumulator bit has one source. (A chunk pointer into chunks that stay in place
+    needed a mux in front of the shifters; a ring whose tail took VB's sums, a second source
+    on every bit.) After a row's last beat the chunks are in order: the register holds all but
+    the last, whose final value is VB's sum. Returns VB's (valid, end, tag) (the cycle after
+    the last beat, when nothing moves: the V side's gate keeps a cycle before the next
+    request's first beat) and the final chunks, per query."""
     lanes = p.lanes
     vb_valid = Signal(name="vb_valid")
     vb_end = Signal(name="vb_end")
     vb_tag = Signal(TAG_BITS, name="vb_tag")
-    va_chunk = Signal(range(p.row_beats), name="va_chunk")
-    vb_chunk = Signal(range(p.row_beats), name="vb_chunk")
     m.d.sync += vb_valid.eq(valid)
     with m.If(valid):
-        m.d.sync += [
-            vb_end.eq(end),
-            vb_tag.eq(tag),
-            vb_chunk.eq(va_chunk),
-            va_chunk.eq(Mux(va_chunk == p.row_beats - 1, 0, va_chunk + 1)),
+        m.d.sync += [vb_end.eq(end), vb_tag.eq(tag)]
+    finals = []
+    for g in range(p.gqa_group):
+        held = [
+            Signal(signed(p.o_bits), name=f"o{g}_{i}") for i in range((p.row_beats - 1) * lanes)
         ]
-    for g, ring in enumerate(accumulators):
-        chunks = [ring[c * lanes : (c + 1) * lanes] for c in range(p.row_beats)]
-        head = [Array(chunk[i] for chunk in chunks)[va_chunk] for i in range(lanes)]
         scaled = [Signal(signed(p.o_bits + 1), name=f"vb_scaled{g}_{i}") for i in range(lanes)]
         added = [Signal(signed(p.o_bits), name=f"vb_wv{g}_{i}") for i in range(lanes)]
+        sums = [rounded(scaled[i]) + added[i] for i in range(lanes)]
         with m.If(valid):
             for i in range(lanes):
                 m.d.sync += [
-                    scaled[i].eq(shift_halves(head[i], shifts[g])),
+                    scaled[i].eq(shift_halves(held[i], shifts[g])),
                     added[i].eq(weights[g] * data_.word_select(i, p.kv_bits).as_signed()),
                 ]
-        for c, chunk in enumerate(chunks):
-            with m.If(vb_valid & (vb_chunk == c)):
-                for i in range(lanes):
-                    m.d.sync += chunk[i].eq(rounded(scaled[i]) + added[i])
-    return vb_valid, vb_end, vb_tag
+            chain = held[lanes:] + sums
+            m.d.sync += [element.eq(following) for element, following in zip(held, chain)]
+        final = [Signal(signed(p.o_bits), name=f"vb_sum{g}_{i}") for i in range(lanes)]
+        m.d.comb += [x.eq(y) for x, y in zip(final, sums)]
+        finals.append(held + final)
+    return vb_valid, vb_end, vb_tag, finals

@@ -150,7 +150,7 @@ class ResultIssue(wiring.Component):
         )
         head = chunks[out_index]
         beat = self.o.payload
-        m.d.comb += [
+        fields = [
             beat.tag.eq(self.snapshot_tag[:32]),
             beat.last.eq(last),
             beat.shift.eq(Array(o_shifts)[out_query]),
@@ -189,7 +189,10 @@ class ResultIssue(wiring.Component):
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0), out_index.eq(0)]
                     m.next = "OUT"
             with m.State("OUT"):
-                m.d.comb += self.o.valid.eq(1)
+                # The fields are driven here, not outside the FSM: with one query, shift would
+                # be a bare copy of o_shift0, which yosys writes as an ``always @*`` that never
+                # runs in Icarus while o_shift0 keeps its initial value (the beat read X).
+                m.d.comb += [self.o.valid.eq(1), *fields]
                 with m.If(self.o.ready):
                     with m.If(out_chunk < p.row_beats):
                         m.d.sync += out_index.eq(out_index + 1)

@@ -17,6 +17,7 @@ which entries describe the present gateware and which an older one (no hash, or 
 """
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -135,11 +136,16 @@ def main(argv=None) -> int:
 
 def verilog_sha256(params: dict) -> str:
     """The sha256 of the hpu Verilog the present generator writes for ``params``."""
+    return _verilog_sha256(tuple(sorted(params.items())))
+
+
+@functools.cache
+def _verilog_sha256(params: tuple) -> str:
     from tandem.generate import generate
     from tandem.registry import get_design
 
     hpu = get_design("hpu")
-    return generate(hpu, hpu.params(**params)).manifest["verilog"]["sha256"]
+    return generate(hpu, hpu.params(**dict(params))).manifest["verilog"]["sha256"]
 
 
 def print_table(engines: list[dict], check: bool = False) -> None:

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import yaml
 from tandem.host.hpu import HpuParams, HpuRequest, pack_descriptor
 from tandem.host.system.perf import (
     ModelShape,
@@ -552,3 +553,26 @@ def test_stored_efficiency_names_the_command_that_measured_it():
     assert load_efficiency().command == module.measuring_command(
         {"params": load_efficiency().params, "harness": "native"}
     )
+
+
+def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware(tmp_path):
+    """hpu_resources_data records the sha256 of the Verilog each report was synthesized from;
+    ``--check`` says ``current`` only where the present generator writes that Verilog."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "hpu_resources_data.py"
+    spec = importlib.util.spec_from_file_location("hpu_resources_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    small = HpuParams(head_dim=32, lanes=16, mem_data_bits=128, kv_bits=8, max_seq_len=256)
+    used = {"lut": 1000, "ff": 1000, "dsp": 10, "bram36": 0, "uram": 0}
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"board": "u55c", "params": small.to_dict(), "used": used}))
+    out = tmp_path / "resources.yaml"
+    assert module.main([str(report), "--out", str(out)]) == 0
+    (entry,) = yaml.safe_load(out.read_text())["engines"]
+    assert entry["verilog_sha256"] == module.verilog_sha256(small.to_dict())
+    assert module.rtl_state(entry) == "current"
+    assert module.rtl_state({**entry, "verilog_sha256": "0" * 64}) == "older"
+    assert module.rtl_state({k: v for k, v in entry.items() if k != "verilog_sha256"}) == "older"

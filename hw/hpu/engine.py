@@ -32,8 +32,8 @@ Dataflow of one request::
   (the next request of the same sequence reads them).
 * The running max is an integer in log2 units, so the rescale of ``l`` and ``o`` is a rounded
   right shift by the octaves a row grows it (0 when it does not): ``alpha = 2**-shift``, no
-  multiplier. ``o`` is ``row_beats`` chunks per query; each V beat updates the chunk of its
-  place in the row, so every chunk passes the shifters and the w·v multipliers once per row.
+  multiplier. ``o`` is a shift register of ``row_beats`` chunks per query that moves one
+  chunk per V beat, so every chunk passes the shifters and the w·v multipliers once per row.
 """
 
 from amaranth.hdl import Array, Cat, Module, unsigned

@@ -29,9 +29,9 @@ class VSide(wiring.Component):
     """``w = p * v_scale`` per row and query; ``o <- round(o * 2**-shift) + w * v`` per element.
 
     Each V row's first beat takes the row's entry from ``rows_i`` (the K side's shift and
-    ``p`` of every query). ``o`` is ``row_beats`` chunks per query; each V beat updates the chunk
-    of its place in the row, so every chunk passes the shifters and the ``w·v`` multipliers
-    once per row. A request's first row starts from ``o = 0`` (its shift, the largest, clears
+    ``p`` of every query). ``o`` is a shift register of ``row_beats`` chunks per query that moves
+    one chunk per V beat, so every chunk passes the shifters and the ``w·v`` multipliers once
+    per row. A request's first row starts from ``o = 0`` (its shift, the largest, clears
     the old values). The cycle after its last update the accumulators are copied into ``snapshot``
     (with the request's ``tag``) and ``snapshot_valid`` rises until ``release``, so the next
     request's rows can follow at once. A request's last beat is only taken (``i.ready``)
@@ -264,10 +264,11 @@ class Accumulators(wiring.Component):
     """``o <- round(o * 2**-shift) + w * v`` per element, and the snapshot of each finished
     request.
 
-    ``o`` is ``row_beats`` chunks per query; each beat updates the chunk of its place in the
-    row, so every chunk passes the shifters and the ``w·v`` multipliers once per row: in one
-    stage when a row is one beat, over two (va: shift and products, vb: sum) otherwise. The
-    cycle after a request's last update the chunks are copied into ``snapshot``.
+    ``o`` is a shift register of ``row_beats`` chunks per query that moves one chunk per
+    beat, so every chunk passes the shifters and the ``w·v`` multipliers once per row: in one
+    stage when a row is one beat, over two (va: shift and products, vb: sum) otherwise
+    (:func:`_update_in_two`). The cycle after a request's last update the final chunks are
+    copied into ``snapshot``.
 
     Parameters
     ----------

@@ -510,9 +510,7 @@ def _query_memories(p, m: Module, query_w, slot, chunk, take) -> list:
     written a descriptor beat at a time where a chunk spans beats (int16 queries against
     int8 K), or a beat holding several chunks (int8 against int16: the register holds the
     beat, and the chunk is picked after it). Slots are 4 apart in the address, so it is
-    ``Cat(entry, slot)``. (A read port without a register read stale values in Icarus: its
-    continuous assignment is not evaluated again when the word at an unchanged address is
-    written.)"""
+    ``Cat(entry, slot)``."""
     beat_bits, chunk_bits = p.mem_data_bits, p.lanes * p.q_bits
     entry_bits = max(beat_bits, chunk_bits)
     beats_per_entry = entry_bits // beat_bits

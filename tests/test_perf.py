@@ -321,9 +321,10 @@ def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
 
 
 def test_engines_per_card_from_synthesized_resources():
-    """SmolLM2's engine is the synthesized default: its resources (LUTs, since the rescale
-    became shifts), not HBM ports, bound the count; an engine never synthesized is not
-    checked, and says so."""
+    """The engines a card runs: as many as fit in its resources (the stored synthesis of the
+    configuration the model runs), at most one per pair of pseudo-channels. Llama-3-8B's
+    (head_dim 128, G 4) are bound by their LUTs, SmolLM2's by the HBM ports (16 fit); an
+    engine never synthesized is not checked, and says so."""
     from tandem.host.system.perf import (
         ENGINE_RESOURCE_SHARE,
         best_engine,
@@ -334,20 +335,28 @@ def test_engines_per_card_from_synthesized_resources():
     from tandem.boards import load_board
 
     board = load_board("u55c")
-    reference = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048)
-    params = best_engine(reference, board)["params"]  # the configuration the model runs
-    fit = engine_fit(params, board)
-    assert fit["checked"]
-    each = {
-        name: int(board.capacity(name) * ENGINE_RESOURCE_SHARE // used)
-        for name, used in fit["per_engine"].items()
-        if used and board.capacity(name) is not None
-    }
-    assert fit["engines_fit"] == min(each.values()) == each[fit["bound_by"]]
+    ports = board.memory[0]["channels"] // 2  # two read ports an engine
+    fits = {}
+    for model in ("llama-3-8b", "smollm2-135m"):
+        reference = hpu_params_for_model(load_model(model), max_seq_len=2048)
+        params = best_engine(reference, board)["params"]  # the configuration the model runs
+        fit = fits[model] = engine_fit(params, board)
+        assert fit["checked"]
+        each = {
+            name: int(board.capacity(name) * ENGINE_RESOURCE_SHARE // used)
+            for name, used in fit["per_engine"].items()
+            if used and board.capacity(name) is not None
+        }
+        assert fit["engines_fit"] == min(each.values()) == each[fit["bound_by"]]
+    row = decode_projection("llama-3-8b", "l40s", [8], hpus=1)[-1]
+    assert row["hpu"]["engines_per_card"] == fits["llama-3-8b"]["engines_fit"] < ports
+    assert row["hpu"]["engines_limited_by"] == fits["llama-3-8b"]["bound_by"].upper()
     row = decode_projection("smollm2-135m", "l40s", [8], hpus=1)[-1]
-    assert row["hpu"]["engines_per_card"] == fit["engines_fit"] < 16
-    assert row["hpu"]["engines_limited_by"] == fit["bound_by"].upper()
-    forced = decode_projection("smollm2-135m", "l40s", [8], hpus=1, engines=16)[-1]
+    assert fits["smollm2-135m"]["engines_fit"] >= ports
+    assert row["hpu"]["engines_per_card"] == ports
+    assert row["hpu"]["engines_limited_by"] == "HBM ports"
+    too_many = fits["smollm2-135m"]["engines_fit"] + 1
+    forced = decode_projection("smollm2-135m", "l40s", [8], hpus=1, engines=too_many)[-1]
     assert forced["hpu"]["engines_limited_by"] == "--engines"
     assert forced["hpu"]["resources"]["fits"] is False
     odd = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048, q_bits=8)

@@ -10,10 +10,11 @@ Run: ``tandem synth hpu --board u55c [--set head_dim=128 ...] --json > report.js
 per stored configuration, DSP48E2 per MAC and cycle, LUTs, the timing estimate and the engines
 that fit its board (without reports: only the table).
 
-Each entry records the sha256 of the Verilog it was synthesized from (``verilog_sha256``; the
-generator is run again for the report's parameters when the entry is written, so write it
-from the same tree). ``--check`` generates every stored configuration's Verilog again and says
-which entries describe the present gateware and which an older one (no hash, or another).
+Each entry records the sha256 of the Verilog it was synthesized from (``verilog_sha256``:
+the report's own, which ``tandem synth`` writes; for a report from before it did, the
+generator is run again for the report's parameters, so write such a report from the tree that
+made it). ``--check`` generates every stored configuration's Verilog again and says which
+entries describe the present gateware and which an older one (no hash, or another).
 """
 
 import argparse
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
             "board": report["board"],
             "command": command,
             "params": params,
-            "verilog_sha256": verilog_sha256(params),
+            "verilog_sha256": report.get("verilog_sha256") or verilog_sha256(params),
             "used": used,
         }
         timing = report.get("timing") or {}

@@ -83,6 +83,8 @@ class SynthReport:
     params: dict[str, Any] = field(default_factory=dict)
     lut_mapper: str = "abc9"
     timing: dict[str, Any] | None = None
+    #: sha256 of the Verilog synthesized (as in the design's manifest)
+    verilog_sha256: str = ""
 
     def to_json(self) -> str:
         """The report as pretty-printed JSON."""
@@ -377,6 +379,7 @@ def synthesize(
         params=params.to_dict(),
         lut_mapper=lut_mapper,
         timing=timing,
+        verilog_sha256=generated.manifest["verilog"]["sha256"],
     )
 
 

@@ -335,11 +335,11 @@ def test_engines_per_card_from_synthesized_resources():
     from tandem.boards import load_board
 
     board = load_board("u55c")
-    ports = board.memory[0]["channels"] // 2  # two read ports an engine
-    fits = {}
+    fits, ports = {}, {}
     for model in ("llama-3-8b", "smollm2-135m"):
         reference = hpu_params_for_model(load_model(model), max_seq_len=2048)
         params = best_engine(reference, board)["params"]  # the configuration the model runs
+        ports[model] = board.memory[0]["channels"] // params.read_ports  # engines HBM serves
         fit = fits[model] = engine_fit(params, board)
         assert fit["checked"]
         each = {
@@ -349,11 +349,12 @@ def test_engines_per_card_from_synthesized_resources():
         }
         assert fit["engines_fit"] == min(each.values()) == each[fit["bound_by"]]
     row = decode_projection("llama-3-8b", "l40s", [8], hpus=1)[-1]
-    assert row["hpu"]["engines_per_card"] == fits["llama-3-8b"]["engines_fit"] < ports
+    llama = fits["llama-3-8b"]["engines_fit"]
+    assert row["hpu"]["engines_per_card"] == llama < ports["llama-3-8b"]
     assert row["hpu"]["engines_limited_by"] == fits["llama-3-8b"]["bound_by"].upper()
     row = decode_projection("smollm2-135m", "l40s", [8], hpus=1)[-1]
-    assert fits["smollm2-135m"]["engines_fit"] >= ports
-    assert row["hpu"]["engines_per_card"] == ports
+    assert fits["smollm2-135m"]["engines_fit"] >= ports["smollm2-135m"]
+    assert row["hpu"]["engines_per_card"] == ports["smollm2-135m"]
     assert row["hpu"]["engines_limited_by"] == "HBM ports"
     too_many = fits["smollm2-135m"]["engines_fit"] + 1
     forced = decode_projection("smollm2-135m", "l40s", [8], hpus=1, engines=too_many)[-1]
@@ -585,3 +586,9 @@ def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware
     assert module.rtl_state(entry) == "current"
     assert module.rtl_state({**entry, "verilog_sha256": "0" * 64}) == "older"
     assert module.rtl_state({k: v for k, v in entry.items() if k != "verilog_sha256"}) == "older"
+    # A report that names its Verilog (tandem synth's do) keeps that hash, whatever the tree.
+    named = {"board": "u55c", "params": small.to_dict(), "used": used, "verilog_sha256": "ab" * 32}
+    report.write_text(json.dumps(named))
+    assert module.main([str(report), "--out", str(out)]) == 0
+    (entry,) = yaml.safe_load(out.read_text())["engines"]
+    assert entry["verilog_sha256"] == "ab" * 32 and module.rtl_state(entry) == "older"

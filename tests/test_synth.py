@@ -3,6 +3,7 @@ import tempfile
 
 import pytest
 
+from tandem.generate import generate
 from tandem.registry import get_design
 from tandem.synth import count_resources, synthesize
 
@@ -35,6 +36,8 @@ def test_mac_multiply_maps_onto_one_dsp48e2():
     assert report.used["dsp"] == 1 == design.expected_dsps(design.params())
     assert report.cells.get("DSP48E2") == 1
     assert report.percent["dsp"] == pytest.approx(100 / 9024)
+    # The report names the Verilog it synthesized, as the design's manifest does.
+    assert report.verilog_sha256 == generate(design, design.params()).manifest["verilog"]["sha256"]
 
 
 @needs_yosys

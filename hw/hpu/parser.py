@@ -65,10 +65,8 @@ class Parser(wiring.Component):
         headers = self.headers
         append_flag = Array(headers[slot].append for slot in range(DESCRIPTOR_SLOTS))[fill_ptr]
         m.d.comb += self.desc_i.ready.eq(~self.full.bit_select(fill_ptr, 1))
-        body_index = Signal(range(beats + 2 * p.row_beats + p.header_beats + 1))
-        m.d.comb += body_index.eq(
-            beat_index - p.header_beats + Mux(append_flag, 0, 2 * p.row_beats)
-        )
+        body_index = Signal(range(beats + rows + p.header_beats + 1))
+        m.d.comb += body_index.eq(beat_index - p.header_beats + Mux(append_flag, 0, rows))
         query = self.query_w.payload
         m.d.comb += [
             query.slot.eq(fill_ptr),

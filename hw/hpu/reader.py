@@ -64,20 +64,7 @@ class Reader(wiring.Component):
         axi, start, header, parts, name = self.axi, self.start, self.header, self.parts, self.name
         beat_bytes = p.beat_bytes
         layout = p.layout
-        fifos = []
-        for value in parts:
-            part_name = "v" if value else "k"
-            m.submodules[f"{part_name}_data"] = data_fifo = fifo.SyncFIFOBuffered(
-                width=p.mem_data_bits, depth=V_DATA_FIFO_DEPTH if value else DATA_FIFO_DEPTH
-            )
-            fifos.append(data_fifo)
-            # The FIFO's read side is the part's stream.
-            out = getattr(self, f"{part_name}_o")
-            m.d.comb += [
-                out.payload.eq(data_fifo.r_data),
-                out.valid.eq(data_fifo.r_rdy),
-                data_fifo.r_en.eq(out.ready),
-            ]
+        fifos = self._data_fifos(m)
         active = Signal(name=f"{name}_ar_active")
         page_addr = Signal(p.addr_bits, name=f"{name}_page_addr")
         addr = Signal(p.addr_bits, name=f"{name}_addr")
@@ -173,30 +160,55 @@ class Reader(wiring.Component):
                         part.eq(0),
                         span_left.eq(next_span),
                     ]
-        if len(parts) == 1:
+        self._route_read_data(m, fifos, ar_fire, r_last, part)
+        m.d.comb += self.busy.eq(active)
+        return m
+
+    def _data_fifos(self, m) -> list[fifo.SyncFIFOBuffered]:
+        """One read-data FIFO per part in ``parts``, its read side the part's stream."""
+        p = self.params
+        fifos = []
+        for value in self.parts:
+            part_name = "v" if value else "k"
+            m.submodules[f"{part_name}_data"] = data_fifo = fifo.SyncFIFOBuffered(
+                width=p.mem_data_bits, depth=V_DATA_FIFO_DEPTH if value else DATA_FIFO_DEPTH
+            )
+            fifos.append(data_fifo)
+            out = getattr(self, f"{part_name}_o")
+            m.d.comb += [
+                out.payload.eq(data_fifo.r_data),
+                out.valid.eq(data_fifo.r_rdy),
+                data_fifo.r_en.eq(out.ready),
+            ]
+        return fifos
+
+    def _route_read_data(self, m, fifos, ar_fire, r_last, part) -> None:
+        """R beats into their part's FIFO: ``ar_fire`` issues a burst of part ``part``,
+        ``r_last`` ends the oldest burst in flight."""
+        axi = self.axi
+        if len(fifos) == 1:
             (data_fifo,) = fifos
             m.d.comb += [
                 axi.rready.eq(data_fifo.w_rdy),
                 data_fifo.w_en.eq(axi.rvalid),
                 data_fifo.w_data.eq(axi.rdata),
             ]
-        else:
-            # One entry per burst in flight: which FIFO its beats go to.
-            m.submodules.destinations = destinations = fifo.SyncFIFO(
-                width=1, depth=p.max_outstanding
-            )
-            target = destinations.r_data[0]
-            room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
+            return
+        # One entry per burst in flight: which FIFO its beats go to (AXI returns the bursts of
+        # one ID in order).
+        m.submodules.destinations = destinations = fifo.SyncFIFO(
+            width=1, depth=self.params.max_outstanding
+        )
+        target = destinations.r_data[0]
+        room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
+        m.d.comb += [
+            destinations.w_en.eq(ar_fire),
+            destinations.w_data.eq(part),
+            axi.rready.eq(destinations.r_rdy & room),
+            destinations.r_en.eq(r_last),
+        ]
+        for index, data_fifo in enumerate(fifos):
             m.d.comb += [
-                destinations.w_en.eq(ar_fire),
-                destinations.w_data.eq(part),
-                axi.rready.eq(destinations.r_rdy & room),
-                destinations.r_en.eq(r_last),
+                data_fifo.w_en.eq(axi.rvalid & axi.rready & (target == index)),
+                data_fifo.w_data.eq(axi.rdata),
             ]
-            for index, data_fifo in enumerate(fifos):
-                m.d.comb += [
-                    data_fifo.w_en.eq(axi.rvalid & axi.rready & (target == index)),
-                    data_fifo.w_data.eq(axi.rdata),
-                ]
-        m.d.comb += self.busy.eq(active)
-        return m

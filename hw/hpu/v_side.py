@@ -138,7 +138,7 @@ class RowWeights(wiring.Component):
         word = p.prob_frac_bits + 1
         vb = self.i.payload
         row_fifo = self.rows_i
-        v_tag, gate = self.tag, self.i.ready
+        gate = self.i.ready
         # Stages: vd (the row's scale, decoded, and its row-FIFO entry), vw (the row's
         # weights' products and exponents, the beat's data), vs (the weights' shifts), va
         # (their rounding and saturation; the update's products) and, where a row is two beats
@@ -237,19 +237,28 @@ class RowWeights(wiring.Component):
         with m.If(vs_first):
             for g in range(groups):
                 m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
-        # The row beat travels beside the weights' four stages (vd, vw, vs, va): its data, the
-        # request's end and the tag, registered while the stage before holds a beat. (A
-        # request's first row needs no flag: its shift clears the old values.)
-        beat = {"data": vb.data, "end": vb.last_beat & vb.last_row, "tag": v_tag}
-        for prefix, valid, taken, end in (
+        stages = (
             ("vd", vd_valid, take_row, vd_end),
             ("vw", vw_valid, vd_valid, vw_end),
             ("vs", vs_valid, vw_valid, vs_end),
             ("va", va_valid, vs_valid, va_end),
-        ):
-            last = prefix == "va"  # the last stage's registers are the output's
+        )
+        self._carry_beat(m, stages, take_row)
+        return m
+
+    def _carry_beat(self, m, stages, take_row) -> None:
+        """The row beat travels beside the weights' four ``stages`` (name, valid, the stage
+        before's valid, end flag): its data, the request's end and the tag, registered while
+        the stage before holds a beat; the last stage's registers are ``o``'s. (A request's
+        first row needs no flag: its shift clears the old values.)"""
+        vb, out = self.i.payload, self.o.payload
+        beat = {"data": vb.data, "end": vb.last_beat & vb.last_row, "tag": self.tag}
+        for prefix, valid, taken, end in stages:
+            last = prefix == "va"
             held = {
-                "data": out.data if last else Signal(p.mem_data_bits, name=f"{prefix}_data"),
+                "data": out.data
+                if last
+                else Signal(self.params.mem_data_bits, name=f"{prefix}_data"),
                 "end": end,
                 "tag": out.tag if last else Signal(TAG_BITS, name=f"{prefix}_tag"),
             }
@@ -257,7 +266,6 @@ class RowWeights(wiring.Component):
             with m.If(taken):
                 m.d.sync += [held[key].eq(beat[key]) for key in ("data", "end", "tag")]
             beat = held
-        return m
 
 
 class Accumulators(wiring.Component):

@@ -68,6 +68,13 @@ def main(argv=None) -> int:
         action="store_true",
         help="generate each stored configuration's Verilog and compare it with the entry's hash",
     )
+    parser.add_argument(
+        "--drop",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="remove the stored entry of this synth command (as its 'command' reads; repeatable)",
+    )
     args = parser.parse_args(argv)
     from tandem.boards import RESOURCE_KEYS
     from tandem.errors import UserError
@@ -113,7 +120,7 @@ def main(argv=None) -> int:
                 if str(entry["timing"].get(key, "")).lstrip("\\").startswith("$"):  # filtered
                     entry["timing"][key] = ""
         engines.append(entry)
-    if not args.reports:
+    if not args.reports and not args.drop:
         if not args.out.is_file():
             print(f"hpu_resources_data: error: {args.out} does not exist", file=sys.stderr)
             return 2
@@ -124,6 +131,14 @@ def main(argv=None) -> int:
     if args.out.is_file():
         given = {e["command"]: e for e in engines}
         kept = yaml.safe_load(args.out.read_text()).get("engines") or []
+        unknown = set(args.drop) - {e["command"] for e in kept}
+        if unknown:
+            print(
+                f"hpu_resources_data: error: no stored entry {sorted(unknown)[0]!r}",
+                file=sys.stderr,
+            )
+            return 2
+        kept = [e for e in kept if e["command"] not in args.drop]
         merged = [given.pop(e["command"], e) for e in kept]  # in place, in the file's order
         engines = merged + list(given.values())
     text = HEADER + yaml.safe_dump({"engines": engines}, sort_keys=False, width=100)

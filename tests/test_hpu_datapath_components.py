@@ -48,6 +48,8 @@ PARAMS = {
     "default": HpuParams(),
     # int8, head_dim 32 in 64-element rows, G 2: one beat a row (the update in one stage).
     "one_beat": HpuParams(**{**SMALL, "lanes": 64, "mem_data_bits": 512}, gqa_group=2),
+    # int8 queries and K, G 3: queries 0 and 1 share the K side's multipliers, query 2 not.
+    "int8_q": HpuParams(**SMALL, gqa_group=3, q_bits=8),
 }
 
 

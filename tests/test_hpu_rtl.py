@@ -51,6 +51,16 @@ CONFIGS = {
         "max_outstanding": 4,
         "max_burst_beats": 8,
     },
+    # int8 queries and K, G 4: two pairs of queries share the K side's multipliers.
+    "hd64-g4-q8": {
+        "head_dim": 64,
+        "lanes": 16,
+        "mem_data_bits": 128,
+        "kv_bits": 8,
+        "gqa_group": 4,
+        "q_bits": 8,
+        "max_seq_len": 96,
+    },
     "hd64-g3-kv16": {
         "head_dim": 64,
         "lanes": 8,

@@ -592,3 +592,11 @@ def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware
     assert module.main([str(report), "--out", str(out)]) == 0
     (entry,) = yaml.safe_load(out.read_text())["engines"]
     assert entry["verilog_sha256"] == "ab" * 32 and module.rtl_state(entry) == "older"
+    # --drop removes a stored entry by its command; an unknown one is a user error.
+    assert (
+        module.main(["--drop", "tandem synth hpu --board u55c --set nothing", "--out", str(out)])
+        == 2
+    )
+    assert len(yaml.safe_load(out.read_text())["engines"]) == 1
+    assert module.main(["--drop", entry["command"], "--out", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["engines"] == []

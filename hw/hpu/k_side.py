@@ -136,19 +136,7 @@ class QueryDot(wiring.Component):
         b_first_row = registered(m, "kb_first_row", a_first_row)
         b_last_row = registered(m, "kb_last_row", a_last_row)
         b_bank = registered(m, "kb_bank", a_bank)
-        product_bits = p.q_bits + p.kv_bits
-        e = p.kv_bits  # element width of K and V
-        b_products = []
-        for g in range(groups):
-            row = []
-            for i in range(lanes):
-                product = Signal(signed(product_bits), name=f"kb_product{g}_{i}")
-                m.d.sync += product.eq(
-                    a_chunk[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
-                    * a_data[i * e : (i + 1) * e].as_signed()
-                )
-                row.append(product)
-            b_products.append(row)
+        b_products = _query_products(p, m, a_chunk, a_data)
         # K1 and KS: the products summed, over two stages (groups of up to eight products in
         # K1, their sums in KS: in one stage, 32 lanes' tree was the engine's longest path).
         # Beside them the row's scale factors: K1 reads the query's scale of the bank and
@@ -223,6 +211,58 @@ class QueryDot(wiring.Component):
             ),
         ]
         return m
+
+
+#: Where the second query's product sits in a packed DSP48E2 product (:func:`_query_products`):
+#: above the first's 16 bits (an int8 x int8 product lies in [-2**14, 2**14]).
+PACK_SHIFT = 16
+
+
+def _query_products(p, m, chunks, data_):
+    """KB: ``lanes`` products of each query's chunk (``chunks[g]``) with the K beat
+    (``data_``), registered, per query.
+
+    With int8 queries and int8 K, each K element is shared by the queries, so two queries
+    share a multiplier (one DSP48E2: the pair on its A port, 25 of 27 bits, and the bias on
+    its C port): ``P = (q1 * 2**16 + q0) * k + 2**15 = q1 k * 2**16 + (q0 k + 2**15)``. The
+    bias keeps the low field in [0, 2**16), so ``P``'s bits 16 and up are ``q1 k`` exactly (no
+    borrow to add back: in the sums it made the K side's adders the longest path), and ``q0 k``
+    is the low field with its top bit flipped. A last odd query has a multiplier of its own.
+    """
+    groups, lanes, e = p.gqa_group, p.lanes, p.kv_bits
+
+    def query(g, i):
+        return chunks[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
+
+    def key(i):
+        return data_[i * e : (i + 1) * e].as_signed()
+
+    pack = p.q_bits == 8 and p.kv_bits == 8
+    products = []
+    g = 0
+    while g < groups:
+        if pack and g + 1 < groups:
+            low, high = [], []
+            bias = 1 << (PACK_SHIFT - 1)
+            for i in range(lanes):
+                packed = Signal(signed(26 + e), name=f"kb_packed{g}_{g + 1}_{i}")
+                q0, q1 = query(g, i), query(g + 1, i)
+                pair = Cat(q0.as_unsigned(), Const(0, PACK_SHIFT - 8), q1).as_signed()
+                correction = Mux(q0[-1], bias - (key(i) << 8), bias)
+                m.d.sync += packed.eq(pair * key(i) + correction)
+                low.append(Cat(packed[: PACK_SHIFT - 1], ~packed[PACK_SHIFT - 1]).as_signed())
+                high.append(packed[PACK_SHIFT : 2 * PACK_SHIFT].as_signed())
+            products += [low, high]
+            g += 2
+            continue
+        row = []
+        for i in range(lanes):
+            product = Signal(signed(p.q_bits + p.kv_bits), name=f"kb_product{g}_{i}")
+            m.d.sync += product.eq(query(g, i) * key(i))
+            row.append(product)
+        products.append(row)
+        g += 1
+    return products
 
 
 class ScoreScale(wiring.Component):

@@ -223,11 +223,14 @@ def _query_products(p, m, chunks, data_):
     (``data_``), registered, per query.
 
     With int8 queries and int8 K, each K element is shared by the queries, so two queries
-    share a multiplier (one DSP48E2: the pair on its A port, 25 of 27 bits, and the bias on
-    its C port): ``P = (q1 * 2**16 + q0) * k + 2**15 = q1 k * 2**16 + (q0 k + 2**15)``. The
-    bias keeps the low field in [0, 2**16), so ``P``'s bits 16 and up are ``q1 k`` exactly (no
-    borrow to add back: in the sums it made the K side's adders the longest path), and ``q0 k``
-    is the low field with its top bit flipped. A last odd query has a multiplier of its own.
+    share a multiplier (one DSP48E2, 24 of the A port's 27 bits): ``P = (q1 * 2**16 + q0) * k
+    + 2**15 = q1 k * 2**16 + (q0 k + 2**15)``. The bias keeps the low field in [0, 2**16), so
+    ``P``'s bits 16 and up are ``q1 k`` exactly (no borrow to add back: added to the sums, the
+    borrows made the K side's adders its longest path), and ``q0 k`` is the low field with its
+    top bit flipped. A is wires: it holds ``q0``'s bits as unsigned (``q0 + 256`` where ``q0``
+    is negative), and the C port's addend takes ``256 k`` off again with the bias (an adder in
+    front of A made it the longest path: 241.5 against 292.8 MHz for QueryDot alone). A last
+    odd query has a multiplier of its own.
     """
     groups, lanes, e = p.gqa_group, p.lanes, p.kv_bits
 

@@ -17,6 +17,7 @@ from tandem.host.hpu import (
     unpack_results,
 )
 from tandem.host.hpu.accuracy import relative_errors
+from tandem.host.hpu.cycles import call_cycles
 from tandem.host.hpu.smollm2_fixture import decode_cases, load_smollm2_qkv
 from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, KvLayout
 from tandem.sim.hpu.amaranth_sim import run_hpu
@@ -404,6 +405,8 @@ def test_gateware_every_group_size(gqa_group):
         {"kv_bits": 8, "lanes": 32, "read_ports": 1, "max_seq_len": 256},
         # one beat per row (64-byte rows on 512-bit ports): the V side's one-stage update
         {**SMALL, "lanes": 64, "mem_data_bits": 512, "gqa_group": 2},
+        # the output's multipliers shared: each result beat in 4 parts of 4 words
+        {**SMALL, "gqa_group": 3, "out_beat_cycles": 4},
     ],
 )
 def test_gateware_shapes_bursts_and_memory(overrides):
@@ -469,6 +472,31 @@ def test_gateware_back_to_back_modes_and_reread_of_appended_token():
     # Token 44 now comes from memory: the same request without append must agree.
     again = request_for(a, seq_id=5, base=0x0, n=45, append=False)
     check_run(params, memory, [again], [golden_for(params, a, 45)])
+
+
+def test_gateware_output_in_parts_costs_the_cycles_the_model_says():
+    """With out_beat_cycles 4 the output's quarter of the multipliers takes 4 cycles a result
+    beat: short requests become bound by their results, the cycle model follows (within 10 %),
+    and the results are the same words."""
+    runs = {}
+    for parts in (1, 4):
+        params = HpuParams(**SMALL, gqa_group=3, out_beat_cycles=parts)
+        rng = np.random.default_rng(1)
+        memory = rng.integers(0, 256, 1 << 17, dtype=np.uint8)
+        requests, goldens = [], []
+        for index in range(6):
+            seq = make_sequence(params, 3, rng)
+            base = 0x4000 * (index + 1)
+            store(params, memory, base, seq, 2)
+            requests.append(request_for(seq, seq_id=index, base=base, n=3))
+            goldens.append(golden_for(params, seq, 3))
+        runs[parts] = check_run(params, memory, requests, goldens)
+        if parts > 1:
+            model = call_cycles(params, requests)
+            assert abs(model - runs[parts].cycles) <= 0.1 * runs[parts].cycles
+    # 6 requests x 6 result beats x 3 more cycles each, less what the reads had hidden.
+    assert runs[4].cycles - runs[1].cycles >= 6 * 6 * 3 // 2
+    assert runs[4].beats == runs[1].beats
 
 
 def test_gateware_partials_merge_to_full():

@@ -51,6 +51,8 @@ PARAMS = {
     # int8 queries and K, G 3: queries 0 and 1 share the K side's multipliers, query 2 not.
     "int8_q": HpuParams(**SMALL, gqa_group=3, q_bits=8),
 }
+#: The output's tests also run with its multipliers shared: each result beat in 4 parts.
+OUTPUT_PARAMS = {**PARAMS, "out_parts": HpuParams(out_beat_cycles=4)}
 
 
 # --- references from the host side -----------------------------------------------------------
@@ -500,13 +502,13 @@ def test_v_side_snapshot_is_the_golden_o_and_waits_for_release(name):
 
 
 # --- result scale ----------------------------------------------------------------------------
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.parametrize("name", OUTPUT_PARAMS)
 def test_reciprocal_of_every_sum_is_in_the_result_scales_range(name):
     """ResultScale saturates y where o' leaves the multiplier's operand, which is exact only
     if 1/m >= 1/2 (a clamped o' then saturates y): the reciprocal unit's output for every
     mantissa (each of the 2**16 sums of one octave, and sums of higher octaves with random low
     bits) lies in [1/2, 1)."""
-    p = PARAMS[name]
+    p = OUTPUT_PARAMS[name]
     frac = p.reciprocal.out_frac_bits
     rng = np.random.default_rng(18)
     octave = p.prob_frac_bits
@@ -518,13 +520,13 @@ def test_reciprocal_of_every_sum_is_in_the_result_scales_range(name):
     assert recips.min() >= 1 << (frac - 1) and recips.max() < 1 << frac
 
 
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.parametrize("name", OUTPUT_PARAMS)
 def test_result_scale_divides_clamps_and_saturates_like_the_golden_output(name):
     """Random issued beats: o of every magnitude (small, near the operand's clamp, the whole
     accumulator range), every shift, reciprocals over [1/2, 1), raw beats among them;
     under random gaps and backpressure each result word is the golden model's
     ``y = round(clamp(o >> (shift + least)) * (1/m))`` saturated, raw words unchanged."""
-    p = PARAMS[name]
+    p = OUTPUT_PARAMS[name]
     rng = np.random.default_rng(16)
     count, lanes = 120, p.lanes
     o_lo, o_hi = value_range(p.o_bits, True)
@@ -560,7 +562,18 @@ def test_result_scale_divides_clamps_and_saturates_like_the_golden_output(name):
     cooked = ~raw[:, None]
     assert ((clamped != o_scaled) & cooked).any() and ((y != unclipped) & cooked).any()
     assert ((y == unclipped) & (y != 0) & cooked).sum() > count
-    out, _ = run_scenario(ResultScale(p), beats, count, valid_gaps=0.3, backpressure=0.4, seed=17)
+    # With out_beat_cycles > 1 each beat goes in as parts of out_lanes words, in order.
+    parts, width = p.out_beat_cycles, p.out_lanes
+    issued = [
+        {
+            **beat,
+            "words": beat["words"][k * width : (k + 1) * width],
+            **({"part": k} if parts > 1 else {}),
+        }
+        for beat in beats
+        for k in range(parts)
+    ]
+    out, _ = run_scenario(ResultScale(p), issued, count, valid_gaps=0.3, backpressure=0.4, seed=17)
     for b, (payload, beat) in enumerate(zip(out, beats, strict=True)):
         got = [int(w) for w in payload.data]
         assert got == want[b].tolist(), f"beat {b}: {got[:3]}... != {want[b, :3].tolist()}..."
@@ -568,13 +581,13 @@ def test_result_scale_divides_clamps_and_saturates_like_the_golden_output(name):
 
 
 # --- output ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", PARAMS)
+@pytest.mark.parametrize("name", OUTPUT_PARAMS)
 def test_output_emits_the_golden_result_words(name):
     """Four requests: full, partial, full (one row) and a full one whose o saturates y, with
     snapshots (padding elements random) loaded a few random cycles after the previous release
     and overwritten with junk at once after their own; the (m, l, 1/m) come ahead with random
     gaps; ``result_o`` sees random backpressure."""
-    p = PARAMS[name]
+    p = OUTPUT_PARAMS[name]
     rng = np.random.default_rng(18)
     g, sfb = p.gqa_group, p.score_frac_bits
     o_lo, o_hi = value_range(p.o_bits, True)

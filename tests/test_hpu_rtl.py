@@ -51,14 +51,16 @@ CONFIGS = {
         "max_outstanding": 4,
         "max_burst_beats": 8,
     },
-    # int8 queries and K, G 4: two pairs of queries share the K side's multipliers.
-    "hd64-g4-q8": {
+    # int8 queries and K, G 4: two pairs of queries share the K side's multipliers; the
+    # output's multipliers are shared too (each result beat in 4 parts).
+    "hd64-g4-q8-out4": {
         "head_dim": 64,
         "lanes": 16,
         "mem_data_bits": 128,
         "kv_bits": 8,
         "gqa_group": 4,
         "q_bits": 8,
+        "out_beat_cycles": 4,
         "max_seq_len": 96,
     },
     "hd64-g3-kv16": {

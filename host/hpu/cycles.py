@@ -5,10 +5,11 @@ The engine overlaps requests (docs/hpu.md, "How a request flows"): the descripto
 two read ports and the result stream each work on their own request, so a batch is bound by
 the busiest of the three per request, plus what its memory adds::
 
-    cycles(batch) = FILL + sum over requests of (max(D, R, O) + GAP) + STALLS
+    cycles(batch) = FILL + sum over requests of (max(D, R, O * S) + GAP) + STALLS
     D = descriptor beats  = header_beats + (2 row_beats if append) + G * q_beats
     R = read beats / port = the beats of KvLayout.read_bursts (scale blocks + rows)
     O = result beats      = G * (row_beats + 1 if partial else row_beats)
+    S = out_beat_cycles   (the output's cycles per result beat)
     STALLS = sum R * (1 / e(sum R) - 1)
 
 (:func:`request_beats`, :func:`request_cycles`, :func:`batch_cycles`). ``FILL``, ``GAP`` and
@@ -151,9 +152,11 @@ def request_beats(params: HpuParams, contexts, *, append=True, partial=False) ->
 
 
 def request_cycles(params: HpuParams, contexts, *, append=True, partial=False) -> np.ndarray:
-    """``max(D, R, O)`` of each request: its busy cycles (arguments of :func:`request_beats`)."""
+    """``max(D, R, O * out_beat_cycles)`` of each request: its busy cycles (arguments of
+    :func:`request_beats`; the output spends ``out_beat_cycles`` cycles on a result beat)."""
     beats = request_beats(params, contexts, append=append, partial=partial)
-    return np.maximum(np.maximum(beats.descriptor, beats.read), beats.result)
+    results = beats.result * params.out_beat_cycles
+    return np.maximum(np.maximum(beats.descriptor, beats.read), results)
 
 
 def batch_cycles(

@@ -119,6 +119,14 @@ class HpuParams(Params):
         min=8,
         max=30,
     )
+    out_beat_cycles: int = param(
+        1,
+        "cycles the output spends on each result beat: its lanes / out_beat_cycles multipliers "
+        "(1/m, one DSP48E2 each) serve a beat in that many parts; a request's results then take "
+        "that many times their beats, which only requests of fewer than about "
+        "out_beat_cycles * G rows notice",
+        choices=(1, 2, 4, 8),
+    )
     out_bits: int = param(24, "width of each signed full-mode output element", min=8, max=32)
     out_frac_bits: int = param(16, "fraction bits of each full-mode output element", min=0, max=30)
 
@@ -129,6 +137,12 @@ class HpuParams(Params):
                 f"mem_data_bits must be kv_bits * lanes ({self.kv_bits * self.lanes}) so that one "
                 f"beat feeds one cycle, not {self.mem_data_bits!r} (set lanes to "
                 f"{self.mem_data_bits // self.kv_bits} or mem_data_bits to match)",
+            )
+        if self.lanes < 2 * self.out_beat_cycles:
+            raise ParamError(
+                "out_beat_cycles",
+                f"out_beat_cycles must leave the output at least 2 multipliers (lanes "
+                f"{self.lanes}: at most {self.lanes // 2}), not {self.out_beat_cycles!r}",
             )
         if self.out_frac_bits >= self.out_bits:
             raise ParamError(
@@ -219,6 +233,11 @@ class HpuParams(Params):
     def recip_frac_bits(self) -> int:
         """Fraction bits of the reciprocal's 1/m (m = l's mantissa in [1, 2))."""
         return RECIP_FRAC_BITS
+
+    @property
+    def out_lanes(self) -> int:
+        """Words of a result beat the output scales per cycle (its multipliers)."""
+        return self.lanes // self.out_beat_cycles
 
     @property
     def out_operand_bits(self) -> int:

@@ -5,7 +5,7 @@ next, with its query's shift and reciprocal) and :class:`ResultScale` (``o'`` an
 products, rounded into result words); :class:`Output` connects them.
 """
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import result_layout
@@ -18,20 +18,22 @@ __all__ = ["Output", "ResultIssue", "ResultScale", "issued_beat_layout"]
 
 
 def issued_beat_layout(params) -> data.StructLayout:
-    """A result beat before its division: ``lanes`` words of ``o`` (or, ``raw``, words that
-    leave as they are: partial mode's ``o``, m and l), the request's sequence id, whether the
-    beat is its last, and its query's shift of ``o`` and reciprocal ``1/m``."""
+    """A result beat, or with ``out_beat_cycles`` > 1 a part of one, before its division:
+    ``out_lanes`` words of ``o`` (or, ``raw``, words that leave as they are: partial mode's
+    ``o``, m and l), the request's sequence id, whether the beat is its last, its query's shift
+    of ``o`` and reciprocal ``1/m``, and (in parts) which part it is."""
     p = params
-    return data.StructLayout(
-        {
-            "words": data.ArrayLayout(signed(p.o_bits), p.lanes),
-            "raw": 1,
-            "tag": unsigned(32),
-            "last": 1,
-            "shift": range(p.position_bits + 1),
-            "recip": unsigned(p.reciprocal.out_bits),
-        }
-    )
+    fields = {
+        "words": data.ArrayLayout(signed(p.o_bits), p.out_lanes),
+        "raw": 1,
+        "tag": unsigned(32),
+        "last": 1,
+        "shift": range(p.position_bits + 1),
+        "recip": unsigned(p.reciprocal.out_bits),
+    }
+    if p.out_beat_cycles > 1:
+        fields["part"] = range(p.out_beat_cycles)  # which out_lanes words of the beat
+    return data.StructLayout(fields)
 
 
 class Output(wiring.Component):
@@ -138,15 +140,21 @@ class ResultIssue(wiring.Component):
         partial = self.snapshot_tag[32]
         per_query = Mux(partial, p.row_beats + 1, p.row_beats)
         last = (out_query == groups - 1) & (out_chunk == per_query - 1)
+        # With out_beat_cycles > 1 a beat leaves in parts of out_lanes words, out_part counting
+        # them.
+        parts, part_lanes = p.out_beat_cycles, p.out_lanes
+        out_part = Signal(range(parts), name="out_part") if parts > 1 else None
+        if out_part is not None:
+            last &= out_part == parts - 1
 
         # The beat on offer: its chunk of the snapshot, through one mux of every query's chunks
-        # in order (out_index counts the chunk beats; a mux per query, then one by query,
-        # cost twice the LUTs).
-        out_index = Signal(range(groups * p.row_beats + 1))
+        # in order (out_index counts the chunk beats, or their parts; a mux per query, then one
+        # by query, cost twice the LUTs).
+        out_index = Signal(range(groups * p.row_beats * parts + 1))
         chunks = Array(
-            Cat(*acc[c * lanes : (c + 1) * lanes])
+            Cat(*acc[c * part_lanes : (c + 1) * part_lanes])
             for acc in self.snapshot
-            for c in range(p.row_beats)
+            for c in range(p.row_beats * parts)
         )
         head = chunks[out_index]
         beat = self.o.payload
@@ -156,17 +164,23 @@ class ResultIssue(wiring.Component):
             beat.shift.eq(Array(o_shifts)[out_query]),
             beat.recip.eq(Array(recips)[out_query]),
         ]
+        first_element = out_chunk * lanes
+        if out_part is not None:
+            fields.append(beat.part.eq(out_part))
+            first_element = first_element + out_part * part_lanes
         with m.If(out_chunk < p.row_beats):
             m.d.comb += beat.raw.eq(partial)
-            for i in range(lanes):
+            for i in range(part_lanes):
                 o = head[i * p.o_bits : (i + 1) * p.o_bits].as_signed()
-                in_head = out_chunk * lanes + i < p.head_dim
+                in_head = first_element + i < p.head_dim
                 m.d.comb += beat.words[i].eq(Mux(in_head, o, 0))
         with m.Else():
             # Partial mode's extra beat per query: m in word 0 (in the score format), l in
-            # word 1.
+            # word 1 (of its first part).
             m_score = Array(out_max)[out_query] << p.score_frac_bits
             stats = [m_score, Array(out_sum)[out_query]]
+            if out_part is not None:
+                stats = [Mux(out_part == 0, v, 0) for v in stats]
             m.d.comb += beat.raw.eq(1)
             m.d.comb += [beat.words[i].eq(v) for i, v in enumerate(stats)]
 
@@ -187,6 +201,8 @@ class ResultIssue(wiring.Component):
                             o_shifts[g].eq(o_shift),
                         ]
                     m.d.sync += [out_query.eq(0), out_chunk.eq(0), out_index.eq(0)]
+                    if out_part is not None:
+                        m.d.sync += out_part.eq(0)
                     m.next = "OUT"
             with m.State("OUT"):
                 # The fields are driven here, not outside the FSM: with one query, shift would
@@ -196,10 +212,20 @@ class ResultIssue(wiring.Component):
                 with m.If(self.o.ready):
                     with m.If(out_chunk < p.row_beats):
                         m.d.sync += out_index.eq(out_index + 1)
-                    with m.If(out_chunk == per_query - 1):
-                        m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
-                    with m.Else():
-                        m.d.sync += out_chunk.eq(out_chunk + 1)
+
+                    def next_chunk():
+                        with m.If(out_chunk == per_query - 1):
+                            m.d.sync += [out_chunk.eq(0), out_query.eq(out_query + 1)]
+                        with m.Else():
+                            m.d.sync += out_chunk.eq(out_chunk + 1)
+
+                    if out_part is None:
+                        next_chunk()
+                    else:
+                        m.d.sync += out_part.eq(out_part + 1)
+                        with m.If(out_part == parts - 1):
+                            m.d.sync += out_part.eq(0)
+                            next_chunk()
                     with m.If(last):
                         m.d.comb += self.release.eq(1)
                         m.next = "IDLE"
@@ -239,17 +265,22 @@ class ResultScale(wiring.Component):
         p = self.params
         m = Module()
         result = self.o
-        lanes = p.lanes
+        lanes = p.out_lanes  # the words of a beat's part (of the beat, with one part)
+        parts = p.out_beat_cycles
         recip_bits = p.reciprocal.out_bits
+        keys = ("valid", "raw", "tag", "last") + (("part",) if parts > 1 else ())
 
         def stage(name):
-            return {
+            fields = {
                 "valid": Signal(name=f"{name}_valid"),
                 "raw": Signal(name=f"{name}_raw"),
                 "tag": Signal(32, name=f"{name}_tag"),
                 "last": Signal(name=f"{name}_last"),
                 "words": [Signal(signed(p.o_bits), name=f"{name}_word{i}") for i in range(lanes)],
             }
+            if parts > 1:
+                fields["part"] = Signal(range(parts), name=f"{name}_part")
+            return fields
 
         pre, sh, mul = stage("pre"), stage("sh"), stage("mul")
         pre_shift = Signal(range(p.position_bits + 1), name="pre_shift")
@@ -276,7 +307,7 @@ class ResultScale(wiring.Component):
             words.append(word)
         with m.If(advance):
             for src, dst in ((pre, sh), (sh, mul)):
-                m.d.sync += [dst[key].eq(src[key]) for key in ("valid", "raw", "tag", "last")]
+                m.d.sync += [dst[key].eq(src[key]) for key in keys]
             for i in range(lanes):
                 least = pre["words"][i] >> p.out_o_shift_min
                 scaled = sh["words"][i]
@@ -288,14 +319,25 @@ class ResultScale(wiring.Component):
                     out_range[i].eq(~fits),
                     products[i].eq(scaled[: p.out_operand_bits].as_signed() * sh_recip),
                 ]
+            whole = parts == 1  # else each part writes its words below
             m.d.sync += [
                 sh_recip.eq(pre_recip),
-                result.valid.eq(mul["valid"]),
+                *([result.valid.eq(mul["valid"])] if whole else []),
                 result.payload.tag.eq(mul["tag"]),
                 result.payload.last.eq(mul["last"]),
-                result.payload.data.eq(Cat(*words)),
+                *([result.payload.data.eq(Cat(*words))] if whole else []),
                 pre["valid"].eq(0),  # unless PRE takes a beat this cycle (later wins)
             ]
+            if not whole:
+                # Each part fills its words of the result register; the last part makes it
+                # valid. Only a valid part writes (a bubble repeats the part before it, which
+                # would write the same words again: nothing need rely on that).
+                m.d.sync += result.valid.eq(mul["valid"] & (mul["part"] == parts - 1))
+                width = lanes * p.word_bits
+                data = Value.cast(result.payload.data)  # bits, not words
+                for k in range(parts):
+                    with m.If(mul["valid"] & (mul["part"] == k)):
+                        m.d.sync += data[k * width : (k + 1) * width].eq(Cat(*words))
         beat = self.i.payload
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += [
@@ -307,4 +349,6 @@ class ResultScale(wiring.Component):
                 pre_recip.eq(beat.recip),
                 *(reg.eq(word) for reg, word in zip(pre["words"], beat.words, strict=True)),
             ]
+            if parts > 1:
+                m.d.sync += pre["part"].eq(beat.part)
         return m

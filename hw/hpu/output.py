@@ -41,8 +41,9 @@ class Output(wiring.Component):
 
     With ``l = m * 2**e`` and the normalizer's ``1/m``, each element leaves as
     ``y = round(o' * (1/m))`` with ``o' = o >> (e + const)`` clamped to one DSP48E2 operand
-    (``out_operand_bits``): one multiplier per lane. In partial mode ``o`` leaves as it is,
-    with an extra beat per query holding m (in the score format) and l.
+    (``out_operand_bits``): ``out_lanes`` multipliers, which take ``out_beat_cycles`` cycles a
+    beat (one a lane and a cycle by default). In partial mode ``o`` leaves as it is, with an
+    extra beat per query holding m (in the score format) and l.
 
     Parameters
     ----------
@@ -96,9 +97,9 @@ class Output(wiring.Component):
 class ResultIssue(wiring.Component):
     """Takes a request's (m, l) and reciprocals once its snapshot is there, then offers its
     beats on ``o``: ``row_beats`` chunks per query (and the (m, l) beat in partial mode),
-    each chunk read from the snapshot through one mux (a rotating snapshot cost a LUT per bit
-    for its second source, 10.6k LUTs in the default engine). Elements past ``head_dim``
-    leave as zero. Each query's shift of ``o`` is ``o' = o >> (l's exponent + offset)``, the
+    each in ``out_beat_cycles`` parts of ``out_lanes`` words, each read from the snapshot
+    through one mux (a rotating snapshot cost a LUT per bit for its second source, 10.6k
+    LUTs in the default engine). Elements past ``head_dim`` leave as zero. Each query's shift of ``o`` is ``o' = o >> (l's exponent + offset)``, the
     exponent ``1/m`` leaves out, formed as the (m, l) are taken (a cycle of its own made short
     requests wait on the output).
 

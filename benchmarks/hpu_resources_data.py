@@ -126,6 +126,9 @@ def main(argv=None) -> int:
             return 2
         print_table(yaml.safe_load(args.out.read_text()).get("engines") or [], args.check)
         return 0
+    if args.drop and not args.out.is_file():
+        print(f"hpu_resources_data: error: --drop: {args.out} does not exist", file=sys.stderr)
+        return 2
     # Configurations synthesized before and not in these reports stay (a synthesis of the
     # HPU takes tens of minutes; one new report need not redo the others).
     if args.out.is_file():

@@ -600,3 +600,6 @@ def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware
     assert len(yaml.safe_load(out.read_text())["engines"]) == 1
     assert module.main(["--drop", entry["command"], "--out", str(out)]) == 0
     assert yaml.safe_load(out.read_text())["engines"] == []
+    missing = tmp_path / "none.yaml"
+    assert module.main(["--drop", entry["command"], "--out", str(missing)]) == 2
+    assert not missing.exists()

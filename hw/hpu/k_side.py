@@ -247,11 +247,15 @@ def _query_products(p, m, chunks, data_):
         if pack and g + 1 < groups:
             low, high = [], []
             bias = 1 << (PACK_SHIFT - 1)
+            q_bits = p.q_bits
+            # pair (PACK_SHIFT + q_bits) x k (e) plus the addend: 2 bits to spare.
+            width = PACK_SHIFT + q_bits + e + 2
             for i in range(lanes):
-                packed = Signal(signed(26 + e), name=f"kb_packed{g}_{g + 1}_{i}")
+                packed = Signal(signed(width), name=f"kb_packed{g}_{g + 1}_{i}")
                 q0, q1 = query(g, i), query(g + 1, i)
-                pair = Cat(q0.as_unsigned(), Const(0, PACK_SHIFT - 8), q1).as_signed()
-                correction = Mux(q0[-1], bias - (key(i) << 8), bias)
+                pair = Cat(q0.as_unsigned(), Const(0, PACK_SHIFT - q_bits), q1).as_signed()
+                # A holds q0 + 2**q_bits where q0 < 0: take 2**q_bits * k off on C.
+                correction = Mux(q0[-1], bias - (key(i) << q_bits), bias)
                 m.d.sync += packed.eq(pair * key(i) + correction)
                 low.append(Cat(packed[: PACK_SHIFT - 1], ~packed[PACK_SHIFT - 1]).as_signed())
                 high.append(packed[PACK_SHIFT : 2 * PACK_SHIFT].as_signed())

@@ -99,9 +99,9 @@ class ResultIssue(wiring.Component):
     beats on ``o``: ``row_beats`` chunks per query (and the (m, l) beat in partial mode),
     each in ``out_beat_cycles`` parts of ``out_lanes`` words, each read from the snapshot
     through one mux (a rotating snapshot cost a LUT per bit for its second source, 10.6k
-    LUTs in the default engine). Elements past ``head_dim`` leave as zero. Each query's shift of ``o`` is ``o' = o >> (l's exponent + offset)``, the
-    exponent ``1/m`` leaves out, formed as the (m, l) are taken (a cycle of its own made short
-    requests wait on the output).
+    LUTs in the default engine). Elements past ``head_dim`` leave as zero. Each query's shift
+    of ``o`` is ``o' = o >> (l's exponent + offset)``, the exponent ``1/m`` leaves out, formed
+    as the (m, l) are taken (a cycle of its own made short requests wait on the output).
 
     Parameters
     ----------

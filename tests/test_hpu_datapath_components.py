@@ -395,7 +395,7 @@ def test_score_scale_rounds_and_saturates_like_the_golden_scores(name):
     _run(dut, bench)
     assert len(got) == count
     for r, (cycle, scores, flags) in enumerate(got):
-        assert cycle == sent[r] + 3, f"row {r} left after {cycle - sent[r]} cycles"
+        assert cycle == sent[r] + ScoreScale.LATENCY, f"row {r} left after {cycle - sent[r]} cycles"
         assert scores == want[r].tolist(), f"row {r}: {scores} != {want[r].tolist()}"
         assert flags == (rows[r]["first_row"], rows[r]["last_row"])
 

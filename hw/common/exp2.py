@@ -18,9 +18,12 @@ __all__ = ["Exp2"]
 class Exp2(wiring.Component):
     """2**x for x <= 0 in fixed point. One result per cycle, latency :attr:`LATENCY` cycles.
 
-    Stages: (1) clamp x to <= 0, split it into shift and fraction, read the segment's base and
-    slope from ROM; (2) slope times the in-segment remainder; (3) base plus the rounded
-    product; (4) rounding right shift by the integer part into the output format.
+    Stages: (1) split x into shift and fraction, read the segment's base and slope from ROM
+    (addressed by x's own bits: the clamp of x > 0 to 0 is applied to the base the next
+    cycle, so the ROM's address starts from a register); (2) slope times the in-segment
+    remainder; (3) base plus the rounded product; (4) right shift by the integer part into the
+    output format, and the rounding bit; (5) the rounding carry. (With the clamp before the ROM
+    and the rounding shift in one stage, those were the HPU K side's longest paths.)
 
     Parameters
     ----------
@@ -36,7 +39,7 @@ class Exp2(wiring.Component):
         2**x, ``params.out_frac_bits`` fraction bits.
     """
 
-    LATENCY = 4
+    LATENCY = 5
 
     def __init__(self, params: Exp2Params):
         if not isinstance(params, Exp2Params):
@@ -74,14 +77,15 @@ class Exp2(wiring.Component):
         shift_bits = p.in_int_bits + 1
         remainder1 = Signal(max(p.rem_bits, 1))
         shift1 = Signal(shift_bits)
+        clamped1 = Signal()  # x > 0: the segment is 0's, whatever the ROM read
         m.d.comb += [
-            base_port.addr.eq(fraction[p.rem_bits :]),
-            slope_port.addr.eq(fraction[p.rem_bits :]),
+            base_port.addr.eq(x[p.rem_bits : p.in_frac_bits]),
+            slope_port.addr.eq(x[p.rem_bits : p.in_frac_bits]),
             base_port.en.eq(enable),
             slope_port.en.eq(enable),
         ]
         with m.If(enable):
-            m.d.sync += shift1.eq(Mux(x[-1], -integer_part, 0))
+            m.d.sync += [shift1.eq(Mux(x[-1], -integer_part, 0)), clamped1.eq(~x[-1])]
             if p.rem_bits:
                 m.d.sync += remainder1.eq(fraction[: p.rem_bits])
 
@@ -92,7 +96,7 @@ class Exp2(wiring.Component):
         with m.If(enable):
             m.d.sync += [
                 product2.eq(slope_port.data * remainder1 if p.rem_bits else 0),
-                base2.eq(base_port.data),
+                base2.eq(Mux(clamped1, int(base_table[0]), base_port.data)),
                 shift2.eq(shift1),
             ]
 
@@ -106,9 +110,18 @@ class Exp2(wiring.Component):
                 shift3.eq(Mux(total_shift > p.max_shift, p.max_shift, total_shift)),
             ]
 
-        # Stage 4: scale by 2**-shift into the output format.
+        # Stage 4: scale by 2**-shift, half up: (v + 2**(s-1)) >> s is v >> s plus bit s-1 of
+        # v (s >= 1), so the shift and the bit come first and the carry in stage 5.
+        floor4 = Signal(mantissa_width + 1)
+        round4 = Signal()
+        with m.If(enable):
+            m.d.sync += [
+                floor4.eq(mantissa3 >> shift3),
+                round4.eq(((mantissa3 << 1) >> shift3)[0]),  # 0 where s = 0
+            ]
+        # Stage 5: the rounding carry, into the output format.
         result = Signal(unsigned(p.out_width))
         with m.If(enable):
-            m.d.sync += result.eq(round_shift_right(mantissa3, shift3))
+            m.d.sync += result.eq(floor4 + round4)
         m.d.comb += self.o.payload.eq(result)
         return m

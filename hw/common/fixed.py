@@ -4,10 +4,17 @@ These return Amaranth expressions; the caller registers them where its pipeline 
 The rounding modes carry the same names and meanings as in :mod:`tandem.host.common.fixed`.
 """
 
-from amaranth.hdl import Const, Mux, Shape, Value
+from amaranth.hdl import Const, Module, Mux, Shape, Signal, Value, signed
 from tandem.host.common.fixed import ROUNDING_MODES, value_range
 
-__all__ = ["clamp", "clamp_changes", "round_shift_right", "saturate", "saturate_changes"]
+__all__ = [
+    "clamp",
+    "clamp_changes",
+    "partial_products",
+    "round_shift_right",
+    "saturate",
+    "saturate_changes",
+]
 
 
 def round_shift_right(value: Value, shift: "int | Value", rounding: str = "half_up") -> Value:
@@ -72,3 +79,33 @@ def clamp(value: Value, limit: int) -> Value:
 def clamp_changes(value: Value, limit: int) -> Value:
     """Whether :func:`clamp` changes ``value``."""
     return (value > limit) | (value < -limit)
+
+
+#: Bits of a partial product's chunk of the wide operand (:func:`partial_products`): the
+#: DSP48E2's B port is 18 bits signed, so 17 unsigned bits.
+CHUNK_BITS = 17
+
+
+def partial_products(m: Module, wide, narrow, name: str, enable=None):
+    """``wide * narrow`` over two pipeline stages: ``wide`` is cut into 17-bit chunks (the
+    top one signed where ``wide`` is), each chunk's product with ``narrow`` (unsigned, at most
+    26 bits: the DSP48E2's A port) is one multiplier and is registered (its output register),
+    and the returned sum of the shifted partial products is the second stage's
+    (combinational) value. A product too wide for one DSP48E2 otherwise leaves the multipliers
+    through fabric adders in the same cycle (the HPU K side's score, 38 x 22 bits, was that
+    engine's longest path). Registers load while ``enable`` (always when None)."""
+    wide, narrow = Value.cast(wide), Value.cast(narrow)
+    assert not narrow.shape().signed and len(narrow) <= 26
+    chunks = [wide[low : low + CHUNK_BITS] for low in range(0, len(wide), CHUNK_BITS)]
+    total = 0
+    for j, chunk in enumerate(chunks):
+        top = j == len(chunks) - 1 and wide.shape().signed
+        chunk = chunk.as_signed() if top else chunk.as_unsigned()
+        partial = Signal(signed(len(chunk) + len(narrow) + 1), name=f"{name}_partial{j}")
+        if enable is None:
+            m.d.sync += partial.eq(chunk * narrow)
+        else:
+            with m.If(enable):
+                m.d.sync += partial.eq(chunk * narrow)
+        total = total + (partial << (j * CHUNK_BITS))
+    return total

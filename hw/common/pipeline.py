@@ -1,8 +1,10 @@
 """Flow control for fixed-latency pipelines between two streams."""
 
 from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 
-__all__ = ["stall_all_pipeline"]
+__all__ = ["RegisterSlice", "stall_all_pipeline"]
 
 
 def stall_all_pipeline(m: Module, i, o, latency: int, *, name: str = "stage") -> Signal:
@@ -27,3 +29,40 @@ def stall_all_pipeline(m: Module, i, o, latency: int, *, name: str = "stage") ->
         valid = stage_valid
     m.d.comb += o.valid.eq(valid)
     return enable
+
+
+class RegisterSlice(wiring.Component):
+    """A stream through registers both ways (a skid buffer): ``o``'s valid and payload and
+    ``i``'s ready are registers, so neither the payload's nor the ready's logic runs through
+    it. Full rate: one transfer per cycle while ``o`` takes them; one cycle of latency. The
+    second register (the skid) holds the beat ``i`` offered in the cycle ``o`` stalled, so
+    ``i.ready`` can be a register.
+
+    Parameters
+    ----------
+    shape : ShapeLike
+        The payload's shape.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
+    """
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid_valid = Signal(name="skid_valid")
+        skid = Signal(self.shape, name="skid")
+        m.d.comb += self.i.ready.eq(~skid_valid)
+        with m.If(~self.o.valid | self.o.ready):
+            with m.If(skid_valid):
+                m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [self.o.payload.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & ~skid_valid):
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m

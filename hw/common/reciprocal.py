@@ -3,16 +3,19 @@
 Method: :mod:`tandem.host.common.reciprocal`.
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_seed_table
 
-from .fixed import round_shift_right, saturate
+from .fixed import partial_products, round_shift_right, saturate
 from .pipeline import stall_all_pipeline
 
 __all__ = ["Reciprocal", "leading_one"]
+
+#: Bits of a group of the two-stage leading one (:class:`Reciprocal`'s first two stages).
+LEADING_ONE_GROUP = 8
 
 
 def leading_one(m: Module, value, name: str = "msb") -> Signal:
@@ -27,10 +30,11 @@ def leading_one(m: Module, value, name: str = "msb") -> Signal:
 class Reciprocal(wiring.Component):
     """1/x for unsigned fixed-point x, saturating. One result per cycle.
 
-    Stages: (1) find the leading one; (2) normalize x to m in [1, 2); (3) read the seed 1/m;
-    then four stages per Newton-Raphson step (m*y, 2 - m*y, y*(2 - m*y), its rounding: one
-    multiplier or wide add per cycle); (last) scale by the exponent (not with
-    ``mantissa_only``: 1/m), round and saturate. Latency ``4 + 4 * newton_steps`` cycles.
+    Stages: (0, 1) find the leading one (each 8-bit group's first, then the highest group's);
+    (2) normalize x to m in [1, 2); (3) read the seed 1/m; then four stages per Newton-Raphson
+    step (m*y; 2 - m*y; y*(2 - m*y) as partial products; their sum, rounded: one multiplier
+    or wide add per cycle); (last) scale by the exponent (not with
+    ``mantissa_only``: 1/m), round and saturate. Latency ``5 + 4 * newton_steps`` cycles.
 
     Parameters
     ----------
@@ -50,7 +54,7 @@ class Reciprocal(wiring.Component):
         if not isinstance(params, ReciprocalParams):
             raise TypeError(f"params must be a ReciprocalParams, not {params!r}")
         self.params = params
-        self.LATENCY = 4 + 4 * params.newton_steps
+        self.LATENCY = 5 + 4 * params.newton_steps
         super().__init__(
             {
                 "i": In(stream.Signature(unsigned(params.in_bits))),
@@ -71,10 +75,28 @@ class Reciprocal(wiring.Component):
             return reg
 
         msb_shape = range(max(p.in_bits, 2))
-        # Stage 1: leading one.
-        x1 = stage(p.in_bits, self.i.payload, "x1")
-        msb1 = stage(msb_shape, leading_one(m, self.i.payload), "msb1")
-        zero1 = stage(1, self.i.payload == 0, "zero1")
+        # Stages 0 and 1: the leading one, over two cycles: each 8-bit group's own leading one
+        # and whether it has one, then the highest group's (over the whole width in one
+        # cycle, it was the unit's longest path).
+        x = self.i.payload
+        groups = range(0, p.in_bits, LEADING_ONE_GROUP)
+        x0 = stage(p.in_bits, x, "x0")
+        group_any = [stage(1, x[g : g + LEADING_ONE_GROUP] != 0, f"any0_{g}") for g in groups]
+        group_msb = [
+            stage(
+                range(LEADING_ONE_GROUP),
+                leading_one(m, x[g : g + LEADING_ONE_GROUP], f"msb_in_{g}"),
+                f"msb0_{g}",
+            )
+            for g in groups
+        ]
+        msb = Signal(msb_shape, name="msb_of_groups")
+        for g, found, within in zip(groups, group_any, group_msb):  # the highest group's wins
+            with m.If(found):
+                m.d.comb += msb.eq(g + within)
+        x1 = stage(p.in_bits, x0, "x1")
+        msb1 = stage(msb_shape, msb, "msb1")
+        zero1 = stage(1, ~Cat(*group_any).any(), "zero1")
 
         # Stage 2: normalize: (x << w) >> msb, exact while msb <= w, truncating for inputs
         # wider than w + 1 bits.
@@ -107,7 +129,10 @@ class Reciprocal(wiring.Component):
                 w + 3, (2 << w) - round_shift_right(product, w), f"{tag}_two_minus_my"
             )
             y_held = stage(y_width, y_held, f"{tag}_y_b")
-            scaled = stage(2 * w + 6, y_held * correction, f"{tag}_y2my")
+            # y * (2 - m*y) as registered partial products (the DSP48E2's 27 x 18 does not
+            # hold 18 x 19 bits: summed in the same cycle, it was the unit's longest path),
+            # summed with the rounding the next.
+            scaled = partial_products(m, correction, y_held, f"{tag}_y2my", enable)
             estimate = stage(y_width, round_shift_right(scaled, w), f"{tag}_y_next")
             for part in "abcd":  # the mantissa, msb and zero flag beside the four stages
                 mantissa = stage(w + 1, mantissa, f"{tag}_m_{part}")

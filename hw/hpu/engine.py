@@ -17,7 +17,7 @@ Dataflow of one request::
                                                       ├─► K reader ─► k_axi ─► K FIFO ─┐
                                                       └─► V reader ─► v_axi ─► V FIFO ─┼─┐
     K FIFO ─► K sequencer ─► q·k (groups × lanes MACs) ─► score ─► max/exp2 ─► l ─► row FIFO │ │
-    V FIFO ─► V sequencer ─► w = p·v_scale ─► o = o≫shift + w·v (groups × lanes) ◄──────────┘─┘
+    V FIFO ─► V sequencer ─► slice ─► w = p·v_scale ─► o = o≫shift + w·v (groups × lanes) ◄──┘─┘
     l ─► 1/m of l = m·2**e (reciprocal) ─┐
     o ─► o' = o ≫ (e + c), clamped to 27 bits ─► o'·(1/m) (one DSP48E2 per lane) ─► result_o
 
@@ -43,6 +43,8 @@ from tandem.host.hpu import HpuParams
 from tandem.host.hpu.codec import header_layout, result_layout
 
 from ..common.axi import AxiReadManager, AxiWriteManager
+from ..common.pipeline import RegisterSlice
+from .beats import TAG_BITS, row_beat_layout
 from .k_side import KSide
 from .normalizer import Normalizer
 from .output import Output
@@ -108,6 +110,11 @@ class Hpu(wiring.Component):
         m.submodules.k_side = k_side = KSide(p)
         m.submodules.v_requests = v_requests = VRequestQueue(p)
         m.submodules.v_sequencer = v_sequencer = Sequencer(p, name="v")
+        # The V beats reach the V side through a register slice, with their request's tag
+        # (the next request's may be out by then): the V side's gate's ready otherwise ran
+        # through the V sequencer into the V read FIFO, the engine's longest path.
+        v_slice_layout = data.StructLayout({"beat": row_beat_layout(p), "tag": TAG_BITS})
+        m.submodules.v_slice = v_slice = RegisterSlice(v_slice_layout)
         m.submodules.v_side = v_side = VSide(p)
         m.submodules.normalizer = normalizer = Normalizer(p)
         m.submodules.output = output = Output(p)
@@ -144,7 +151,16 @@ class Hpu(wiring.Component):
         wiring.connect(m, k_beats, k_sequencer.i)
         wiring.connect(m, v_beats, v_sequencer.i)
         wiring.connect(m, k_sequencer.o, k_side.i)
-        wiring.connect(m, v_sequencer.o, v_side.i)
+        m.d.comb += [
+            v_slice.i.valid.eq(v_sequencer.o.valid),
+            v_slice.i.payload.beat.eq(v_sequencer.o.payload),
+            v_slice.i.payload.tag.eq(v_requests.tag),
+            v_sequencer.o.ready.eq(v_slice.i.ready),
+            v_side.i.valid.eq(v_slice.o.valid),
+            v_side.i.payload.eq(v_slice.o.payload.beat),
+            v_side.tag.eq(v_slice.o.payload.tag),
+            v_slice.o.ready.eq(v_side.i.ready),
+        ]
         wiring.connect(m, k_side.rows_o, v_side.rows_i)
         wiring.connect(m, k_side.stats_o, normalizer.i)
         wiring.connect(m, normalizer.o, output.i)
@@ -197,7 +213,6 @@ class Hpu(wiring.Component):
             v_sequencer.append.eq(v_requests.append),
             v_sequencer.new_row.eq(v_requests.new_v),
             v_sequencer.new_scale.eq(v_requests.new_v_scale),
-            v_side.tag.eq(v_requests.tag),
             # The output emits the V side's snapshot.
             output.snapshot_valid.eq(v_side.snapshot_valid),
             output.snapshot_tag.eq(v_side.snapshot_tag),

@@ -13,10 +13,10 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.exp2 import Exp2
+from ..common.fixed import partial_products
 from .arith import (
     decode_scale,
     registered,
-    rounded,
     shift_amounts,
     shift_by_split,
     shift_halves,
@@ -273,7 +273,8 @@ def _query_products(p, m, chunks, data_):
 
 
 class ScoreScale(wiring.Component):
-    """Stages S1 (dot times the scales' mantissas), SH (its shifts) and S2 (their rounding
+    """Stages S1 (dot times the scales' mantissas, as partial products), SP (their sum), SH
+    (its shifts) and S2 (their rounding
     carry and saturation into the score format, :func:`.arith.shift_by_split`).
 
     Parameters
@@ -284,8 +285,10 @@ class ScoreScale(wiring.Component):
     ----------
     i : In(stream.Signature(:func:`row_dot_layout`, always_ready=True))
     o : Out(stream.Signature(:func:`score_layout`, always_ready=True))
-        Three cycles after ``i``.
+        :attr:`LATENCY` cycles after ``i``.
     """
+
+    LATENCY = 4
 
     def __init__(self, params):
         self.params = p = checked(params)
@@ -305,20 +308,31 @@ class ScoreScale(wiring.Component):
         s1_valid = registered(m, "s1_valid", self.i.valid)
         s1_first_row = registered(m, "s1_first_row", row.first_row)
         s1_last_row = registered(m, "s1_last_row", row.last_row)
-        s1_product = [Signal(signed(p.dot_bits + 23), name=f"s1_product{g}") for g in range(groups)]
         s1_left = [registered(m, f"s1_left{g}", row.left[g]) for g in range(groups)]
         s1_right = [registered(m, f"s1_right{g}", row.right[g]) for g in range(groups)]
         s1_up = [registered(m, f"s1_up{g}", row.up[g]) for g in range(groups)]
+        products = [
+            partial_products(m, row.dot[g], row.mant[g], f"s1_product{g}") for g in range(groups)
+        ]
+        # SP: the partial products' sum (in S1's cycle, the adders behind the multipliers were
+        # the engine's longest path).
+        sp_valid = registered(m, "sp_valid", s1_valid)
+        sp_first_row = registered(m, "sp_first_row", s1_first_row)
+        sp_last_row = registered(m, "sp_last_row", s1_last_row)
+        sp_product = [Signal(signed(p.dot_bits + 23), name=f"sp_product{g}") for g in range(groups)]
+        sp_left = [registered(m, f"sp_left{g}", s1_left[g]) for g in range(groups)]
+        sp_right = [registered(m, f"sp_right{g}", s1_right[g]) for g in range(groups)]
+        sp_up = [registered(m, f"sp_up{g}", s1_up[g]) for g in range(groups)]
         for g in range(groups):
-            m.d.sync += s1_product[g].eq(row.dot[g] * row.mant[g])
+            m.d.sync += sp_product[g].eq(products[g])
         # SH: the product's shifts; S2: their rounding carry and saturation into the score
         # format (:func:`shift_by_split`).
-        sh_valid = registered(m, "sh_valid", s1_valid)
-        sh_first_row = registered(m, "sh_first_row", s1_first_row)
-        sh_last_row = registered(m, "sh_last_row", s1_last_row)
+        sh_valid = registered(m, "sh_valid", sp_valid)
+        sh_first_row = registered(m, "sh_first_row", sp_first_row)
+        sh_last_row = registered(m, "sh_last_row", sp_last_row)
         shifted = [
             shift_by_split(
-                m, s1_product[g], s1_left[g], s1_right[g], s1_up[g], p.score_bits, True,
+                m, sp_product[g], sp_left[g], sp_right[g], sp_up[g], p.score_bits, True,
                 f"sh_score{g}", 1,
             )
             for g in range(groups)
@@ -389,13 +403,20 @@ class OnlineSoftmax(wiring.Component):
         # request's): no mux to zero them on either side.
         scores = self.i.payload.score
         s2_valid, s2_first_row = self.i.valid, self.i.payload.first_row
+        s2_last_row = self.i.payload.last_row
         octave = 1 << p.score_frac_bits
         top_shift = (1 << p.shift_bits) - 1
-        running_max = [Signal(signed(p.max_bits), name=f"m{g}") for g in range(groups)]
+        # m returns to the initial max (the golden model's max_start) after a request's last
+        # row, so a first row compares against m like any other (a mux in front of the
+        # comparison was the K side's longest path).
+        running_max = [
+            Signal(signed(p.max_bits), name=f"m{g}", init=p.max_start) for g in range(groups)
+        ]
         running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
         exp2_units = []
         exp2_lo = -(1 << (p.exp2.in_width - 1))
         shift_line = []
+        l_shift = []
         new_max = []
         for g in range(groups):
             m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
@@ -407,11 +428,16 @@ class OnlineSoftmax(wiring.Component):
             growth = Signal(signed(p.max_bits + 1), name=f"s3_growth{g}")
             grew = Signal(name=f"s3_grew{g}")
             m.d.comb += [
-                previous.eq(Mux(s2_first_row, p.max_start, running_max[g])),
+                previous.eq(running_max[g]),
                 diff.eq(scores[g] - (previous << p.score_frac_bits)),
                 ceiling.eq((scores[g] >> p.score_frac_bits) + (fraction != 0)),
                 growth.eq(ceiling - previous),
-                grew.eq(diff > 0),
+                # s > m * 2**frac_bits, as ceil(s) > m, from the score's integer part and
+                # whether it has a fraction (off the subtraction: a shorter loop through m).
+                grew.eq(
+                    (scores[g] >> p.score_frac_bits > previous)
+                    | ((scores[g] >> p.score_frac_bits == previous) & (fraction != 0))
+                ),
                 unit.o.ready.eq(1),
             ]
             x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
@@ -433,11 +459,19 @@ class OnlineSoftmax(wiring.Component):
                             Mux(grew, growth, 0),
                         )
                     ),
-                    running_max[g].eq(Mux(grew, ceiling, previous)),
+                    running_max[g].eq(Mux(s2_last_row, p.max_start, Mux(grew, ceiling, previous))),
                     max_reg.eq(Mux(grew, ceiling, previous)),
                 ]
             # Delay the shift and the row's max alongside the exp2 pipeline.
             shift_line.append(_delay(m, shift_reg, unit.LATENCY, f"shift{g}"))
+            # l's own copy, clamped where l shifts to 0 anyway: a shorter shifter on l's
+            # update, a cycle's loop.
+            l_top = (1 << (p.l_bits + 1).bit_length()) - 1
+            if l_top < top_shift:
+                clamped = Mux(shift_reg > l_top, l_top, shift_reg)[: l_top.bit_length()]
+                l_shift.append(_delay(m, clamped, unit.LATENCY, f"l_shift{g}"))
+            else:
+                l_shift.append(shift_line[-1])
             new_max.append(_delay(m, max_reg, unit.LATENCY, f"max{g}"))
             s3_valid = Signal(name=f"s3_valid{g}")
             m.d.sync += s3_valid.eq(s2_valid)
@@ -453,21 +487,25 @@ class OnlineSoftmax(wiring.Component):
         for g in range(groups):
             prob = exp2_units[g].o.payload
             new_sum = Signal(p.l_bits, name=f"s4_l{g}")
-            rescaled = rounded(shift_halves(running_sum[g], shift_line[g]))
-            m.d.comb += new_sum.eq(rescaled + prob)
+            # round(l * 2**-shift) + p in one adder: the rounding bit enters as the carry
+            # into both operands' bit 0 (2a + r + 2b + r = 2(a + b + r)).
+            halves = shift_halves(running_sum[g], l_shift[g])
+            m.d.comb += new_sum.eq((halves + Cat(halves[0], prob))[1:])
             with m.If(push):
                 m.d.sync += running_sum[g].eq(new_sum)
             entry += [shift_line[g], prob[: p.prob_frac_bits + 1]]
-            stats.append(Cat(new_max[g], new_sum))
+            # The final (m, l) is pushed the cycle after, from the l register (the new sum
+            # straight into the queue's LUT RAM was the K side's longest path).
+            stats.append(Cat(registered(m, f"s5_max{g}", new_max[g]), running_sum[g]))
         m.d.comb += [
             row_fifo.w_en.eq(push),
             row_fifo.w_data.eq(Cat(*entry)),
-            k_results.w_en.eq(push & last_row),
+            k_results.w_en.eq(registered(m, "s5_last_push", push & last_row)),
             k_results.w_data.eq(Cat(*stats)),
         ]
         # Rows in flight between a take and its push, at most one per cycle; one more since
         # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
-        in_flight = 12 + latency
+        in_flight = 9 + ScoreScale.LATENCY + latency
         m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return m
 
@@ -489,7 +527,7 @@ class KSide(wiring.Component):
     while at most ``REQUEST_QUEUE_DEPTH`` requests are in flight (the
     :class:`~.scheduler.Scheduler` counts them). Stages: KA (the beat and each query's chunk),
     KB (products), K1 and KS (their sum), KC (the row's dot product and its scale's product
-    and shift amounts), S1 (dot times the scales' mantissas), SH and S2 (shift, round,
+    and shift amounts), S1 and SP (dot times the scales' mantissas), SH and S2 (shift, round,
     saturate), S3 (the running max and the exp2 argument), the exp2 units, S4 (``l`` and the
     entry's push).
 

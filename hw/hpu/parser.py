@@ -1,6 +1,6 @@
 """``hpu`` parser: descriptor beats into the engine's descriptor slots."""
 
-from amaranth.hdl import Array, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import header_layout
@@ -63,17 +63,32 @@ class Parser(wiring.Component):
         fill_ptr = Signal(range(DESCRIPTOR_SLOTS), name="fill_slot")
         beat_index = Signal(range(p.header_beats + beats + 1))
         headers = self.headers
-        append_flag = Array(headers[slot].append for slot in range(DESCRIPTOR_SLOTS))[fill_ptr]
         m.d.comb += self.desc_i.ready.eq(~self.full.bit_select(fill_ptr, 1))
-        body_index = Signal(range(beats + rows + p.header_beats + 1))
-        m.d.comb += body_index.eq(beat_index - p.header_beats + Mux(append_flag, 0, rows))
+        # The body's beat index (past the k and v rows where the request has no append) is a
+        # register, set as the header's last beat arrives: formed from beat_index and the
+        # slot's append flag, its decode into the body registers' enables was the engine's
+        # longest path. The flag is read from the beat that brings it.
+        append_offset = header_layout(p)["append"].offset
+        append_beat, append_bit = divmod(append_offset, beat_bits)
+        append_seen = Signal(name="append_seen")
+        body_index = Signal(range(beats + rows + 1), name="body_index")
+        take = self.desc_i.valid & self.desc_i.ready
+        incoming = self.desc_i.payload[append_bit]
+        with m.If(take & (beat_index == append_beat)):
+            m.d.sync += append_seen.eq(incoming)
+        append_flag = incoming if append_beat == p.header_beats - 1 else append_seen
+        with m.If(take):
+            with m.If(beat_index == p.header_beats - 1):
+                m.d.sync += body_index.eq(Mux(append_flag, 0, rows))
+            with m.Else():
+                m.d.sync += body_index.eq(body_index + 1)
         query = self.query_w.payload
         m.d.comb += [
             query.slot.eq(fill_ptr),
             query.beat.eq(body_index - rows),
             query.data.eq(self.desc_i.payload),
         ]
-        with m.If(self.desc_i.valid & self.desc_i.ready):
+        with m.If(take):
             m.d.sync += beat_index.eq(beat_index + 1)
             for slot in range(DESCRIPTOR_SLOTS):
                 header = headers[slot].as_value()

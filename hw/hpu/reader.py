@@ -124,13 +124,18 @@ class Reader(wiring.Component):
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
         with m.If(~planned):
-            m.d.sync += [planned.eq(1), beats.eq(length), span_end.eq(span_left == length)]
+            m.d.sync += [
+                planned.eq(1),
+                beats.eq(length),
+                # span_left == length, without the mux chain of length in front of it.
+                span_end.eq((span_left <= p.max_burst_beats) & (span_left <= to_boundary)),
+            ]
         with m.If(start):
             rows = header.length - header.append
             base = header.base[: p.addr_bits]
             m.d.sync += [
                 planned.eq(0),
-                active.eq(rows != 0),
+                active.eq(header.length != header.append),  # rows != 0, without the subtraction
                 rows_left.eq(rows),
                 page_addr.eq(base),
                 addr.eq(base + offsets[0]),

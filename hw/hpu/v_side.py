@@ -49,9 +49,10 @@ class VSide(wiring.Component):
     Attributes
     ----------
     i : In(stream.Signature(:func:`.beats.row_beat_layout`))
-        V row beats, from the V :class:`~.sequencer.Sequencer`.
+        V row beats, from the V :class:`~.sequencer.Sequencer` (through the engine's register
+        slice).
     tag : In(TAG_BITS)
-        The running request's sequence id and partial flag (held while it runs).
+        The sequence id and partial flag of the request of the beat on ``i``.
     rows_i : In(stream.Signature(:func:`.beats.row_entry_layout`))
         The K side's row entries, one per V row.
     snapshot : Out(signed(o_bits)).array(gqa_group, row_elems)

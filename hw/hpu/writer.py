@@ -17,9 +17,9 @@ class Writer(wiring.Component):
     strobed, the row's padding left alone), then the two scales into their page's scale block.
 
     ``start`` hands the writer a descriptor slot's ``header`` and ``body``; it writes only when
-    the header's append flag is set. The slot's fields are registered at ``start``, the page
-    address formed the next cycle (a header mux, a multiply and an add in one cycle was the
-    engine's longest path).
+    the header's append flag is set (it takes a cycle either way: the flag is registered with
+    the slot's fields at ``start`` and decided on the next cycle, as the page's offset is
+    formed; the page's address follows the cycle after).
 
     Parameters
     ----------
@@ -34,7 +34,7 @@ class Writer(wiring.Component):
     body : In(unsigned(2 * row_elems * kv_bits))
         The new k row, then the new v row.
     ready : Out(1)
-        No append is pending: a ``start`` can be taken.
+        No start is pending: a ``start`` can be taken.
     idle : Out(1)
         No write is pending or unacknowledged.
     """
@@ -135,12 +135,18 @@ class Writer(wiring.Component):
                     if next_state == "IDLE":
                         m.d.sync += pending.eq(0)
 
-        # The slot's fields are registered first, the page address formed the next cycle
-        # (a header mux, a multiply and an add in one cycle was the engine's longest path).
+        # The slot's fields are registered first, the page's offset formed the next cycle and
+        # its address the one after (a header mux, a multiply and an add in one cycle was the
+        # engine's longest path; the multiplier and the add in one, the writer's).
         base = Signal(p.addr_bits, name="w_base")
         page = Signal(p.position_bits - 5, name="w_page")
+        page_offset = Signal(p.addr_bits, name="w_page_offset")
+        append = Signal(name="w_append")
         with m.FSM(name="writer"):
-            with m.State("IDLE"), m.If(self.start & header.append):
+            # Every start is taken into PAGE, which ends a request without an append (the
+            # append flag out of the header mux, decided on in the start's cycle, was the
+            # engine's longest path).
+            with m.State("IDLE"), m.If(self.start):
                 position = Signal(p.position_bits, name="w_position")
                 m.d.comb += position.eq(header.length - 1)
                 m.d.sync += [
@@ -152,10 +158,18 @@ class Writer(wiring.Component):
                     data_v.eq(body[p.row_elems * p.kv_bits : 2 * p.row_elems * p.kv_bits]),
                     scales.k.eq(header.new_k_scale),
                     scales.v.eq(header.new_v_scale),
+                    append.eq(header.append),
                 ]
                 m.next = "PAGE"
             with m.State("PAGE"):
-                m.d.sync += page_base.eq(base + page * layout.page_bytes)
+                m.d.sync += page_offset.eq(page * layout.page_bytes)
+                with m.If(append):
+                    m.next = "PAGE_BASE"
+                with m.Else():
+                    m.d.sync += pending.eq(0)
+                    m.next = "IDLE"
+            with m.State("PAGE_BASE"):
+                m.d.sync += page_base.eq(base + page_offset)
                 m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
             row_states("V", "KS_AW", layout.part_bytes, data_v)

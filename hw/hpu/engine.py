@@ -36,7 +36,7 @@ Dataflow of one request::
   chunk per V beat, so every chunk passes the shifters and the w·v multipliers once per row.
 """
 
-from amaranth.hdl import Array, Cat, Module, unsigned
+from amaranth.hdl import Array, Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu import HpuParams
@@ -109,7 +109,7 @@ class Hpu(wiring.Component):
         m.submodules.k_sequencer = k_sequencer = Sequencer(p, name="k")
         m.submodules.k_side = k_side = KSide(p)
         m.submodules.v_requests = v_requests = VRequestQueue(p)
-        m.submodules.v_sequencer = v_sequencer = Sequencer(p, name="v")
+        m.submodules.v_sequencer = v_sequencer = Sequencer(p, name="v", gapless=False)
         # The V beats reach the V side through a register slice, with their request's tag
         # (the next request's may be out by then): the V side's gate's ready otherwise ran
         # through the V sequencer into the V read FIFO, the engine's longest path.
@@ -139,10 +139,24 @@ class Hpu(wiring.Component):
         def body(slot, start, stop):
             return Array(b[start:stop] for b in bodies)[slot]
 
-        def stored_rows(of):
-            return (of.length - of.append)[: p.position_bits]
-
-        k_header = header(scheduler.k_slot)
+        # The headers of the slots the read and K pointers name, and the K slot's stored rows,
+        # are registers following them (the muxes and the subtraction were on the engine's
+        # longest paths). A slot's header holds from its last beat until its release, and the
+        # slot is full a cycle after that beat at the earliest; each side's next start waits a
+        # cycle after a start (readers_busy, k_free), when the register may hold the slot before.
+        read_header = Signal(layout, name="read_header")
+        k_header = Signal(layout, name="k_header")
+        k_rows = Signal(p.position_bits, name="k_rows")
+        read_started = Signal(name="read_started")
+        k_started = Signal(name="k_started")
+        slot_k_header = header(scheduler.k_slot)
+        m.d.sync += [
+            read_header.eq(header(scheduler.read_slot)),
+            k_header.eq(slot_k_header),
+            k_rows.eq(slot_k_header.length - slot_k_header.append),
+            read_started.eq(scheduler.read_start),
+            k_started.eq(scheduler.k_start),
+        ]
         k_body = body(scheduler.k_slot, 0, 2 * row_bits)
 
         # --- streams, in pipeline order --------------------------------------------------------
@@ -170,7 +184,7 @@ class Hpu(wiring.Component):
             wiring.connect(m, reader.axi, wiring.flipped(port))
             m.d.comb += [
                 reader.start.eq(scheduler.read_start),
-                reader.header.eq(header(scheduler.read_slot)),
+                reader.header.eq(read_header),
             ]
 
         # --- control between them ----------------------------------------------------------
@@ -178,10 +192,10 @@ class Hpu(wiring.Component):
             parser.release.eq(k_side.bank_done),
             scheduler.full.eq(parser.full),
             scheduler.release.eq(k_side.bank_done),
-            scheduler.readers_busy.eq(Cat(*(reader.busy for reader in readers)).any()),
+            scheduler.readers_busy.eq(Cat(*(r.busy for r in readers)).any() | read_started),
             scheduler.writes_idle.eq(writer.idle),
             scheduler.writer_ready.eq(writer.ready),
-            scheduler.k_free.eq(k_sequencer.free),
+            scheduler.k_free.eq(k_sequencer.free & ~k_started),
             scheduler.v_room.eq(v_requests.room),
             scheduler.stats_taken.eq(output.i.valid & output.i.ready),
             writer.start.eq(scheduler.write_start),
@@ -189,7 +203,7 @@ class Hpu(wiring.Component):
             writer.body.eq(body(scheduler.write_slot, 0, 2 * row_bits)),
             # The K side: its sequencer's stored rows, then the slot's own k row.
             k_sequencer.start.eq(scheduler.k_start),
-            k_sequencer.rows.eq(stored_rows(k_header)),
+            k_sequencer.rows.eq(k_rows),
             k_sequencer.append.eq(k_header.append),
             k_sequencer.new_row.eq(body(scheduler.k_bank, 0, row_bits)),
             k_sequencer.new_scale.eq(header(scheduler.k_bank).new_k_scale),
@@ -203,7 +217,7 @@ class Hpu(wiring.Component):
             v_requests.push.eq(scheduler.k_start),
             v_requests.request.new_v.eq(k_body[row_bits:]),
             v_requests.request.new_v_scale.eq(k_header.new_v_scale),
-            v_requests.request.rows.eq(stored_rows(k_header)),
+            v_requests.request.rows.eq(k_rows),
             v_requests.request.append.eq(k_header.append),
             v_requests.request.seq_id.eq(k_header.seq_id),
             v_requests.request.partial.eq(k_header.partial),

@@ -136,10 +136,20 @@ class QueryDot(wiring.Component):
         b_first_row = registered(m, "kb_first_row", a_first_row)
         b_last_row = registered(m, "kb_last_row", a_last_row)
         b_bank = registered(m, "kb_bank", a_bank)
+        # Each query's scale of the bank, registered here (read in K1, the bank's mux sat
+        # in front of the exponents' decode and sum).
+        b_q_scales = [
+            registered(
+                m,
+                f"kb_q_scale{g}",
+                Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[a_bank],
+            )
+            for g in range(groups)
+        ]
         b_products = _query_products(p, m, a_chunk, a_data)
         # K1 and KS: the products summed, over two stages (groups of up to eight products in
         # K1, their sums in KS: in one stage, 32 lanes' tree was the engine's longest path).
-        # Beside them the row's scale factors: K1 reads the query's scale of the bank and
+        # Beside them the row's scale factors: KB reads the queries' scales of the bank, K1
         # decodes both scales, KS registers the exponent's sum.
         t_valid = registered(m, "k1_valid", b_valid)
         t_first = registered(m, "k1_first", b_first)
@@ -159,8 +169,7 @@ class QueryDot(wiring.Component):
         t_k_mant = registered(m, "k1_k_mant", b_k_mant)
         t_q_mant, t_exp = [], []
         for g in range(groups):
-            q_scale = Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[b_bank]
-            q_mant, q_exp = decode_scale(m, q_scale, f"q_scale{g}")
+            q_mant, q_exp = decode_scale(m, b_q_scales[g], f"q_scale{g}")
             t_q_mant.append(registered(m, f"k1_q_mant{g}", q_mant))
             t_exp.append(registered(m, f"k1_exp{g}", q_exp + b_k_exp + p.score_frac_bits))
         s_valid = registered(m, "ks_valid", t_valid)
@@ -441,7 +450,20 @@ class OnlineSoftmax(wiring.Component):
                 unit.o.ready.eq(1),
             ]
             x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
-            shift_reg = Signal(p.shift_bits, name=f"s3_shift{g}")
+            # The row's shift is formed after S3's registers, from its growth (the clamp
+            # behind the subtraction was the K side's longest path), as the delay line's
+            # first stage takes it.
+            growth_reg = Signal.like(growth, name=f"s3_growth_reg{g}")
+            grew_reg = Signal(name=f"s3_grew_reg{g}")
+            first_reg = Signal(name=f"s3_first_row{g}")
+            row_shift = Signal(p.shift_bits, name=f"s3_shift{g}")
+            m.d.comb += row_shift.eq(
+                Mux(
+                    first_reg | (grew_reg & (growth_reg > top_shift)),
+                    top_shift,
+                    Mux(grew_reg, growth_reg, 0),
+                )
+            )
             max_reg = Signal(signed(p.max_bits), name=f"s3_max{g}")
             with m.If(s2_valid):
                 m.d.sync += [
@@ -452,23 +474,19 @@ class OnlineSoftmax(wiring.Component):
                             Mux(diff < exp2_lo, exp2_lo, diff),
                         )
                     ),
-                    shift_reg.eq(
-                        Mux(
-                            s2_first_row | (grew & (growth > top_shift)),
-                            top_shift,
-                            Mux(grew, growth, 0),
-                        )
-                    ),
+                    growth_reg.eq(growth),
+                    grew_reg.eq(grew),
+                    first_reg.eq(s2_first_row),
                     running_max[g].eq(Mux(s2_last_row, p.max_start, Mux(grew, ceiling, previous))),
                     max_reg.eq(Mux(grew, ceiling, previous)),
                 ]
             # Delay the shift and the row's max alongside the exp2 pipeline.
-            shift_line.append(_delay(m, shift_reg, unit.LATENCY, f"shift{g}"))
+            shift_line.append(_delay(m, row_shift, unit.LATENCY, f"shift{g}"))
             # l's own copy, clamped where l shifts to 0 anyway: a shorter shifter on l's
             # update, a cycle's loop.
             l_top = (1 << (p.l_bits + 1).bit_length()) - 1
             if l_top < top_shift:
-                clamped = Mux(shift_reg > l_top, l_top, shift_reg)[: l_top.bit_length()]
+                clamped = Mux(row_shift > l_top, l_top, row_shift)[: l_top.bit_length()]
                 l_shift.append(_delay(m, clamped, unit.LATENCY, f"l_shift{g}"))
             else:
                 l_shift.append(shift_line[-1])

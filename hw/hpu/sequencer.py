@@ -24,6 +24,12 @@ class Sequencer(wiring.Component):
     params : HpuParams
     name : str
         The side's name (``k`` or ``v``), prefixing its signals.
+    gapless : bool
+        ``free`` rises with the request's last beat, so the next request's first beat can
+        follow it at once; otherwise ``free`` is a register (idle) and requests are a cycle
+        apart, which keeps the start's logic off the take's (on the V side, the take, the
+        free, the request queue's start and the sequencer's registers were the engine's
+        longest path).
 
     Attributes
     ----------
@@ -38,13 +44,14 @@ class Sequencer(wiring.Component):
     o : Out(stream.Signature(:func:`.beats.row_beat_layout`))
         Row beats. Scale beats are taken from ``i`` without waiting for ``o.ready``.
     free : Out(1)
-        A ``start`` this cycle is allowed: idle, or taking the request's last beat, so
-        requests follow each other with no gap.
+        A ``start`` this cycle is allowed: idle, or (``gapless``) taking the request's last
+        beat, so requests follow each other with no gap.
     """
 
-    def __init__(self, params, *, name: str):
+    def __init__(self, params, *, name: str, gapless: bool = True):
         self.params = p = checked(params)
         self.name = name
+        self.gapless = gapless
         super().__init__(
             {
                 "i": In(stream.Signature(unsigned(p.mem_data_bits))),
@@ -144,6 +151,8 @@ class Sequencer(wiring.Component):
             out.payload.last_beat.eq(last_beat),
             out.payload.first_row.eq(first_row),
             out.payload.last_row.eq(last_row),
-            self.free.eq(~active | (take & is_row & last_beat & last_row)),
+            self.free.eq(
+                ~active | (take & is_row & last_beat & last_row) if self.gapless else ~active
+            ),
         ]
         return m

@@ -140,7 +140,18 @@ class Reader(wiring.Component):
                 page_addr.eq(base),
                 addr.eq(base + offsets[0]),
                 part.eq(0),
-                span_left.eq(page_span(rows)),
+                # page_span(rows) without the subtraction in front of the comparison: rows >
+                # PAGE_TOKENS is length > PAGE_TOKENS + append, and below that only the low
+                # bits of length - append count (it was the engine's longest path).
+                span_left.eq(
+                    p.scale_beats
+                    + Mux(
+                        header.length > PAGE_TOKENS + header.append,
+                        PAGE_TOKENS,
+                        (header.length - header.append)[: PAGE_TOKENS.bit_length()],
+                    )
+                    * p.row_beats
+                ),
             ]
         with m.Elif(ar_fire):
             m.d.sync += [

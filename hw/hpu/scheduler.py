@@ -81,8 +81,11 @@ class Scheduler(wiring.Component):
         read_ptr, write_ptr, k_ptr = self.read_slot, self.write_slot, self.k_slot
         read_start, write_start, start_k = self.read_start, self.write_start, self.k_start
         # Requests started on the K side whose (m, l) the output has not taken yet.
-        k_reserved = Signal(range(REQUEST_QUEUE_DEPTH + 1))
-        k_queue_full = Signal()  # k_reserved == REQUEST_QUEUE_DEPTH, kept beside it
+        # As a thermometer code (bit i: more than i), so a start or a take moves it by a
+        # shift: no adder behind k_start, the end of a long decision (an adder there was the
+        # engine's longest path).
+        k_reserved = Signal(REQUEST_QUEUE_DEPTH, name="k_reserved")
+        k_queue_full = k_reserved[-1]
 
         def advance(ptr):
             return Mux(ptr == DESCRIPTOR_SLOTS - 1, 0, ptr + 1)
@@ -129,16 +132,11 @@ class Scheduler(wiring.Component):
             m.d.sync += write_ptr.eq(advance(write_ptr))
         with m.If(start_k):
             m.d.sync += k_ptr.eq(advance(k_ptr))
-        # The count's next value is a mux of k_reserved +- 1 (formed from the register alone)
-        # rather than an adder behind k_start: k_start is the end of a long decision.
         taken = self.stats_taken
         with m.If(start_k & ~taken):
-            m.d.sync += [
-                k_reserved.eq(k_reserved + 1),
-                k_queue_full.eq(k_reserved == REQUEST_QUEUE_DEPTH - 1),
-            ]
+            m.d.sync += k_reserved.eq(Cat(1, k_reserved[:-1]))
         with m.Elif(taken & ~start_k):
-            m.d.sync += [k_reserved.eq(k_reserved - 1), k_queue_full.eq(0)]
+            m.d.sync += k_reserved.eq(k_reserved[1:])
         return m
 
 

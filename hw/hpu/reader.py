@@ -1,6 +1,6 @@
 """``hpu`` reader: burst addresses and read data of a request's pages, for one read port."""
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import header_layout
@@ -77,7 +77,7 @@ class Reader(wiring.Component):
         offsets = [layout.part_bytes if value else 0 for value in parts]
 
         def page_span(rows):
-            page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows)
+            page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows[: PAGE_TOKENS.bit_length()])
             return p.scale_beats + page_rows * p.row_beats
 
         # Each burst is planned the cycle before it is offered: its length (at most
@@ -103,9 +103,18 @@ class Reader(wiring.Component):
         next_page = Signal.like(page_addr, name=f"{name}_next_page")
         next_addr = Signal.like(addr, name=f"{name}_next_addr")  # its first part's start
         last_part_addr = Signal.like(addr, name=f"{name}_last_part_addr")
+        # The next page's rows, min(max(rows_left - 32, 0), 32), with no subtraction before
+        # the comparisons: between 33 and 64 it is rows_left's low six bits less 32, that is
+        # with bit 5 flipped (the chain through the subtraction was the engine's longest path).
+        assert PAGE_TOKENS == 32
+        next_page_rows = Mux(
+            rows_left > 2 * PAGE_TOKENS,
+            PAGE_TOKENS,
+            Mux(rows_left > PAGE_TOKENS, Cat(rows_left[:5], ~rows_left[5]), 0),
+        )
         m.d.sync += [
             next_rows.eq(rows_left - page_rows),
-            next_span.eq(page_span(rows_left - page_rows)),
+            next_span.eq(p.scale_beats + next_page_rows * p.row_beats),
             this_span.eq(page_span(rows_left)),
             next_page.eq(page_addr + layout.page_bytes),
             next_addr.eq(page_addr + (layout.page_bytes + offsets[0])),

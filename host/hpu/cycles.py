@@ -71,7 +71,7 @@ __all__ = [
 
 #: Pipeline fill of one batch: first read's memory latency, K side, FIFO, V side, output
 #: (fitted to the RTL by benchmarks/decode_cycles.py).
-FILL_CYCLES = 49
+FILL_CYCLES = 53
 #: Turn-around cycles between two requests of a batch (fitted likewise).
 GAP_CYCLES = 9
 

@@ -14,6 +14,7 @@ import pytest
 from amaranth.hdl import Fragment, Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
+from tandem.hw.common.exp2 import Exp2
 
 from tandem.cli import main
 from tandem.prove import ENGINES, PROPERTIES, cut_multipliers, find_yices, prove, prove_component
@@ -211,8 +212,8 @@ def test_fifo_overflow_fails(engine, tmp_path):
 
 def test_a_real_pipeline_that_ignores_ready_fails(engine, monkeypatch, tmp_path):
     """exp2 with its stall logic broken (the stages move on every cycle, ``o.ready`` or not):
-    the first result is valid in cycle 5 and gone in cycle 6. The failure is found on the
-    netlist with the multiplier cut and confirmed on the full one."""
+    the first result is valid in cycle ``LATENCY + 1`` (6) and gone in the next. The failure is
+    found on the netlist with the multiplier cut and confirmed on the full one."""
 
     def never_stall(m, i, o, latency, *, name="stage"):
         valid = i.valid
@@ -227,8 +228,8 @@ def test_a_real_pipeline_that_ignores_ready_fails(engine, monkeypatch, tmp_path)
     report = prove(get_design("exp2"), engine=engine, trace_dir=tmp_path)
     assert report.cut_multipliers == 1
     hold = _result(report, "o", "hold")
-    assert (hold.status, hold.depth) == ("failed", 6)
-    assert report.first_valid == {"o": 5}
+    assert (hold.status, hold.depth) == ("failed", Exp2.LATENCY + 2)
+    assert report.first_valid == {"o": Exp2.LATENCY + 1}
 
 
 class Reader(wiring.Component):

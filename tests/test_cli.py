@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tandem.hw.common.exp2 import Exp2
 
 from tandem.boards import board_names, gpu_names, load_board, load_gpu
 
@@ -78,7 +79,7 @@ def test_generate_writes_verilog_manifest_and_xdc(tmp_path):
     verilog = (out / "exp2.v").read_text()
     manifest = json.loads((out / "exp2.manifest.json").read_text())
     assert "module exp2(" in verilog
-    assert manifest["params"]["lut_bits"] == 6 and manifest["latency"] == 4
+    assert manifest["params"]["lut_bits"] == 6 and manifest["latency"] == Exp2.LATENCY
     ports = {p["name"]: p for p in manifest["ports"]}
     assert ports["i__payload"] == {
         "name": "i__payload",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tandem.hw.common.exp2 import Exp2
 
 from tandem.cli import main
 
@@ -91,7 +92,7 @@ def test_json_holds_the_figures(work, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["output"] == "build/generate/exp2"
     manifest = json.loads(Path("build/generate/exp2/exp2.manifest.json").read_text())
-    assert data["manifest"] == manifest and data["manifest"]["latency"] == 4
+    assert data["manifest"] == manifest and data["manifest"]["latency"] == Exp2.LATENCY
 
     assert main([*COMMANDS["map spmm"][0], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -286,8 +286,10 @@ def test_card_bandwidth_grows_with_engines_up_to_the_hbm_peak():
     many = decode_projection("llama-2-7b", "l40s", [16], hpus=1, engines=128, kv_bits=8)[-1]
     e1, e64 = one["hpu_kv"]["stream_efficiency"], many["hpu_kv"]["stream_efficiency"]
     port = one["hpu_kv"]["port_gb_s"]
-    clock = one["hpu_kv"]["clock_mhz"]  # the synthesis's timing estimate, below 300 MHz
-    assert one["hpu_kv"]["clock_source"].startswith("timing estimate") and clock < 300
+    # the synthesis's timing estimate, or the board's 300 MHz where the estimate reaches it
+    clock = one["hpu_kv"]["clock_mhz"]
+    sources = ("timing estimate", "board default (the timing estimate")
+    assert one["hpu_kv"]["clock_source"].startswith(sources) and clock <= 300
     assert port == pytest.approx(32 * clock * 1e6 / 1e9)  # 32-byte beats at that clock
     assert one["hpu_kv"]["card_gb_s"] == pytest.approx(2 * port * e1)
     assert one["hpu_kv"]["card_limited_by"] == "engine ports"

@@ -575,9 +575,10 @@ def test_gateware_back_to_back_requests_leave_no_idle_read_cycles(overrides):
         )
         goldens.append(golden_for(params, seq, n, partial=partial))
     run = check_run(params, memory, requests, goldens, read_latency=4)
-    g, beats = params.gqa_group, params.row_beats
-    # + 4: the 1/l pipeline (Reciprocal.LATENCY, 8 cycles) outlasts a one-row request's V side
-    allowed = sum(g * (beats + 1) + 4 for n in lengths[:-1] if n < g + 1)
+    g, beats, parts = params.gqa_group, params.row_beats, params.out_beat_cycles
+    # Each result beat (and partial mode's (m, l) beat) takes out_beat_cycles cycles; + 4: the
+    # 1/l pipeline (Reciprocal.LATENCY, 9 cycles) outlasts a one-row request's V side.
+    allowed = sum(g * (beats + 1) * parts + 4 for n in lengths[:-1] if n < g + 1)
     for name, cycles in run.read_cycles.items():
         span = cycles[-1] - cycles[0] + 1
         idle = span - len(cycles)

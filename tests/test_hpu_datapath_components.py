@@ -51,8 +51,9 @@ PARAMS = {
     # int8 queries and K, G 3: queries 0 and 1 share the K side's multipliers, query 2 not.
     "int8_q": HpuParams(**SMALL, gqa_group=3, q_bits=8),
 }
-#: The output's tests also run with its multipliers shared: each result beat in 4 parts.
-OUTPUT_PARAMS = {**PARAMS, "out_parts": HpuParams(out_beat_cycles=4)}
+#: The output's tests also run with a multiplier per lane (each result beat in one part; the
+#: default shares them over 4 parts).
+OUTPUT_PARAMS = {**PARAMS, "one_part": HpuParams(out_beat_cycles=1)}
 
 
 # --- references from the host side -----------------------------------------------------------

@@ -52,7 +52,7 @@ CONFIGS = {
         "max_burst_beats": 8,
     },
     # int8 queries and K, G 4: two pairs of queries share the K side's multipliers; the
-    # output's multipliers are shared too (each result beat in 4 parts).
+    # output's multipliers are shared (each result beat in 4 parts), as by default.
     "hd64-g4-q8-out4": {
         "head_dim": 64,
         "lanes": 16,
@@ -63,12 +63,14 @@ CONFIGS = {
         "out_beat_cycles": 4,
         "max_seq_len": 96,
     },
+    # A multiplier per output lane (each result beat in one part; the default is 4).
     "hd64-g3-kv16": {
         "head_dim": 64,
         "lanes": 8,
         "mem_data_bits": 128,
         "gqa_group": 3,
         "kv_bits": 16,
+        "out_beat_cycles": 1,
         "max_seq_len": 96,
     },
 }

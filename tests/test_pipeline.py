@@ -69,7 +69,14 @@ def test_register_slice_streams_at_full_rate():
 
 @pytest.mark.parametrize(
     "wide_shape, narrow_bits",
-    [(signed(38), 22), (signed(30), 22), (unsigned(19), 18), (signed(17), 11)],
+    [
+        (signed(38), 22),  # chunks 17, 17, 4 (signed, shift and add)
+        (signed(30), 22),
+        (unsigned(19), 18),  # chunks 17, 2 (shift and add)
+        (signed(17), 11),
+        (signed(35), 20),  # chunks 17, 17, 1 (signed: 0 or -1)
+        (unsigned(21), 5),
+    ],
 )
 def test_partial_products_are_the_exact_product_two_cycles_on(wide_shape, narrow_bits):
     rng = np.random.default_rng(narrow_bits)

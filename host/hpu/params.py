@@ -120,11 +120,11 @@ class HpuParams(Params):
         max=30,
     )
     out_beat_cycles: int = param(
-        1,
+        4,
         "cycles the output spends on each result beat: its lanes / out_beat_cycles multipliers "
         "(1/m, one DSP48E2 each) serve a beat in that many parts; a request's results then take "
         "that many times their beats, which only requests of fewer than about "
-        "out_beat_cycles * G rows notice",
+        "out_beat_cycles * G rows notice (the default, 4, keeps lanes / 4 multipliers)",
         choices=(1, 2, 4, 8),
     )
     out_bits: int = param(24, "width of each signed full-mode output element", min=8, max=32)

@@ -3,13 +3,13 @@
 Method: :mod:`tandem.host.common.exp2`.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from tandem.host.common.exp2 import Exp2Params, exp2_table
 
-from .fixed import round_shift_right
+from .fixed import round_shift_right, shift_add_product
 from .pipeline import stall_all_pipeline
 
 __all__ = ["Exp2"]
@@ -89,13 +89,22 @@ class Exp2(wiring.Component):
             if p.rem_bits:
                 m.d.sync += remainder1.eq(fraction[: p.rem_bits])
 
-        # Stage 2: slope * remainder (the only multiply).
+        # Stage 2: slope * remainder (the only multiply; a few adders for a remainder of a few
+        # bits, where yosys would take a DSP48E2).
         product2 = Signal(slope_width + max(p.rem_bits, 1))
         base2 = Signal(mantissa_width)
         shift2 = Signal(shift_bits)
         with m.If(enable):
             m.d.sync += [
-                product2.eq(slope_port.data * remainder1 if p.rem_bits else 0),
+                product2.eq(
+                    (
+                        shift_add_product(remainder1, slope_port.data)
+                        if p.rem_bits <= 4
+                        else slope_port.data * remainder1
+                    )
+                    if p.rem_bits
+                    else 0
+                ),
                 base2.eq(Mux(clamped1, int(base_table[0]), base_port.data)),
                 shift2.eq(shift1),
             ]
@@ -112,13 +121,12 @@ class Exp2(wiring.Component):
 
         # Stage 4: scale by 2**-shift, half up: (v + 2**(s-1)) >> s is v >> s plus bit s-1 of
         # v (s >= 1), so the shift and the bit come first and the carry in stage 5.
+        # One shifter gives both: bit 0 of (2 v) >> s is bit s-1 of v, 0 where s = 0.
         floor4 = Signal(mantissa_width + 1)
         round4 = Signal()
+        halves = Cat(Const(0, 1), mantissa3) >> shift3
         with m.If(enable):
-            m.d.sync += [
-                floor4.eq(mantissa3 >> shift3),
-                round4.eq(((mantissa3 << 1) >> shift3)[0]),  # 0 where s = 0
-            ]
+            m.d.sync += [floor4.eq(halves[1:]), round4.eq(halves[0])]
         # Stage 5: the rounding carry, into the output format.
         result = Signal(unsigned(p.out_width))
         with m.If(enable):

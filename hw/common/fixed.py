@@ -10,10 +10,12 @@ from tandem.host.common.fixed import ROUNDING_MODES, value_range
 __all__ = [
     "clamp",
     "clamp_changes",
+    "constant_product",
     "partial_products",
     "round_shift_right",
     "saturate",
     "saturate_changes",
+    "shift_add_product",
 ]
 
 
@@ -86,6 +88,32 @@ def clamp_changes(value: Value, limit: int) -> Value:
 CHUNK_BITS = 17
 
 
+def constant_product(value, constant: int):
+    """``value * constant`` as a sum of ``value``'s shifts, one per set bit of ``constant``
+    (a non-negative int): yosys maps a product by a constant with several set bits to a
+    DSP48E2, where a layout's address (a few set bits) needs an adder or two."""
+    assert constant >= 0
+    value = Value.cast(value)
+    terms = [value << i for i in range(constant.bit_length()) if constant >> i & 1]
+    return sum(terms[1:], terms[0]) if terms else Const(0, 1)
+
+
+def shift_add_product(small, other):
+    """``small * other`` as a sum of ``other``'s shifts, one per bit of ``small`` (the top one
+    subtracted where ``small`` is signed): no ``$mul`` cell, so no DSP48E2, for a ``small`` of
+    a few bits."""
+    small, other = Value.cast(small), Value.cast(other)
+    terms = []
+    for i in range(len(small)):
+        term = Mux(small[i], other << i, 0)
+        negative = i == len(small) - 1 and small.shape().signed
+        terms.append(-term if negative else term)
+    # A balanced tree: log2(bits) adders deep, not one per bit.
+    while len(terms) > 1:
+        terms = [sum(terms[i : i + 2]) for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
 def partial_products(m: Module, wide, narrow, name: str, enable=None):
     """``wide * narrow`` over two pipeline stages: ``wide`` is cut into 17-bit chunks (the
     top one signed where ``wide`` is), each chunk's product with ``narrow`` (unsigned, at most
@@ -102,10 +130,12 @@ def partial_products(m: Module, wide, narrow, name: str, enable=None):
         top = j == len(chunks) - 1 and wide.shape().signed
         chunk = chunk.as_signed() if top else chunk.as_unsigned()
         partial = Signal(signed(len(chunk) + len(narrow) + 1), name=f"{name}_partial{j}")
+        # yosys gives even a 2-bit chunk's product a DSP48E2; a few rows of adders are cheaper.
+        product = shift_add_product(chunk, narrow) if len(chunk) <= 4 else chunk * narrow
         if enable is None:
-            m.d.sync += partial.eq(chunk * narrow)
+            m.d.sync += partial.eq(product)
         else:
             with m.If(enable):
-                m.d.sync += partial.eq(chunk * narrow)
+                m.d.sync += partial.eq(product)
         total = total + (partial << (j * CHUNK_BITS))
     return total

@@ -69,7 +69,8 @@ def score_layout(params) -> data.StructLayout:
 
 class QueryDot(wiring.Component):
     """Stages KA (the accepted row beat and each query's chunk for it, read from its bank so
-    KB's products start from registers), KB (``groups x lanes`` products), K1 and KS (their
+    KB's products start from registers), KB (``groups x lanes`` products; with packed queries
+    KM after it, :func:`_query_products`), K1 and KS (their
     sum, with the scales decoded beside it) and KC (a row's beats summed into its dot product;
     beside it the row's scale factors).
 
@@ -90,7 +91,7 @@ class QueryDot(wiring.Component):
     query_scales : In(unsigned(16)).array(DESCRIPTOR_SLOTS, gqa_group)
         Every slot's binary16 score scales.
     o : Out(stream.Signature(:func:`row_dot_layout`, always_ready=True))
-        One per row, five cycles after its last beat is taken.
+        One per row, five cycles after its last beat is taken (six with packed queries: KM).
     bank_done : Out(DESCRIPTOR_SLOTS)
         The last beat reading that slot's queries has left the stages that read them.
     """
@@ -147,6 +148,21 @@ class QueryDot(wiring.Component):
             for g in range(groups)
         ]
         b_products = _query_products(p, m, a_chunk, a_data)
+        if _packs_queries(p):
+            # KM: the packed products' correction (one more stage, below); the rest follows.
+            b_valid, b_first, b_last_beat, b_scale, b_first_row, b_last_row, b_bank = (
+                registered(m, f"km_{name}", value)
+                for name, value in (
+                    ("valid", b_valid),
+                    ("first", b_first),
+                    ("last_beat", b_last_beat),
+                    ("scale", b_scale),
+                    ("first_row", b_first_row),
+                    ("last_row", b_last_row),
+                    ("bank", b_bank),
+                )
+            )
+            b_q_scales = [registered(m, f"km_q_scale{g}", s) for g, s in enumerate(b_q_scales)]
         # K1 and KS: the products summed, over two stages (groups of up to eight products in
         # K1, their sums in KS: in one stage, 32 lanes' tree was the engine's longest path).
         # Beside them the row's scale factors: KB reads the queries' scales of the bank, K1
@@ -227,9 +243,14 @@ class QueryDot(wiring.Component):
 PACK_SHIFT = 16
 
 
+def _packs_queries(p) -> bool:
+    """Do two queries share a DSP48E2 (int8 queries against int8 K)?"""
+    return p.q_bits == 8 and p.kv_bits == 8
+
+
 def _query_products(p, m, chunks, data_):
     """KB: ``lanes`` products of each query's chunk (``chunks[g]``) with the K beat
-    (``data_``), registered, per query.
+    (``data_``), registered, per query; with packed queries, KM after it.
 
     With int8 queries and int8 K, each K element is shared by the queries, so two queries
     share a multiplier (one DSP48E2, 24 of the A port's 27 bits): ``P = (q1 * 2**16 + q0) * k
@@ -237,9 +258,11 @@ def _query_products(p, m, chunks, data_):
     ``P``'s bits 16 and up are ``q1 k`` exactly (no borrow to add back: added to the sums, the
     borrows made the K side's adders its longest path), and ``q0 k`` is the low field with its
     top bit flipped. A is wires: it holds ``q0``'s bits as unsigned (``q0 + 256`` where ``q0``
-    is negative), and the C port's addend takes ``256 k`` off again with the bias (an adder in
-    front of A made it the longest path: 241.5 against 292.8 MHz for QueryDot alone). A last
-    odd query has a multiplier of its own.
+    is negative; an adder in front of A made it the longest path: 241.5 against 292.8 MHz for
+    QueryDot alone), and the addend takes ``256 k`` off again with the bias. yosys leaves a
+    DSP48E2's post-adder unused and puts the addend in the fabric after the multiplier (292.8
+    MHz), so KB registers the product and the addend, and KM adds them: both a cycle later.
+    A last odd query has a multiplier of its own, and a register in KM.
     """
     groups, lanes, e = p.gqa_group, p.lanes, p.kv_bits
 
@@ -249,7 +272,7 @@ def _query_products(p, m, chunks, data_):
     def key(i):
         return data_[i * e : (i + 1) * e].as_signed()
 
-    pack = p.q_bits == 8 and p.kv_bits == 8
+    pack = _packs_queries(p)
     products = []
     g = 0
     while g < groups:
@@ -260,12 +283,15 @@ def _query_products(p, m, chunks, data_):
             # pair (PACK_SHIFT + q_bits) x k (e) plus the addend: 2 bits to spare.
             width = PACK_SHIFT + q_bits + e + 2
             for i in range(lanes):
-                packed = Signal(signed(width), name=f"kb_packed{g}_{g + 1}_{i}")
                 q0, q1 = query(g, i), query(g + 1, i)
                 pair = Cat(q0.as_unsigned(), Const(0, PACK_SHIFT - q_bits), q1).as_signed()
-                # A holds q0 + 2**q_bits where q0 < 0: take 2**q_bits * k off on C.
-                correction = Mux(q0[-1], bias - (key(i) << q_bits), bias)
-                m.d.sync += packed.eq(pair * key(i) + correction)
+                product = registered(m, f"kb_pair{g}_{g + 1}_{i}", pair * key(i))
+                # A holds q0 + 2**q_bits where q0 < 0: take 2**q_bits * k off here.
+                addend = registered(
+                    m, f"kb_addend{g}_{g + 1}_{i}", Mux(q0[-1], bias - (key(i) << q_bits), bias)
+                )
+                packed = Signal(signed(width), name=f"km_packed{g}_{g + 1}_{i}")
+                m.d.sync += packed.eq(product + addend)
                 low.append(Cat(packed[: PACK_SHIFT - 1], ~packed[PACK_SHIFT - 1]).as_signed())
                 high.append(packed[PACK_SHIFT : 2 * PACK_SHIFT].as_signed())
             products += [low, high]
@@ -273,9 +299,8 @@ def _query_products(p, m, chunks, data_):
             continue
         row = []
         for i in range(lanes):
-            product = Signal(signed(p.q_bits + p.kv_bits), name=f"kb_product{g}_{i}")
-            m.d.sync += product.eq(query(g, i) * key(i))
-            row.append(product)
+            product = registered(m, f"kb_product{g}_{i}", query(g, i) * key(i))
+            row.append(registered(m, f"km_product{g}_{i}", product) if pack else product)
         products.append(row)
         g += 1
     return products
@@ -523,7 +548,7 @@ class OnlineSoftmax(wiring.Component):
         ]
         # Rows in flight between a take and its push, at most one per cycle; one more since
         # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
-        in_flight = 9 + ScoreScale.LATENCY + latency
+        in_flight = 9 + _packs_queries(p) + ScoreScale.LATENCY + latency
         m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return m
 

@@ -148,16 +148,18 @@ class ResultIssue(wiring.Component):
         if out_part is not None:
             last &= out_part == parts - 1
 
-        # The beat on offer: its chunk of the snapshot, through one mux of every query's chunks
-        # in order (out_index counts the chunk beats, or their parts; a mux per query, then one
-        # by query, cost twice the LUTs).
-        out_index = Signal(range(groups * p.row_beats * parts + 1))
-        chunks = Array(
-            Cat(*acc[c * part_lanes : (c + 1) * part_lanes])
+        # The beat on offer, a register: its chunk of the snapshot, loaded through one mux of
+        # every query's chunks in order (a mux per query, then one by query, cost twice the
+        # LUTs) as the beat before it leaves; its part is picked after it. (The mux straight
+        # into ResultScale, 128 parts in the reference engine, was the engine's longest path.)
+        next_beat = Signal(range(groups * p.row_beats + 1), name="out_next_beat")
+        beats = Array(
+            Cat(*acc[c * lanes : (c + 1) * lanes])
             for acc in self.snapshot
-            for c in range(p.row_beats * parts)
+            for c in range(p.row_beats)
         )
-        head = chunks[out_index]
+        held = Signal(lanes * p.o_bits, name="out_beat")
+        head = held if out_part is None else held.word_select(out_part, part_lanes * p.o_bits)
         beat = self.o.payload
         fields = [
             beat.tag.eq(self.snapshot_tag[:32]),
@@ -201,7 +203,12 @@ class ResultIssue(wiring.Component):
                             recips[g].eq(self.i.payload.recips[g]),
                             o_shifts[g].eq(o_shift),
                         ]
-                    m.d.sync += [out_query.eq(0), out_chunk.eq(0), out_index.eq(0)]
+                    m.d.sync += [
+                        out_query.eq(0),
+                        out_chunk.eq(0),
+                        held.eq(beats[0]),
+                        next_beat.eq(1),
+                    ]
                     if out_part is not None:
                         m.d.sync += out_part.eq(0)
                     m.next = "OUT"
@@ -211,8 +218,11 @@ class ResultIssue(wiring.Component):
                 # runs in Icarus while o_shift0 keeps its initial value (the beat read X).
                 m.d.comb += [self.o.valid.eq(1), *fields]
                 with m.If(self.o.ready):
-                    with m.If(out_chunk < p.row_beats):
-                        m.d.sync += out_index.eq(out_index + 1)
+                    beat_done = out_chunk < p.row_beats
+                    if out_part is not None:
+                        beat_done &= out_part == parts - 1
+                    with m.If(beat_done):
+                        m.d.sync += [held.eq(beats[next_beat]), next_beat.eq(next_beat + 1)]
 
                     def next_chunk():
                         with m.If(out_chunk == per_query - 1):

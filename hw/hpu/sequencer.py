@@ -92,7 +92,9 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             is_row.eq(injecting | ~in_scales),
             take.eq(active & available & (self.o.ready | ~is_row)),
-            data_fifo.ready.eq(take & ~injecting),
+            # Not gated by data_fifo.valid (a stream's ready may rise without it): from
+            # registers only, it stays off the FIFO's valid-to-level path.
+            data_fifo.ready.eq(active & ~injecting & (self.o.ready | ~is_row)),
         ]
         row_data = Signal(p.mem_data_bits, name=f"{name}_row_data")
         row_scale = Signal(16, name=f"{name}_row_scale")

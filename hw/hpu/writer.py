@@ -7,6 +7,7 @@ from tandem.host.hpu.codec import header_layout
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES
 
 from ..common.axi import BURST_INCR, AxiWriteManager
+from ..common.fixed import constant_product
 from .beats import checked
 
 __all__ = ["Writer"]
@@ -89,7 +90,7 @@ class Writer(wiring.Component):
         in_beat = Signal(range(beat_bytes), name="w_scale_lane")
         m.d.comb += in_beat.eq(scale_byte % beat_bytes)
         scale_beat_addr = page_base + (scale_byte - in_beat)
-        row_addr = page_base + BLOCK_BYTES + offset * layout.row_bytes
+        row_addr = page_base + BLOCK_BYTES + constant_product(offset, layout.row_bytes)
         pending = Signal(name="w_pending")
 
         def row_states(name, next_state, part, data_row):
@@ -143,26 +144,30 @@ class Writer(wiring.Component):
         page_offset = Signal(p.addr_bits, name="w_page_offset")
         append = Signal(name="w_append")
         with m.FSM(name="writer"):
-            # Every start is taken into PAGE, which ends a request without an append (the
-            # append flag out of the header mux, decided on in the start's cycle, was the
-            # engine's longest path).
-            with m.State("IDLE"), m.If(self.start):
-                position = Signal(p.position_bits, name="w_position")
-                m.d.comb += position.eq(header.length - 1)
-                m.d.sync += [
-                    pending.eq(1),
-                    offset.eq(position[:5]),
-                    base.eq(header.base[: p.addr_bits]),
-                    page.eq(position[5:]),
-                    data_k.eq(body[0 : p.row_elems * p.kv_bits]),
-                    data_v.eq(body[p.row_elems * p.kv_bits : 2 * p.row_elems * p.kv_bits]),
-                    scales.k.eq(header.new_k_scale),
-                    scales.v.eq(header.new_v_scale),
-                    append.eq(header.append),
-                ]
-                m.next = "PAGE"
+            # A start's fields are registered in its cycle; the state follows the cycle after,
+            # from pending (the start itself, out of the scheduler's slot muxes, into the
+            # state's next-state logic was the engine's longest path). Every request goes
+            # through PAGE, which ends one without an append (the append flag out of the
+            # header mux, decided on in the start's cycle, was that path before).
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    position = Signal(p.position_bits, name="w_position")
+                    m.d.comb += position.eq(header.length - 1)
+                    m.d.sync += [
+                        pending.eq(1),
+                        offset.eq(position[:5]),
+                        base.eq(header.base[: p.addr_bits]),
+                        page.eq(position[5:]),
+                        data_k.eq(body[0 : p.row_elems * p.kv_bits]),
+                        data_v.eq(body[p.row_elems * p.kv_bits : 2 * p.row_elems * p.kv_bits]),
+                        scales.k.eq(header.new_k_scale),
+                        scales.v.eq(header.new_v_scale),
+                        append.eq(header.append),
+                    ]
+                with m.If(pending):
+                    m.next = "PAGE"
             with m.State("PAGE"):
-                m.d.sync += page_offset.eq(page * layout.page_bytes)
+                m.d.sync += page_offset.eq(constant_product(page, layout.page_bytes))
                 with m.If(append):
                     m.next = "PAGE_BASE"
                 with m.Else():

@@ -4,7 +4,7 @@ The golden backend reports the cycles of a batch of requests from a model
 (:func:`tandem.host.hpu.cycles.call_cycles`, the one cycle model with its co-simulation
 memory :data:`~tandem.host.hpu.cycles.COSIM_MEMORY`)::
 
-    cycles(batch) = FILL + sum over requests of (max(D, R, O) + GAP)
+    cycles(batch) = FILL + sum over requests of (max(D, R, O * S) + GAP) + DRAIN
 
 This script runs the same batches through :class:`tandem.host.hpu.device.HpuDevice` on both
 backends (bit-identical results are checked), prints model against RTL cycles per batch, and
@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 from tandem.host.hpu import HpuParams, quantize_rows, score_scale
-from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, request_cycles
+from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, drain_cycles, request_cycles
 from tandem.host.hpu.device import Attend, HpuDevice
 
 from tandem.bench import Figures, add_figures_option
@@ -111,9 +111,11 @@ def measure(params: HpuParams, simulator: str, seed: int) -> list[tuple[int, int
                 x, y = getattr(a, name), getattr(b, name)
                 if not ((x is None and y is None) or np.array_equal(x, y)):
                     raise ValueError(f"RTL and golden results differ ({name})")
-        # The model's busy part, sum of max(D, R, O): what FILL and GAP are fitted around.
+        # The model's busy part, sum of max(D, R, O * S) and the last request's DRAIN: what
+        # FILL and GAP are fitted around.
         lengths, appends, partials = zip(*case)
         busy = int(request_cycles(params, lengths, append=appends, partial=partials).sum())
+        busy += drain_cycles(params, lengths, append=appends, partial=partials)
         if modelled != FILL_CYCLES + busy + len(case) * GAP_CYCLES:
             raise ValueError("the golden backend does not report the cycle model's cycles")
         rows.append((simulated, busy, len(case), modelled))

@@ -213,7 +213,9 @@ def test_cycle_model():
     # 70 rows: pages of 32/32/6 rows; a row is 64 bytes (32 padded), 4 beats of 16 bytes,
     # and so is each page's scale block.
     reads = 3 * 4 + 70 * 4
-    assert dev.last_cycles == FILL_CYCLES + reads + GAP_CYCLES
+    # Its 2 result rows of 4 beats, out_beat_cycles each, follow its reads (DRAIN).
+    results = 2 * 4 * P.out_beat_cycles
+    assert dev.last_cycles == FILL_CYCLES + reads + GAP_CYCLES + results
     from tandem.host.hpu import HpuRequest
 
     short = HpuRequest(0, 0, 1, q, c)
@@ -221,7 +223,11 @@ def test_cycle_model():
     # header 4 beats + 2 queries of 64 int16 elements (8 beats each); 1 scale block + 1 row;
     # 2 result rows of 4 beats.
     assert (desc, read, out) == (4 + 2 * 8, 4 + 4, 2 * 4)
-    assert call_cycles(P, [short, short]) == FILL_CYCLES + 2 * (20 + GAP_CYCLES)
+    # Each request's busy cycles are its results (8 beats of out_beat_cycles); the last one's
+    # descriptor comes before them (DRAIN = max(D, R)).
+    busy = max(20, 8 * P.out_beat_cycles)
+    drain = 20 + 8 * P.out_beat_cycles - busy
+    assert call_cycles(P, [short, short]) == FILL_CYCLES + 2 * (busy + GAP_CYCLES) + drain
 
 
 def test_a_closed_golden_device_refuses_every_call():

@@ -163,10 +163,13 @@ def test_call_cycles_by_hand():
         [{"latency": 2, "tokens": 1, "beats": 10, "alone": 0.5, "queued": 0.5, "fill": 10}]
     )
     # 33 tokens with append: 32 rows read, one page: R = 2 + 32 * 2 = 66; D = 2 + 4 + 3 * 4 = 18;
-    # O = 3 * 2 = 6. Cycles = fill + max(R, D, O) + R * (1 / e - 1) = 10 + 66 + 66.
+    # O = 3 * 2 = 6, 4 cycles each (out_beat_cycles). Cycles = fill + max(R, D, 4 O)
+    # + R * (1 / e - 1) = 10 + 66 + 66.
     assert hpu_call_cycles(p, [33], efficiency=eff) == 142
-    # Length 2 (one row read): R = 2 + 2 = 4 < D = 18; stalls of the call (70 beats) 70.
-    assert hpu_call_cycles(p, [33, 2], efficiency=eff) == 10 + 66 + 18 + 70
+    # Length 2 (one row read): R = 2 + 2 = 4 < D = 18 < 4 O = 24; stalls of the call (70
+    # beats) 70.
+    assert p.out_beat_cycles == 4
+    assert hpu_call_cycles(p, [33, 2], efficiency=eff) == 10 + 66 + 24 + 70
     assert hpu_call_cycles(p, [], efficiency=eff) == 0
 
 

@@ -213,7 +213,8 @@ def test_fifo_overflow_fails(engine, tmp_path):
 def test_a_real_pipeline_that_ignores_ready_fails(engine, monkeypatch, tmp_path):
     """exp2 with its stall logic broken (the stages move on every cycle, ``o.ready`` or not):
     the first result is valid in cycle ``LATENCY + 1`` (6) and gone in the next. The failure is
-    found on the netlist with the multiplier cut and confirmed on the full one."""
+    found on the netlist with the multiplier cut and confirmed on the full one (a 5-bit
+    remainder keeps exp2's one multiplier: 4 bits or fewer are shifts and adds)."""
 
     def never_stall(m, i, o, latency, *, name="stage"):
         valid = i.valid
@@ -225,7 +226,9 @@ def test_a_real_pipeline_that_ignores_ready_fails(engine, monkeypatch, tmp_path)
         return 1
 
     monkeypatch.setattr("tandem.hw.common.exp2.stall_all_pipeline", never_stall)
-    report = prove(get_design("exp2"), engine=engine, trace_dir=tmp_path)
+    design = get_design("exp2")
+    params = design.params().replace(in_frac_bits=11)  # lut_bits 6: a 5-bit remainder
+    report = prove(design, params, engine=engine, trace_dir=tmp_path)
     assert report.cut_multipliers == 1
     hold = _result(report, "o", "hold")
     assert (hold.status, hold.depth) == ("failed", Exp2.LATENCY + 2)

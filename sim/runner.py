@@ -158,8 +158,19 @@ def build_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _cocotb_libs() -> str:
+    """This environment's cocotb simulator libraries. A Verilator build links them by path
+    (its RUNPATH), so a build cached by another Python environment cannot start here once that
+    environment is gone (exit 127, ``libcocotbvpi_verilator.so`` not found): the path is part
+    of the cache key."""
+    import cocotb
+
+    return str(Path(cocotb.__file__).resolve().parent / "libs")
+
+
 def _cache_key(design: Design, params: Params, simulator: str, verilog_sha: str, waves: bool):
     key = {
+        "cocotb_libs": _cocotb_libs(),
         "design": design.name,
         "params": params.to_dict(),
         "simulator": simulator,

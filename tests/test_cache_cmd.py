@@ -160,3 +160,17 @@ def test_a_real_build_is_listed_with_its_parameters(cache_root, tmp_path, capsys
     assert entry["params"] == json.loads(json.dumps(params.to_dict()))
     assert main(["cache", "clean", "--design", "adder-tree"]) == 0
     assert not result.build_dir.exists()
+
+
+def test_a_build_from_another_python_environment_is_not_reused(monkeypatch):
+    """A Verilator build links cocotb's libraries by path: another environment's build (its
+    cocotb elsewhere, perhaps gone) gets a key of its own, not this one's."""
+    from tandem.sim import runner
+
+    from tandem.registry import get_design
+
+    design = get_design("adder-tree")
+    params = design.params()
+    here = runner._cache_key(design, params, "verilator", "0" * 64, False)
+    monkeypatch.setattr(runner, "_cocotb_libs", lambda: "/elsewhere/venv/cocotb/libs")
+    assert runner._cache_key(design, params, "verilator", "0" * 64, False) != here

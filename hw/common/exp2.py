@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from tandem.host.common.exp2 import Exp2Params, exp2_table
 
-from .fixed import round_shift_right, shift_add_product
+from .fixed import multiply, round_shift_right
 from .pipeline import stall_all_pipeline
 
 __all__ = ["Exp2"]
@@ -89,22 +89,14 @@ class Exp2(wiring.Component):
             if p.rem_bits:
                 m.d.sync += remainder1.eq(fraction[: p.rem_bits])
 
-        # Stage 2: slope * remainder (the only multiply; a few adders for a remainder of a few
-        # bits, where yosys would take a DSP48E2).
+        # Stage 2: slope * remainder (the only multiply; shifts and adds for a remainder of a
+        # few bits, where yosys would take a DSP48E2).
         product2 = Signal(slope_width + max(p.rem_bits, 1))
         base2 = Signal(mantissa_width)
         shift2 = Signal(shift_bits)
         with m.If(enable):
             m.d.sync += [
-                product2.eq(
-                    (
-                        shift_add_product(remainder1, slope_port.data)
-                        if p.rem_bits <= 4
-                        else slope_port.data * remainder1
-                    )
-                    if p.rem_bits
-                    else 0
-                ),
+                product2.eq(multiply(slope_port.data, remainder1) if p.rem_bits else 0),
                 base2.eq(Mux(clamped1, int(base_table[0]), base_port.data)),
                 shift2.eq(shift1),
             ]

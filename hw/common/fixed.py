@@ -11,6 +11,7 @@ __all__ = [
     "clamp",
     "clamp_changes",
     "constant_product",
+    "multiply",
     "partial_products",
     "round_shift_right",
     "saturate",
@@ -98,6 +99,19 @@ def constant_product(value, constant: int):
     return sum(terms[1:], terms[0]) if terms else Const(0, 1)
 
 
+#: Products by a factor of at most this many bits are shifts and adds (:func:`multiply`): yosys
+#: gives even a 2-bit product a DSP48E2 of its own.
+SHIFT_ADD_BITS = 4
+
+
+def multiply(value, factor):
+    """``value * factor``: :func:`shift_add_product` where ``factor`` has at most
+    :data:`SHIFT_ADD_BITS` bits, a multiplier (a DSP48E2 after yosys) otherwise."""
+    if len(Value.cast(factor)) <= SHIFT_ADD_BITS:
+        return shift_add_product(factor, value)
+    return factor * value
+
+
 def shift_add_product(small, other):
     """``small * other`` as a sum of ``other``'s shifts, one per bit of ``small`` (the top one
     subtracted where ``small`` is signed): no ``$mul`` cell, so no DSP48E2, for a ``small`` of
@@ -130,12 +144,10 @@ def partial_products(m: Module, wide, narrow, name: str, enable=None):
         top = j == len(chunks) - 1 and wide.shape().signed
         chunk = chunk.as_signed() if top else chunk.as_unsigned()
         partial = Signal(signed(len(chunk) + len(narrow) + 1), name=f"{name}_partial{j}")
-        # yosys gives even a 2-bit chunk's product a DSP48E2; a few rows of adders are cheaper.
-        product = shift_add_product(chunk, narrow) if len(chunk) <= 4 else chunk * narrow
         if enable is None:
-            m.d.sync += partial.eq(product)
+            m.d.sync += partial.eq(multiply(narrow, chunk))
         else:
             with m.If(enable):
-                m.d.sync += partial.eq(product)
+                m.d.sync += partial.eq(multiply(narrow, chunk))
         total = total + (partial << (j * CHUNK_BITS))
     return total

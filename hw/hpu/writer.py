@@ -18,9 +18,9 @@ class Writer(wiring.Component):
     strobed, the row's padding left alone), then the two scales into their page's scale block.
 
     ``start`` hands the writer a descriptor slot's ``header`` and ``body``; it writes only when
-    the header's append flag is set (it takes a cycle either way: the flag is registered with
-    the slot's fields at ``start`` and decided on the next cycle, as the page's offset is
-    formed; the page's address follows the cycle after).
+    the header's append flag is set (it takes two cycles either way: the flag is registered
+    with the slot's fields at ``start``, the state moves on the next cycle, and the flag is
+    decided the cycle after, as the page's offset is formed; the page's address follows).
 
     Parameters
     ----------

@@ -50,6 +50,9 @@ PARAMS = {
     "one_beat": HpuParams(**{**SMALL, "lanes": 64, "mem_data_bits": 512}, gqa_group=2),
     # int8 queries and K, G 3: queries 0 and 1 share the K side's multipliers, query 2 not.
     "int8_q": HpuParams(**SMALL, gqa_group=3, q_bits=8),
+    # SmolLM2's card engine: two beats a row, so G 3's score products take two units over two
+    # phases (the second unit idle in the second).
+    "two_units": HpuParams(lanes=32, mem_data_bits=512),
 }
 #: The output's tests also run with a multiplier per lane (each result beat in one part; the
 #: default shares them over 4 parts).
@@ -381,8 +384,12 @@ def test_score_scale_rounds_and_saturates_like_the_golden_scores(name):
 
     async def bench(ctx):
         pending = deque(rows)
-        for cycle in range(3 * count + 20):
-            valid = bool(pending) and rng.random() < 0.7
+        # Rows come row_beats cycles apart at least (a row's beats), so the units' turns
+        # never overlap.
+        free = 0
+        for cycle in range((p.row_beats + 2) * count + 20):
+            valid = bool(pending) and cycle >= free and rng.random() < 0.7
+            free = cycle + p.row_beats if valid else free
             ctx.set(dut.i.valid, valid)
             if valid:
                 ctx.set(dut.i.payload, pending.popleft())
@@ -396,7 +403,7 @@ def test_score_scale_rounds_and_saturates_like_the_golden_scores(name):
     _run(dut, bench)
     assert len(got) == count
     for r, (cycle, scores, flags) in enumerate(got):
-        assert cycle == sent[r] + ScoreScale.LATENCY, f"row {r} left after {cycle - sent[r]} cycles"
+        assert cycle == sent[r] + dut.LATENCY, f"row {r} left after {cycle - sent[r]} cycles"
         assert scores == want[r].tolist(), f"row {r}: {scores} != {want[r].tolist()}"
         assert flags == (rows[r]["first_row"], rows[r]["last_row"])
 

@@ -32,7 +32,17 @@ from .beats import (
     stats_layout,
 )
 
-__all__ = ["KSide", "OnlineSoftmax", "QueryDot", "ScoreScale", "row_dot_layout", "score_layout"]
+__all__ = [
+    "KSide",
+    "OnlineSoftmax",
+    "QueryDot",
+    "ScoreScale",
+    "row_dot_layout",
+    "score_latency",
+    "score_layout",
+    "score_phases",
+    "score_units",
+]
 
 
 def row_dot_layout(params) -> data.StructLayout:
@@ -128,6 +138,7 @@ class QueryDot(wiring.Component):
         a_first_row = registered(m, "ka_first_row", kb.first_row, take)
         a_last_row = registered(m, "ka_last_row", kb.last_row, take)
         a_bank = registered(m, "ka_bank", cur_bank, take)
+        a_beat_index = registered(m, "ka_beat_index", kb.beat, take)
         a_chunk = _query_memories(p, m, self.query_w, cur_bank, kb.beat, take)
         # KB: lanes products per query (the multipliers' output registers).
         b_valid = registered(m, "kb_valid", a_valid)
@@ -137,6 +148,7 @@ class QueryDot(wiring.Component):
         b_first_row = registered(m, "kb_first_row", a_first_row)
         b_last_row = registered(m, "kb_last_row", a_last_row)
         b_bank = registered(m, "kb_bank", a_bank)
+        b_beat = registered(m, "kb_beat", a_beat_index)
         # Each query's scale of the bank, registered here (read in K1, the bank's mux sat
         # in front of the exponents' decode and sum).
         b_q_scales = [
@@ -150,7 +162,7 @@ class QueryDot(wiring.Component):
         b_products = _query_products(p, m, a_chunk, a_data)
         if _packs_queries(p):
             # KM: the packed products' correction (one more stage, below); the rest follows.
-            b_valid, b_first, b_last_beat, b_scale, b_first_row, b_last_row, b_bank = (
+            b_valid, b_first, b_last_beat, b_scale, b_first_row, b_last_row, b_bank, b_beat = (
                 registered(m, f"km_{name}", value)
                 for name, value in (
                     ("valid", b_valid),
@@ -160,6 +172,7 @@ class QueryDot(wiring.Component):
                     ("first_row", b_first_row),
                     ("last_row", b_last_row),
                     ("bank", b_bank),
+                    ("beat", b_beat),
                 )
             )
             b_q_scales = [registered(m, f"km_q_scale{g}", s) for g, s in enumerate(b_q_scales)]
@@ -173,6 +186,7 @@ class QueryDot(wiring.Component):
         t_first_row = registered(m, "k1_first_row", b_first_row)
         t_last_row = registered(m, "k1_last_row", b_last_row)
         t_bank = registered(m, "k1_bank", b_bank)
+        t_beat = registered(m, "k1_beat", b_beat)
         group = min(8, lanes)
         t_sums = [
             [
@@ -195,7 +209,21 @@ class QueryDot(wiring.Component):
         s_last_row = registered(m, "ks_last_row", t_last_row)
         s_bank = registered(m, "ks_bank", t_bank)
         s_k_mant = registered(m, "ks_k_mant", t_k_mant)
-        s_q_mant = [registered(m, f"ks_q_mant{g}", t_q_mant[g]) for g in range(groups)]
+        s_beat = registered(m, "ks_beat", t_beat)
+        # Each unit's query mantissa for the beat's phase (below), picked here from K1's.
+        units, phases = score_units(p), score_phases(p)
+        s_q_mant = [
+            registered(
+                m,
+                f"ks_q_mant_unit{u}",
+                Array(t_q_mant[g] for g in _unit_queries(p, u))[
+                    t_beat[: max(1, (phases - 1).bit_length())]
+                ]
+                if phases > 1
+                else t_q_mant[u],
+            )
+            for u in range(units)
+        ]
         s_exp = [registered(m, f"ks_exp{g}", t_exp[g]) for g in range(groups)]
         partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
         s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
@@ -215,14 +243,20 @@ class QueryDot(wiring.Component):
                 m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
         # Beside the accumulation, the mantissa product q_mant * k_mant and the shift amounts
         # of the exponent q_exp + k_exp + score_frac_bits (they depend on the scales alone), so
-        # S1 is one multiplication.
+        # S1 is one multiplication. The row's scale is on each of its beats, so the queries'
+        # mantissa products take turns on score_units(p) multipliers, one phase a beat:
+        # query g's is formed on the beat of its phase (_unit_queries), before the row's end.
         c_mant, c_left, c_right, c_up = out.mant, out.left, out.right, out.up
         max_left = 10 + 10 + p.score_frac_bits
+        for u in range(units):
+            product = s_q_mant[u] * s_k_mant
+            for phase, g in enumerate(_unit_queries(p, u)):
+                with m.If(s_valid & (s_beat == phase)):
+                    m.d.sync += c_mant[g].eq(product)
         for g in range(groups):
             left, right, up = shift_amounts(s_exp[g], max_left)
             with m.If(row_end):
                 m.d.sync += [
-                    c_mant[g].eq(s_q_mant[g] * s_k_mant),
                     c_left[g].eq(left),
                     c_right[g].eq(right),
                     c_up[g].eq(up),
@@ -236,6 +270,33 @@ class QueryDot(wiring.Component):
             ),
         ]
         return m
+
+
+def score_units(params) -> int:
+    """Multiplier sets that turn a row's G dot products into scores (and form the G mantissa
+    products before them): a row takes ``row_beats`` cycles at least, so its G products take
+    turns on ``ceil(G / row_beats)`` sets, one phase a cycle (:func:`score_phases`)."""
+    return -(-params.gqa_group // params.row_beats)
+
+
+def score_phases(params) -> int:
+    """Phases of a row's score products: at most ``row_beats``, so a row's last phase leaves
+    before the next row's first."""
+    return -(-params.gqa_group // score_units(params))
+
+
+def score_latency(params) -> int:
+    """Cycles from a row's dot products to its scores (:class:`ScoreScale`): four, and with
+    more than one phase SQ's cycle and one per further phase."""
+    phases = score_phases(params)
+    return 4 if phases == 1 else 4 + phases
+
+
+def _unit_queries(params, unit: int) -> list[int]:
+    """The queries whose score products a unit forms, in phase order: phase k's are
+    ``k * units ... k * units + units - 1``."""
+    units = score_units(params)
+    return list(range(unit, params.gqa_group, units))
 
 
 #: Where the second query's product sits in a packed DSP48E2 product (:func:`_query_products`):
@@ -308,8 +369,13 @@ def _query_products(p, m, chunks, data_):
 
 class ScoreScale(wiring.Component):
     """Stages S1 (dot times the scales' mantissas, as partial products), SP (their sum), SH
-    (its shifts) and S2 (their rounding
-    carry and saturation into the score format, :func:`.arith.shift_by_split`).
+    (its shifts) and S2 (their rounding carry and saturation into the score format,
+    :func:`.arith.shift_by_split`), on :func:`score_units` sets of multipliers and shifters.
+
+    With more than one phase (:func:`score_phases`: a row's G queries take turns on the
+    units), SQ first holds the row and gives each unit one query a cycle; S2 writes each
+    phase's scores, and the row leaves with its last phase. Rows must come at least
+    ``row_beats`` cycles apart, as :class:`QueryDot` gives them.
 
     Parameters
     ----------
@@ -319,13 +385,12 @@ class ScoreScale(wiring.Component):
     ----------
     i : In(stream.Signature(:func:`row_dot_layout`, always_ready=True))
     o : Out(stream.Signature(:func:`score_layout`, always_ready=True))
-        :attr:`LATENCY` cycles after ``i``.
+        :attr:`LATENCY` cycles (:func:`score_latency`) after ``i``.
     """
-
-    LATENCY = 4
 
     def __init__(self, params):
         self.params = p = checked(params)
+        self.LATENCY = score_latency(p)
         super().__init__(
             {
                 "i": In(stream.Signature(row_dot_layout(p), always_ready=True)),
@@ -336,49 +401,108 @@ class ScoreScale(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        groups = p.gqa_group
+        units, phases = score_units(p), score_phases(p)
         row = self.i.payload
+        keys = ("dot", "mant", "left", "right", "up")
+        if phases == 1:
+            # Each query has its unit: S1 reads the row.
+            q_valid, q_phase = self.i.valid, Const(0, 1)
+            q_first_row, q_last_row = row.first_row, row.last_row
+            unit_in = [{key: row[key][u] for key in keys} for u in range(units)]
+        else:
+            q_valid, q_phase, q_first_row, q_last_row, unit_in = self._turns(m, units, phases)
         # S1: dot * (q_mant * k_mant).
-        s1_valid = registered(m, "s1_valid", self.i.valid)
-        s1_first_row = registered(m, "s1_first_row", row.first_row)
-        s1_last_row = registered(m, "s1_last_row", row.last_row)
-        s1_left = [registered(m, f"s1_left{g}", row.left[g]) for g in range(groups)]
-        s1_right = [registered(m, f"s1_right{g}", row.right[g]) for g in range(groups)]
-        s1_up = [registered(m, f"s1_up{g}", row.up[g]) for g in range(groups)]
+        s1_valid = registered(m, "s1_valid", q_valid)
+        s1_phase = registered(m, "s1_phase", q_phase)
+        s1_first_row = registered(m, "s1_first_row", q_first_row)
+        s1_last_row = registered(m, "s1_last_row", q_last_row)
+        s1_shift = [
+            {key: registered(m, f"s1_{key}{u}", unit_in[u][key]) for key in ("left", "right", "up")}
+            for u in range(units)
+        ]
         products = [
-            partial_products(m, row.dot[g], row.mant[g], f"s1_product{g}") for g in range(groups)
+            partial_products(m, unit_in[u]["dot"], unit_in[u]["mant"], f"s1_product{u}")
+            for u in range(units)
         ]
         # SP: the partial products' sum (in S1's cycle, the adders behind the multipliers were
         # the engine's longest path).
         sp_valid = registered(m, "sp_valid", s1_valid)
+        sp_phase = registered(m, "sp_phase", s1_phase)
         sp_first_row = registered(m, "sp_first_row", s1_first_row)
         sp_last_row = registered(m, "sp_last_row", s1_last_row)
-        sp_product = [Signal(signed(p.dot_bits + 23), name=f"sp_product{g}") for g in range(groups)]
-        sp_left = [registered(m, f"sp_left{g}", s1_left[g]) for g in range(groups)]
-        sp_right = [registered(m, f"sp_right{g}", s1_right[g]) for g in range(groups)]
-        sp_up = [registered(m, f"sp_up{g}", s1_up[g]) for g in range(groups)]
-        for g in range(groups):
-            m.d.sync += sp_product[g].eq(products[g])
+        sp_product = [Signal(signed(p.dot_bits + 23), name=f"sp_product{u}") for u in range(units)]
+        sp_shift = [
+            {key: registered(m, f"sp_{key}{u}", value) for key, value in s1_shift[u].items()}
+            for u in range(units)
+        ]
+        for u in range(units):
+            m.d.sync += sp_product[u].eq(products[u])
         # SH: the product's shifts; S2: their rounding carry and saturation into the score
-        # format (:func:`shift_by_split`).
+        # format (:func:`shift_by_split`), into the scores of the unit's query of the phase.
         sh_valid = registered(m, "sh_valid", sp_valid)
+        sh_phase = registered(m, "sh_phase", sp_phase)
         sh_first_row = registered(m, "sh_first_row", sp_first_row)
         sh_last_row = registered(m, "sh_last_row", sp_last_row)
         shifted = [
             shift_by_split(
-                m, sp_product[g], sp_left[g], sp_right[g], sp_up[g], p.score_bits, True,
-                f"sh_score{g}", 1,
+                m, sp_product[u], sp_shift[u]["left"], sp_shift[u]["right"], sp_shift[u]["up"],
+                p.score_bits, True, f"sh_score{u}", 1,
             )
-            for g in range(groups)
+            for u in range(units)
         ]  # fmt: skip
         out = self.o.payload
+        last_phase = sh_phase == phases - 1
         m.d.sync += [
-            self.o.valid.eq(sh_valid),
+            self.o.valid.eq(sh_valid & last_phase),
             out.first_row.eq(sh_first_row),
             out.last_row.eq(sh_last_row),
-            *(out.score[g].eq(shifted[g]) for g in range(groups)),
         ]
+        for u in range(units):
+            for phase, g in enumerate(_unit_queries(p, u)):
+                with m.If(sh_phase == phase):
+                    m.d.sync += out.score[g].eq(shifted[u])
         return m
+
+    def _turns(self, m, units, phases):
+        """SQ: the row held, and each unit's query of the phase registered, one phase a cycle
+        from the row's arrival. Returns SQ's valid, phase, flags and the units' inputs."""
+        p = self.params
+        row = self.i.payload
+        held = Signal.like(row, name="sq_row")
+        count = Signal(range(phases), name="sq_count")  # phases still to give after this
+        q_valid = Signal(name="sq_valid")
+        q_phase = Signal(range(phases), name="sq_phase")
+        q_first_row = Signal(name="sq_first_row")
+        q_last_row = Signal(name="sq_last_row")
+        unit_in = [
+            {
+                key: Signal.like(row[key][u], name=f"sq_{key}{u}")
+                for key in ("dot", "mant", "left", "right", "up")
+            }
+            for u in range(units)
+        ]
+        m.d.sync += q_valid.eq(0)
+        with m.If(self.i.valid):
+            # Phase 0 from the row itself; the row is held for the later phases.
+            m.d.sync += [
+                held.eq(row),
+                count.eq(phases - 1),
+                q_valid.eq(1),
+                q_phase.eq(0),
+                q_first_row.eq(row.first_row),
+                q_last_row.eq(row.last_row),
+            ]
+            for u in range(units):
+                m.d.sync += [reg.eq(row[key][u]) for key, reg in unit_in[u].items()]
+        with m.Elif(count != 0):
+            m.d.sync += [count.eq(count - 1), q_valid.eq(1), q_phase.eq(q_phase + 1)]
+            for u in range(units):
+                queries = _unit_queries(p, u)
+                for key, reg in unit_in[u].items():
+                    # The next phase's query (phase q_phase + 1): its operands from the row.
+                    choices = Array(held[key][g] for g in queries[1:] or queries)
+                    m.d.sync += reg.eq(choices[q_phase])
+        return q_valid, q_phase, q_first_row, q_last_row, unit_in
 
 
 class OnlineSoftmax(wiring.Component):
@@ -548,7 +672,7 @@ class OnlineSoftmax(wiring.Component):
         ]
         # Rows in flight between a take and its push, at most one per cycle; one more since
         # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
-        in_flight = 9 + _packs_queries(p) + ScoreScale.LATENCY + latency
+        in_flight = 9 + _packs_queries(p) + score_latency(p) + latency
         m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
         return m
 

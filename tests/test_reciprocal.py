@@ -89,6 +89,19 @@ def test_leading_one():
             "newton_steps": 1,
             "mantissa_only": 1,
         },
+        # Its fabric multipliers (HpuParams(scaling_multipliers="fabric")), and two steps'.
+        {
+            "in_bits": 29,
+            "in_frac_bits": 16,
+            "out_bits": 17,
+            "out_frac_bits": 16,
+            "work_frac_bits": 16,
+            "seed_bits": 7,
+            "newton_steps": 1,
+            "mantissa_only": 1,
+            "multipliers": "fabric",
+        },
+        {"multipliers": "fabric"},
     ],
 )
 def test_gateware_matches_golden_in_amaranth_sim(overrides):

@@ -61,6 +61,13 @@ class ReciprocalParams(Params):
         "leaving the exponent 2**-msb to the caller (no variable output shift); 0: 1/x",
         choices=(0, 1),
     )
+    multipliers: str = param(
+        "dsp",
+        "where the Newton-Raphson products go: 'dsp' (a DSP48E2 each) or 'fabric' (LUT "
+        "adder trees, three more stages a step: for a unit that serves a few inputs a "
+        "request, where a DSP48E2 would sit idle)",
+        choices=("dsp", "fabric"),
+    )
 
     def check(self) -> None:
         if self.in_frac_bits > self.in_bits:

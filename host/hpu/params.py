@@ -127,6 +127,14 @@ class HpuParams(Params):
         "out_beat_cycles * G rows notice (the default, 4, keeps lanes / 4 multipliers)",
         choices=(1, 2, 4, 8),
     )
+    scaling_multipliers: str = param(
+        "dsp",
+        "where the products that scale scores, weights and results go (every product but the "
+        "q·k and w·v MACs: q_mant·k_mant, dot·mant, p·v_scale, o'·(1/m) and 1/l's Newton "
+        "step): 'dsp' (DSP48E2s) or 'fabric' (LUT adder trees, a few stages longer: DSP48E2s "
+        "then serve MACs only, for some thousand LUTs more; docs/hpu.md)",
+        choices=("dsp", "fabric"),
+    )
     out_bits: int = param(24, "width of each signed full-mode output element", min=8, max=32)
     out_frac_bits: int = param(16, "fraction bits of each full-mode output element", min=0, max=30)
 
@@ -314,6 +322,7 @@ class HpuParams(Params):
             newton_steps=1,
             work_frac_bits=16,
             mantissa_only=1,
+            multipliers=self.scaling_multipliers,
         )
 
     @property

@@ -11,6 +11,7 @@ __all__ = [
     "clamp",
     "clamp_changes",
     "constant_product",
+    "fabric_product",
     "multiply",
     "partial_products",
     "round_shift_right",
@@ -151,3 +152,49 @@ def partial_products(m: Module, wide, narrow, name: str, enable=None):
                 m.d.sync += partial.eq(multiply(narrow, chunk))
         total = total + (partial << (j * CHUNK_BITS))
     return total
+
+
+def fabric_product(m: Module, value, factor, name: str, cuts: int, enable=None):
+    """``value * factor`` in fabric (LUTs and carry chains, no DSP48E2): one shift of
+    ``value`` per bit of ``factor`` (the top one subtracted where ``factor`` is signed),
+    summed in a balanced adder tree that ``cuts`` pipeline registers (loaded while ``enable``,
+    always when None) split into ``cuts + 1`` even parts; returns the last part's
+    (combinational) sum, for the caller to register. For products formed once per row or
+    result, where a DSP48E2 would serve a MAC: pass the narrower operand as ``factor`` (one
+    adder input per bit). Measured on xcup (yosys, ``abc9``): 27 x 17 bits costs about 900
+    LUTs over three stages."""
+    value, factor = Value.cast(value), Value.cast(factor)
+    terms = []
+    for i in range(len(factor)):
+        term = Mux(factor[i], value << i, 0)
+        negative = i == len(factor) - 1 and factor.shape().signed
+        terms.append(-term if negative else term)
+    # A sum of some of the terms fits the product's width and a sign bit: the adders stay
+    # that wide (Amaranth widens every sum by one bit).
+    width = len(value) + len(factor) + 1
+    levels = (len(terms) - 1).bit_length()
+    at = sorted({-(-levels * (c + 1) // (cuts + 1)) for c in range(cuts)})
+    assert len(at) == cuts, f"{cuts} cuts in {levels} adder levels"
+    level = 0
+    for stage, cut in enumerate(at):
+        while level < cut:
+            terms = [_narrowed(sum(terms[i : i + 2]), width) for i in range(0, len(terms), 2)]
+            level += 1
+        held = []
+        for j, term in enumerate(terms):
+            reg = Signal.like(term, name=f"{name}_cut{stage}_{j}")
+            if enable is None:
+                m.d.sync += reg.eq(term)
+            else:
+                with m.If(enable):
+                    m.d.sync += reg.eq(term)
+            held.append(reg)
+        terms = held
+    while len(terms) > 1:
+        terms = [_narrowed(sum(terms[i : i + 2]), width) for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _narrowed(value, width: int):
+    """``value`` cut to ``width`` signed bits where it is wider (its value fits them)."""
+    return value[:width].as_signed() if len(value) > width else value

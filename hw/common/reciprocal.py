@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_seed_table
 
-from .fixed import partial_products, round_shift_right, saturate
+from .fixed import fabric_product, partial_products, round_shift_right, saturate
 from .pipeline import stall_all_pipeline
 
 __all__ = ["Reciprocal", "leading_one"]
@@ -33,8 +33,10 @@ class Reciprocal(wiring.Component):
     Stages: (0, 1) find the leading one (each 8-bit group's first, then the highest group's);
     (2) normalize x to m in [1, 2); (3) read the seed 1/m; then four stages per Newton-Raphson
     step (m*y; 2 - m*y; y*(2 - m*y) as partial products; their sum, rounded: one multiplier
-    or wide add per cycle); (last) scale by the exponent (not with
-    ``mantissa_only``: 1/m), round and saturate. Latency ``5 + 4 * newton_steps`` cycles.
+    or wide add per cycle), seven with ``multipliers="fabric"`` (m*y and y*(2 - m*y) as adder
+    trees over three stages each); (last) scale by the exponent (not with
+    ``mantissa_only``: 1/m), round and saturate. Latency ``5 + 4 * newton_steps`` cycles
+    (``5 + 7 * newton_steps`` in fabric).
 
     Parameters
     ----------
@@ -54,7 +56,7 @@ class Reciprocal(wiring.Component):
         if not isinstance(params, ReciprocalParams):
             raise TypeError(f"params must be a ReciprocalParams, not {params!r}")
         self.params = params
-        self.LATENCY = 5 + 4 * params.newton_steps
+        self.LATENCY = 5 + (7 if params.multipliers == "fabric" else 4) * params.newton_steps
         super().__init__(
             {
                 "i": In(stream.Signature(unsigned(params.in_bits))),
@@ -120,21 +122,36 @@ class Reciprocal(wiring.Component):
         # Newton-Raphson: y <- y * (2 - m*y), four stages per step, so that no cycle holds
         # more than one multiplier or one wide add: m*y; 2 - m*y (rounded); y * (2 - m*y);
         # its rounding.
+        # With fabric multipliers, each product's adder tree takes two more stages (m*y) and
+        # one more (y * (2 - m*y)): seven a step.
         y_width = w + 2
+        fabric = p.multipliers == "fabric"
         for step in range(p.newton_steps):
             tag = f"nr{step}"
-            product = stage(2 * w + 4, mantissa * estimate, f"{tag}_my")
-            y_held = stage(y_width, estimate, f"{tag}_y")
+            if fabric:
+                my = fabric_product(m, mantissa, estimate, f"{tag}_my", 2, enable)
+                y_held = estimate
+                for part in "xy":
+                    y_held = stage(y_width, y_held, f"{tag}_y_{part}")
+            else:
+                my = mantissa * estimate
+                y_held = estimate
+            product = stage(2 * w + 4, my, f"{tag}_my")
+            y_held = stage(y_width, y_held, f"{tag}_y")
             correction = stage(
                 w + 3, (2 << w) - round_shift_right(product, w), f"{tag}_two_minus_my"
             )
             y_held = stage(y_width, y_held, f"{tag}_y_b")
-            # y * (2 - m*y) as registered partial products (the DSP48E2's 27 x 18 does not
-            # hold 18 x 19 bits: summed in the same cycle, it was the unit's longest path),
-            # summed with the rounding the next.
-            scaled = partial_products(m, correction, y_held, f"{tag}_y2my", enable)
+            if fabric:
+                scaled = fabric_product(m, correction, y_held, f"{tag}_y2my", 2, enable)
+            else:
+                # y * (2 - m*y) as registered partial products (the DSP48E2's 27 x 18 does
+                # not hold 18 x 19 bits: summed in the same cycle, it was the unit's longest
+                # path), summed with the rounding the next.
+                scaled = partial_products(m, correction, y_held, f"{tag}_y2my", enable)
             estimate = stage(y_width, round_shift_right(scaled, w), f"{tag}_y_next")
-            for part in "abcd":  # the mantissa, msb and zero flag beside the four stages
+            # The mantissa, msb and zero flag beside the step's stages.
+            for part in "abcdxyz"[: 7 if fabric else 4]:
                 mantissa = stage(w + 1, mantissa, f"{tag}_m_{part}")
                 msb = stage(msb_shape, msb, f"{tag}_msb_{part}")
                 zero = stage(1, zero, f"{tag}_zero_{part}")

@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..common.exp2 import Exp2
-from ..common.fixed import partial_products
+from ..common.fixed import fabric_product, partial_products
 from .arith import (
     decode_scale,
     registered,
@@ -197,33 +197,43 @@ class QueryDot(wiring.Component):
         ]
         b_k_mant, b_k_exp = decode_scale(m, b_scale, "k_scale")
         t_k_mant = registered(m, "k1_k_mant", b_k_mant)
-        t_q_mant, t_exp = [], []
+        fabric = p.scaling_multipliers == "fabric"
+        units = score_units(p)
+        t_q_mant, t_exp, q_mants = [], [], []
         for g in range(groups):
             q_mant, q_exp = decode_scale(m, b_q_scales[g], f"q_scale{g}")
-            t_q_mant.append(registered(m, f"k1_q_mant{g}", q_mant))
+            q_mants.append(q_mant)
+            if not fabric:
+                t_q_mant.append(registered(m, f"k1_q_mant{g}", q_mant))
             t_exp.append(registered(m, f"k1_exp{g}", q_exp + b_k_exp + p.score_frac_bits))
+        if fabric:
+            # Each unit's query mantissa for the beat's phase (below), picked here: the
+            # product's adder tree starts at K1, its cut registers are KS's.
+            t_q_mant = [
+                registered(m, f"k1_q_mant_unit{u}", _phase_pick(p, u, q_mants, b_beat))
+                for u in range(units)
+            ]
         s_valid = registered(m, "ks_valid", t_valid)
         s_first = registered(m, "ks_first", t_first)
         s_last_beat = registered(m, "ks_last_beat", t_last_beat)
         s_first_row = registered(m, "ks_first_row", t_first_row)
         s_last_row = registered(m, "ks_last_row", t_last_row)
         s_bank = registered(m, "ks_bank", t_bank)
-        s_k_mant = registered(m, "ks_k_mant", t_k_mant)
+        if not fabric:
+            s_k_mant = registered(m, "ks_k_mant", t_k_mant)
         s_beat = registered(m, "ks_beat", t_beat)
-        # Each unit's query mantissa for the beat's phase (below), picked here from K1's.
-        units, phases = score_units(p), score_phases(p)
-        s_q_mant = [
-            registered(
-                m,
-                f"ks_q_mant_unit{u}",
-                Array(t_q_mant[g] for g in _unit_queries(p, u))[
-                    t_beat[: max(1, (phases - 1).bit_length())]
-                ]
-                if phases > 1
-                else t_q_mant[u],
-            )
-            for u in range(units)
-        ]
+        if fabric:
+            mant_products = [
+                fabric_product(m, t_q_mant[u], t_k_mant, f"ks_mant_product{u}", 1)
+                for u in range(units)
+            ]
+        else:
+            # Each unit's query mantissa for the beat's phase (below), picked here from K1's.
+            s_q_mant = [
+                registered(m, f"ks_q_mant_unit{u}", _phase_pick(p, u, t_q_mant, t_beat))
+                for u in range(units)
+            ]
+            mant_products = [s_q_mant[u] * s_k_mant for u in range(units)]
         s_exp = [registered(m, f"ks_exp{g}", t_exp[g]) for g in range(groups)]
         partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
         s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
@@ -249,10 +259,9 @@ class QueryDot(wiring.Component):
         c_mant, c_left, c_right, c_up = out.mant, out.left, out.right, out.up
         max_left = 10 + 10 + p.score_frac_bits
         for u in range(units):
-            product = s_q_mant[u] * s_k_mant
             for phase, g in enumerate(_unit_queries(p, u)):
                 with m.If(s_valid & (s_beat == phase)):
-                    m.d.sync += c_mant[g].eq(product)
+                    m.d.sync += c_mant[g].eq(mant_products[u])
         for g in range(groups):
             left, right, up = shift_amounts(s_exp[g], max_left)
             with m.If(row_end):
@@ -286,10 +295,21 @@ def score_phases(params) -> int:
 
 
 def score_latency(params) -> int:
-    """Cycles from a row's dot products to its scores (:class:`ScoreScale`): four, and with
-    more than one phase SQ's cycle and one per further phase."""
+    """Cycles from a row's dot products to its scores (:class:`ScoreScale`): four, with more
+    than one phase SQ's cycle and one per further phase, and one more with fabric
+    multipliers."""
     phases = score_phases(params)
-    return 4 if phases == 1 else 4 + phases
+    fabric = params.scaling_multipliers == "fabric"  # the product takes S1B too
+    return (4 if phases == 1 else 4 + phases) + fabric
+
+
+def _phase_pick(params, unit: int, values, beat):
+    """The value (of ``values``, one per query) of the unit's query for the phase ``beat``."""
+    queries = _unit_queries(params, unit)
+    phases = score_phases(params)
+    if phases == 1:
+        return values[queries[0]]
+    return Array(values[g] for g in queries)[beat[: (phases - 1).bit_length()]]
 
 
 def _unit_queries(params, unit: int) -> list[int]:
@@ -420,10 +440,31 @@ class ScoreScale(wiring.Component):
             {key: registered(m, f"s1_{key}{u}", unit_in[u][key]) for key in ("left", "right", "up")}
             for u in range(units)
         ]
-        products = [
-            partial_products(m, unit_in[u]["dot"], unit_in[u]["mant"], f"s1_product{u}")
-            for u in range(units)
-        ]
+        if p.scaling_multipliers == "fabric":
+            # The product's adder tree over S1, S1B and SP (its cut registers are S1's and
+            # S1B's): the flags and shifts take S1B as well.
+            products = [
+                fabric_product(m, unit_in[u]["dot"], unit_in[u]["mant"], f"s1_product{u}", 2)
+                for u in range(units)
+            ]
+            s1_valid, s1_phase, s1_first_row, s1_last_row = (
+                registered(m, f"s1b_{name}", value)
+                for name, value in (
+                    ("valid", s1_valid),
+                    ("phase", s1_phase),
+                    ("first_row", s1_first_row),
+                    ("last_row", s1_last_row),
+                )
+            )
+            s1_shift = [
+                {key: registered(m, f"s1b_{key}{u}", value) for key, value in s1_shift[u].items()}
+                for u in range(units)
+            ]
+        else:
+            products = [
+                partial_products(m, unit_in[u]["dot"], unit_in[u]["mant"], f"s1_product{u}")
+                for u in range(units)
+            ]
         # SP: the partial products' sum (in S1's cycle, the adders behind the multipliers were
         # the engine's longest path).
         sp_valid = registered(m, "sp_valid", s1_valid)

@@ -5,12 +5,14 @@ next, with its query's shift and reciprocal) and :class:`ResultScale` (``o'`` an
 products, rounded into result words); :class:`Output` connects them.
 """
 
+import itertools
+
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import result_layout
 
-from ..common.fixed import round_shift_right, saturate
+from ..common.fixed import fabric_product, round_shift_right, saturate
 from ..common.reciprocal import leading_one
 from .beats import TAG_BITS, checked, normalized_layout
 
@@ -244,14 +246,16 @@ class ResultIssue(wiring.Component):
 
 
 class ResultScale(wiring.Component):
-    """Four stages that move together when the result register is free, so backpressure on
-    ``o`` stalls them all: PRE holds an issued beat, SH its ``o' = o >> shift`` clamped into
-    one multiplier operand (a floor shift that keeps ``OUT_GUARD_BITS`` of ``o / l`` below y's
-    LSB; its least amount is a constant, so the shifter takes ``position_bits + 1`` amounts),
-    MUL the products ``o' * (1/m)``, the result register their rounding and saturation. Raw
-    words pass unchanged. ``recip`` must lie in [1/2, 1) (the reciprocal of a mantissa in
-    [1, 2), as the :class:`~.normalizer.Normalizer` gives): then an ``o'`` out of the
-    operand's range saturates ``y``, so where it is, ``y`` saturates by ``o'``'s sign.
+    """Four stages (six with fabric multipliers) that move together when the result register
+    is free, so backpressure on ``o`` stalls them all: PRE holds an issued beat, SH its
+    ``o' = o >> shift`` clamped into one multiplier operand (a floor shift that keeps
+    ``OUT_GUARD_BITS`` of ``o / l`` below y's LSB; its least amount is a constant, so the
+    shifter takes ``position_bits + 1`` amounts), MUL the products ``o' * (1/m)`` (with fabric
+    multipliers X1 and X2 before it, the adder trees' cut registers), the result register
+    their rounding and saturation. Raw words pass unchanged. ``recip`` must lie in [1/2, 1)
+    (the reciprocal of a mantissa in [1, 2), as the :class:`~.normalizer.Normalizer` gives):
+    then an ``o'`` out of the operand's range saturates ``y``, so where it is, ``y`` saturates
+    by ``o'``'s sign.
 
     Parameters
     ----------
@@ -294,6 +298,10 @@ class ResultScale(wiring.Component):
             return fields
 
         pre, sh, mul = stage("pre"), stage("sh"), stage("mul")
+        # With fabric multipliers, the products' adder trees take two more stages (their cut
+        # registers): the beat waits in X1 and X2 beside them.
+        fabric = p.scaling_multipliers == "fabric"
+        between = [stage("x1"), stage("x2")] if fabric else []
         pre_shift = Signal(range(p.position_bits + 1), name="pre_shift")
         pre_recip = Signal(recip_bits, name="pre_recip")
         sh_recip = Signal(recip_bits, name="sh_recip")
@@ -316,19 +324,28 @@ class ResultScale(wiring.Component):
             word = Signal(signed(p.word_bits), name=f"result_word{i}")
             m.d.comb += word.eq(Mux(mul["raw"], mul["words"][i], Mux(out_range[i], clamped, y)))
             words.append(word)
+        chain = [pre, sh, *between, mul]
         with m.If(advance):
-            for src, dst in ((pre, sh), (sh, mul)):
+            for src, dst in itertools.pairwise(chain):
                 m.d.sync += [dst[key].eq(src[key]) for key in keys]
             for i in range(lanes):
                 least = pre["words"][i] >> p.out_o_shift_min
                 scaled = sh["words"][i]
-                top = scaled[p.out_operand_bits - 1 :]  # o' fits the operand: all sign bits
+                operand = scaled[: p.out_operand_bits].as_signed()
+                if fabric:
+                    product = fabric_product(m, operand, sh_recip, f"mul_product{i}", 2, advance)
+                    for src, dst in itertools.pairwise(chain[1:-1]):
+                        m.d.sync += dst["words"][i].eq(src["words"][i])
+                else:
+                    product = operand * sh_recip
+                held = chain[-2]["words"][i]  # o' as the product leaves its last stage
+                top = held[p.out_operand_bits - 1 :]  # o' fits the operand: all sign bits
                 fits = top.all() | ~top.any()
                 m.d.sync += [
                     sh["words"][i].eq(Mux(pre["raw"], pre["words"][i], least >> pre_shift)),
-                    mul["words"][i].eq(scaled),
+                    mul["words"][i].eq(held),
                     out_range[i].eq(~fits),
-                    products[i].eq(scaled[: p.out_operand_bits].as_signed() * sh_recip),
+                    products[i].eq(product),
                 ]
             whole = parts == 1  # else each part writes its words below
             m.d.sync += [

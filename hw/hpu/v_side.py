@@ -4,7 +4,15 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .arith import decode_scale, rounded, shift_amounts, shift_by_split, shift_halves
+from ..common.fixed import fabric_product
+from .arith import (
+    decode_scale,
+    registered,
+    rounded,
+    shift_amounts,
+    shift_by_split,
+    shift_halves,
+)
 from .beats import TAG_BITS, checked, row_beat_layout, row_entry_layout
 
 __all__ = ["Accumulators", "RowWeights", "VSide", "weighted_beat_layout"]
@@ -37,10 +45,10 @@ class VSide(wiring.Component):
     request's rows can follow at once. A request's last beat is only taken (``i.ready``)
     while the snapshot is free and no copy into it is under way.
 
-    Stages: vd (the row's scale, decoded, and its row entry), vw (the weights' products and
-    shift amounts, the beat's data), vs (the weights' shifts), va (their rounding and
-    saturation; the update's products) and, where a row is two beats or more, vb (the update's
-    sum).
+    Stages: vd (the row's scale, decoded, and its row entry), with fabric multipliers vx (the
+    products' cut registers), vw (the weights' products and shift amounts, the beat's data),
+    vs (the weights' shifts), va (their rounding and saturation; the update's products) and,
+    where a row is two beats or more, vb (the update's sum).
 
     Parameters
     ----------
@@ -102,9 +110,10 @@ class RowWeights(wiring.Component):
     """``w = p * v_scale`` of every query for each V row, beside the row's beats.
 
     Each row's first beat takes the row's entry from ``rows_i``. The beats leave on ``o``
-    four cycles after they are taken, with their row's weights and shifts. A request's last
-    beat is taken only while ``snapshot_busy`` is low and no other request's end is in these
-    stages, and a request's first beat never right after the previous request's last.
+    four cycles after they are taken (five with fabric multipliers: vx after vd), with their
+    row's weights and shifts. A request's last beat is taken only while ``snapshot_busy`` is
+    low and no other request's end is in these stages, and a request's first beat never right
+    after the previous request's last.
 
     Parameters
     ----------
@@ -148,6 +157,8 @@ class RowWeights(wiring.Component):
         vd_end = Signal(name="vd_end")
         vw_valid = Signal(name="vw_valid")
         vw_end = Signal(name="vw_end")
+        vx_valid = Signal(name="vx_valid")  # fabric multipliers' extra stage
+        vx_end = Signal(name="vx_end")
         vs_valid = Signal(name="vs_valid")
         vs_end = Signal(name="vs_end")
         va_valid, va_end = self.o.valid, self.o.payload.end
@@ -155,12 +166,15 @@ class RowWeights(wiring.Component):
         # A request's end in vd, vw, vs or va: a register of what it will be (the stages'
         # next values), so the gate starts from registers.
         ends = Signal(name="v_ends_in_flight")
-        m.d.sync += ends.eq(
+        in_stages = (
             (take_row & vb.last_beat & vb.last_row)
             | (vd_valid & vd_end)
             | (vw_valid & vw_end)
             | (vs_valid & vs_end)
         )
+        if p.scaling_multipliers == "fabric":
+            in_stages = in_stages | (vx_valid & vx_end)
+        m.d.sync += ends.eq(in_stages)
         snap_busy = Signal(name="snap_busy")
         m.d.comb += [
             snap_busy.eq(self.snapshot_busy | ends),
@@ -210,17 +224,35 @@ class RowWeights(wiring.Component):
         out = self.o.payload
         weights, shifts = out.weight, out.shift
         entry_bits = p.shift_bits + word
-        with m.If(vd_first):
-            total = vd_exp + (p.w_frac_bits - p.prob_frac_bits)
+        fabric = p.scaling_multipliers == "fabric"
+        if fabric:
+            # vx: the products' adder trees in fabric take vx as well (their cut registers):
+            # the exponent and the entry wait in vx beside them.
+            vx_first = registered(m, "vx_first", vd_first)
+            row_first = vx_first
+            row_exp = registered(m, "vx_exp", vd_exp, vd_first)
+            row_entry = registered(m, "vx_entry", vd_entry, vd_first)
+            row_products = [
+                fabric_product(
+                    m, vd_entry.word_select(g, entry_bits)[p.shift_bits :], vd_mant,
+                    f"vx_product{g}", 1, vd_first,
+                )
+                for g in range(groups)
+            ]  # fmt: skip
+        else:
+            row_first, row_exp, row_entry = vd_first, vd_exp, vd_entry
+        with m.If(row_first):
+            total = row_exp + (p.w_frac_bits - p.prob_frac_bits)
             m.d.sync += [
                 x.eq(y) for x, y in zip((vw_left, vw_right, vw_up), shift_amounts(total, max_left))
             ]
             for g in range(groups):
-                entry = vd_entry.word_select(g, entry_bits)
+                entry = row_entry.word_select(g, entry_bits)
                 shift, prob = entry[: p.shift_bits], entry[p.shift_bits :]
-                m.d.sync += [vw_shifts[g].eq(shift), products[g].eq(prob * vd_mant)]
+                product = row_products[g] if fabric else prob * vd_mant
+                m.d.sync += [vw_shifts[g].eq(shift), products[g].eq(product)]
         vw_first = Signal(name="vw_first")
-        m.d.sync += vw_first.eq(vd_first)
+        m.d.sync += vw_first.eq(row_first)
         # vs: the weights' shifts; va: their rounding carry and saturation.
         vs_first = Signal(name="vs_first")
         m.d.sync += vs_first.eq(vw_first)
@@ -240,7 +272,8 @@ class RowWeights(wiring.Component):
                 m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
         stages = (
             ("vd", vd_valid, take_row, vd_end),
-            ("vw", vw_valid, vd_valid, vw_end),
+            *((("vx", vx_valid, vd_valid, vx_end),) if fabric else ()),
+            ("vw", vw_valid, vx_valid if fabric else vd_valid, vw_end),
             ("vs", vs_valid, vw_valid, vs_end),
             ("va", va_valid, vs_valid, va_end),
         )

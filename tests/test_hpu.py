@@ -407,6 +407,9 @@ def test_gateware_every_group_size(gqa_group):
         {**SMALL, "lanes": 64, "mem_data_bits": 512, "gqa_group": 2},
         # the output's multipliers shared: each result beat in 4 parts of 4 words
         {**SMALL, "gqa_group": 3, "out_beat_cycles": 4},
+        # the scaling products in DSP48E2s (the default is fabric), G 5 over 2 units on two
+        # beats a row
+        {"lanes": 32, "mem_data_bits": 512, "gqa_group": 5, "scaling_multipliers": "dsp"},
     ],
 )
 def test_gateware_shapes_bursts_and_memory(overrides):

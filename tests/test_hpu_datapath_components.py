@@ -53,10 +53,10 @@ PARAMS = {
     # SmolLM2's card engine: two beats a row, so G 3's score products take two units over two
     # phases (the second unit idle in the second).
     "two_units": HpuParams(lanes=32, mem_data_bits=512),
-    # Fabric multipliers (the scaling products' adder trees take more stages), on one and two
-    # units.
-    "fabric": HpuParams(scaling_multipliers="fabric"),
-    "fabric_two_units": HpuParams(lanes=32, mem_data_bits=512, scaling_multipliers="fabric"),
+    # The scaling products in DSP48E2s (the default puts them in fabric, where their adder
+    # trees take more stages), on one and two units.
+    "dsp": HpuParams(scaling_multipliers="dsp"),
+    "dsp_two_units": HpuParams(lanes=32, mem_data_bits=512, scaling_multipliers="dsp"),
 }
 #: The output's tests also run with a multiplier per lane (each result beat in one part; the
 #: default shares them over 4 parts).

@@ -11,6 +11,7 @@ together they cover:
 * ``head_dim`` 32 (rows with padding), 64 and 128;
 * 64-, 128- and 256-bit memory ports, so 1, 2 and 4 beats per 64-byte block;
 * int8 and int16 queries; int8 and int16 K and V (``kv_bits``);
+* the scaling products in DSP48E2s and in fabric (``scaling_multipliers``);
 * ``max_outstanding`` 2 and 4 (the address channel must wait) and the default 16, and
   bursts of 4, 8 and 16 beats;
 * one read port shared by K and V (the narrow configuration) and two.
@@ -52,7 +53,8 @@ CONFIGS = {
         "max_burst_beats": 8,
     },
     # int8 queries and K, G 4: two pairs of queries share the K side's multipliers; the
-    # output's multipliers are shared (each result beat in 4 parts), as by default.
+    # output's multipliers are shared (each result beat in 4 parts), as by default; the
+    # scaling products in DSP48E2s.
     "hd64-g4-q8-out4": {
         "head_dim": 64,
         "lanes": 16,
@@ -61,16 +63,19 @@ CONFIGS = {
         "gqa_group": 4,
         "q_bits": 8,
         "out_beat_cycles": 4,
+        "scaling_multipliers": "dsp",
         "max_seq_len": 96,
     },
-    # A multiplier per output lane (each result beat in one part; the default is 4).
-    "hd64-g3-kv16": {
+    # A multiplier per output lane (each result beat in one part; the default is 4), and
+    # the scaling products in DSP48E2s (scaling_multipliers; the default is fabric).
+    "hd64-g3-kv16-dsp": {
         "head_dim": 64,
         "lanes": 8,
         "mem_data_bits": 128,
         "gqa_group": 3,
         "kv_bits": 16,
         "out_beat_cycles": 1,
+        "scaling_multipliers": "dsp",
         "max_seq_len": 96,
     },
 }

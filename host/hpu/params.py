@@ -128,11 +128,12 @@ class HpuParams(Params):
         choices=(1, 2, 4, 8),
     )
     scaling_multipliers: str = param(
-        "dsp",
+        "fabric",
         "where the products that scale scores, weights and results go (every product but the "
         "q·k and w·v MACs: q_mant·k_mant, dot·mant, p·v_scale, o'·(1/m) and 1/l's Newton "
-        "step): 'dsp' (DSP48E2s) or 'fabric' (LUT adder trees, a few stages longer: DSP48E2s "
-        "then serve MACs only, for some thousand LUTs more; docs/hpu.md)",
+        "step): 'fabric' (the default: LUT adder trees, a few stages longer, so DSP48E2s "
+        "serve MACs only; 5.8k LUTs more at default) or 'dsp' (DSP48E2s, where LUTs bound "
+        "the engines per card; docs/hpu.md)",
         choices=("dsp", "fabric"),
     )
     out_bits: int = param(24, "width of each signed full-mode output element", min=8, max=32)

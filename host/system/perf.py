@@ -519,8 +519,10 @@ def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> Hp
 
 
 #: Parameters the performance model may choose per card (the port width and the lanes that
-#: fill it); every other parameter is the reference configuration's.
-CHOSEN_PARAMS = ("lanes", "mem_data_bits")
+#: fill it, and whether the scaling products take DSP48E2s or LUTs: the LUTs they take in
+#: fabric can cost engines where LUTs bound them); every other parameter is the reference
+#: configuration's.
+CHOSEN_PARAMS = ("lanes", "mem_data_bits", "scaling_multipliers")
 
 
 def _synth_family(board_name: str | None) -> str | None:
@@ -561,6 +563,7 @@ def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = No
                 "params": params,
                 "lanes": params.lanes,
                 "mem_data_bits": params.mem_data_bits,
+                "scaling_multipliers": params.scaling_multipliers,
                 "engines": card["engines"],
                 "engines_limited_by": card["engines_limited_by"],
                 "clock_mhz": card["clock_mhz"],
@@ -571,7 +574,7 @@ def best_engine(reference: HpuParams, board: Board, clock_mhz: float | None = No
         return {
             "params": reference,
             "choice": f"the reference configuration: no synthesis for {board.name} differs from it "
-            f"only in {' and '.join(CHOSEN_PARAMS)}",
+            f"only in {', '.join(CHOSEN_PARAMS)}",
             "candidates": [],
         }
     best = max(candidates, key=lambda c: c["card_gb_s"])

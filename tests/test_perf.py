@@ -137,8 +137,14 @@ def test_efficiency_interpolation_and_fill():
 def test_measured_queue_streams_as_one_request():
     """The data file's evidence for counting a call as one request of all its beats."""
     eff = load_efficiency()
-    # measured on the int16 SmolLM2 engine on 512-bit ports (what the card runs; 2 beats a row)
-    card = HpuParams(max_seq_len=eff.params["max_seq_len"], lanes=32, mem_data_bits=512)
+    # measured on the int16 SmolLM2 engine on 512-bit ports (what the card runs; 2 beats a
+    # row), with its scaling products in DSP48E2s (the performance model's pick)
+    card = HpuParams(
+        max_seq_len=eff.params["max_seq_len"],
+        lanes=32,
+        mem_data_bits=512,
+        scaling_multipliers="dsp",
+    )
     assert eff.params == card.to_dict()
     rows = {(r["latency"], r["tokens"]): r for r in eff.rows}
     checked = 0
@@ -382,17 +388,25 @@ def test_best_engine_is_the_synthesis_drawing_the_most_card_bandwidth():
         smol, max_seq_len=2048, kv_bits=16, lanes=16, mem_data_bits=256
     )
     chosen = best_engine(reference, board)
-    widths = sorted(c["mem_data_bits"] for c in chosen["candidates"])
-    assert widths == [256, 512] and "2 synthesized" in chosen["choice"]
-    bandwidth = {c["mem_data_bits"]: c["card_gb_s"] for c in chosen["candidates"]}
+    # 256-bit ports with the scaling products in DSP48E2s and in fabric, 512-bit in DSP48E2s
+    stored = sorted((c["mem_data_bits"], c["scaling_multipliers"]) for c in chosen["candidates"])
+    assert stored == [(256, "dsp"), (256, "fabric"), (512, "dsp")]
+    assert "3 synthesized" in chosen["choice"]
+    bandwidth = {
+        (c["mem_data_bits"], c["scaling_multipliers"]): c["card_gb_s"]
+        for c in chosen["candidates"]
+    }
     best = max(bandwidth, key=bandwidth.get)
-    assert chosen["params"].mem_data_bits == best and chosen["params"].lanes == best // 16
+    assert best == (512, "dsp")  # 16 port-bound engines on 512-bit ports
+    assert chosen["params"].mem_data_bits == 512 and chosen["params"].lanes == 32
     assert bandwidth[best] == card_kv_bandwidth(chosen["params"], board, 1.0)["card_gb_s"]
+    assert reference.scaling_multipliers == "dsp"  # the stream efficiency's engine
     assert chosen["params"].replace(lanes=16, mem_data_bits=256) == reference
     at_300 = best_engine(reference, board, 300.0)  # a given clock ranks every candidate at it
     assert {c["clock_mhz"] for c in at_300["candidates"]} == {300.0}
     row = decode_projection("smollm2-135m", "l40s", [8], hpus=1, kv_bits=16)[-1]
-    assert row["hpu"]["params"]["mem_data_bits"] == best
+    hpu_params = row["hpu"]["params"]
+    assert (hpu_params["mem_data_bits"], hpu_params["scaling_multipliers"]) == best
     assert row["hpu"]["config_choice"] == chosen["choice"]
     odd = reference.replace(q_bits=8)
     unmatched = best_engine(odd, board)

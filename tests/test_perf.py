@@ -393,8 +393,7 @@ def test_best_engine_is_the_synthesis_drawing_the_most_card_bandwidth():
     assert stored == [(256, "dsp"), (256, "fabric"), (512, "dsp")]
     assert "3 synthesized" in chosen["choice"]
     bandwidth = {
-        (c["mem_data_bits"], c["scaling_multipliers"]): c["card_gb_s"]
-        for c in chosen["candidates"]
+        (c["mem_data_bits"], c["scaling_multipliers"]): c["card_gb_s"] for c in chosen["candidates"]
     }
     best = max(bandwidth, key=bandwidth.get)
     assert best == (512, "dsp")  # 16 port-bound engines on 512-bit ports

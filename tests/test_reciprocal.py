@@ -78,29 +78,10 @@ def test_leading_one():
             "out_frac_bits": 29,
             "work_frac_bits": 24,
         },
-        # The HPU's 1/l: 1/m of l's mantissa.
-        {
-            "in_bits": 29,
-            "in_frac_bits": 16,
-            "out_bits": 17,
-            "out_frac_bits": 16,
-            "work_frac_bits": 16,
-            "seed_bits": 7,
-            "newton_steps": 1,
-            "mantissa_only": 1,
-        },
-        # Its fabric multipliers (HpuParams(scaling_multipliers="fabric")), and two steps'.
-        {
-            "in_bits": 29,
-            "in_frac_bits": 16,
-            "out_bits": 17,
-            "out_frac_bits": 16,
-            "work_frac_bits": 16,
-            "seed_bits": 7,
-            "newton_steps": 1,
-            "mantissa_only": 1,
-            "multipliers": "fabric",
-        },
+        # The HPU's 1/l (1/m of l's mantissa), as HpuParams builds it, with its products in
+        # DSP48E2s and in fabric.
+        HpuParams(scaling_multipliers="dsp").reciprocal.to_dict(),
+        HpuParams(scaling_multipliers="fabric").reciprocal.to_dict(),
         {"multipliers": "fabric"},
     ],
 )

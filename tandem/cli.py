@@ -155,6 +155,12 @@ def _cmd_synth(args) -> int:
     return 0
 
 
+def _cmd_prove(args) -> int:
+    from . import prove
+
+    return prove.run(args, *_resolve(args))
+
+
 def _cmd_cosim_decode(args) -> int:
     """``tandem cosim decode``: the decode runtime, or with ``--program`` a compiled program."""
     if args.program is not None:
@@ -258,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prove", help="formal proof of the stream rules (BMC, k-induction)")
     _add_params(p)
     prove.add_arguments(p)
-    p.set_defaults(func=lambda args: prove.run(args, *_resolve(args)), extras=("synth",))
+    p.set_defaults(func=_cmd_prove, extras=("synth",))
 
     _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
     _add_tool_family(sub, "pack", "pack weights into a design's streams")
@@ -320,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cache", help="list or clean simulator builds and model weights")
     cache.add_arguments(p)
+    _add_threads_everywhere(parser)
     return parser
 
 
@@ -333,10 +340,65 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def _threads_requested(argv: Sequence[str]) -> int | None:
+    """The value of the first ``--threads N`` (or ``--threads=N``) in ``argv``, None if absent
+    or not a positive integer (the parser then reports the bad value)."""
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--threads" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith("--threads="):
+            value = word.partition("=")[2]
+        else:
+            continue
+        return int(value) if value.isdigit() and int(value) > 0 else None
+    return None
+
+
+def _add_threads_everywhere(parser: argparse.ArgumentParser) -> None:
+    """``--threads N`` on the root and on every subcommand, read once by :func:`main`.
+
+    Subcommands default to ``SUPPRESS`` so that a value given before the subcommand survives.
+    """
+    help_text = (
+        "threads of torch, BLAS and OpenMP together (default: the cores no other process is "
+        "running on)"
+    )
+    parsers = [parser]
+    while parsers:
+        current = parsers.pop()
+        subparsers = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in subparsers:
+            parsers.extend(dict.fromkeys(action.choices.values()))  # aliases appear once
+        if "--threads" not in current._option_string_actions:
+            current.add_argument(
+                "--threads",
+                type=int,
+                metavar="N",
+                help=help_text,
+                default=None if current is parser else argparse.SUPPRESS,
+            )
+
+
+def _check_threads(args) -> None:
+    from tandem.host.common.threads import available_cores
+
+    threads = getattr(args, "threads", None)
+    cores = available_cores()
+    if threads is not None and not 1 <= threads <= cores:
+        raise UserError(f"--threads must be in 1..{cores} (this machine's cores), not {threads}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tandem`` command."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    # Before the parser imports numpy: the thread pools read their size when they load.
+    from tandem.host.common.threads import configure_threads
+
+    configure_threads(_threads_requested(words))
     parser = build_parser()
-    if not (sys.argv[1:] if argv is None else list(argv)):
+    if not words:
         parser.print_usage(sys.stderr)  # a bare `tandem`: show what it takes, then the error
     args = parser.parse_args(argv)
     # A SIGTERM raises SystemExit in the main thread instead of ending the process at once, so
@@ -357,6 +419,7 @@ def _run(parser, args) -> int:
     try:
         needs = getattr(args, "extras", ())  # optional features, checked before any work
         extras.require(_feature(args), *(needs(args) if callable(needs) else needs))
+        _check_threads(args)
         status = args.func(args)
         sys.stdout.flush()  # inside the try: a reader that left shows here, not at exit
     except BrokenPipeError:

@@ -1,6 +1,12 @@
 import os
 
 import pytest
+from tandem.host.common.threads import available_cores, configure_threads
+
+# Each xdist worker gets its share of the cores for torch, BLAS and OpenMP, set before any test
+# imports them: pools sized to every core in every worker fight over the same cores.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+configure_threads(max(1, available_cores() // _workers))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns "auto" into a count

@@ -1,25 +1,150 @@
-"""Thread pools of the numeric libraries the golden models call.
+"""Thread pools of the numeric libraries a tandem process uses: one place decides them.
 
-The golden models use numpy's BLAS for exact integer sums in float64 (small matrix products,
-every partial sum below 2**53). OpenBLAS runs a product above a size threshold on all cores
-and its workers then spin for a while; in the decode runtime those spinning threads take the
-cores torch's threads need for the GPU side, and the whole step slows down (measured with
-``benchmarks/decode_speed.py``: the torch side of the golden HPU run took 2.6x as long as the
-same work without golden calls). Golden calls that run inside a host loop hold the BLAS to one
-thread instead; the products are small enough that one thread loses nothing.
+A tandem process can hold three pools at once: OpenBLAS under numpy and scipy (the golden
+models' exact integer sums in float64), torch's OpenMP pool (the GPU side on the CPU and the
+compiler's calibration) and, in libraries that link it, MKL. Each sizes itself to every core
+of the machine and, by default, keeps its idle workers spinning for a while after each parallel
+region (OpenBLAS about 2**28 cycles, libgomp until ``GOMP_SPINCOUNT`` runs out). Two pools side
+by side, or another program on the same cores, then turn idle spinning into stolen time: the
+work waits for cores that spinning threads hold. :func:`configure_threads` sizes every pool to
+one budget (``--threads``, by default the cores no other process is running on) and makes idle
+workers sleep at once. It sets the environment the libraries read when they load, so the
+``tandem`` command calls it before anything imports numpy or torch; pools already loaded (a
+Python session that imported numpy first) are resized through threadpoolctl and torch's own
+setter.
+
+Golden calls that run inside a host loop also hold the BLAS to one thread
+(:func:`one_blas_thread`): the products are small enough that one thread loses nothing, and
+waking a pool for each of them costs more than the product.
 """
 
+import math
+import os
+import sys
+import time
 from functools import cache
 
-from threadpoolctl import ThreadpoolController
+__all__ = [
+    "available_cores",
+    "configure_threads",
+    "free_cores",
+    "one_blas_thread",
+    "thread_budget",
+]
 
-__all__ = ["one_blas_thread"]
+#: Environment variables that size a pool; each gets the budget.
+_COUNT_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: Environment variables that make idle workers sleep instead of spinning. OpenBLAS spins for
+#: 2**N cycles (N clamped to 4..30, default 28); libgomp and Intel's OpenMP honour the policy.
+_SLEEP_VARIABLES = {
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "OPENBLAS_THREAD_TIMEOUT": "4",
+    "KMP_BLOCKTIME": "0",
+}
+
+_budget: int | None = None
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:  # cgroup v2: "max 100000" or "<quota> <period>"
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def _other_runnable() -> int | None:
+    """Runnable tasks other than this one, from ``/proc/loadavg`` (None where it cannot tell).
+
+    The median of three samples 5 ms apart, so that a task that wakes for an instant does not
+    count as a busy core.
+    """
+    samples = []
+    for attempt in range(3):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        samples.append(running - 1)  # this process is one of them
+        if attempt < 2:
+            time.sleep(0.005)
+    return sorted(samples)[1]
+
+
+def free_cores() -> int:
+    """The cores no other process is running on now (at least one).
+
+    Read from the kernel's count of runnable tasks; where that is not available, from the
+    one-minute load average.
+    """
+    cores = available_cores()
+    busy = _other_runnable()
+    if busy is None:
+        try:
+            busy = round(os.getloadavg()[0])
+        except OSError:
+            busy = 0
+    return max(1, min(cores, cores - max(0, busy)))
+
+
+def configure_threads(threads: int | None = None) -> int:
+    """Size every numeric thread pool of this process to one budget and stop idle spinning.
+
+    Parameters
+    ----------
+    threads
+        Threads for torch, BLAS and OpenMP together; None: a variable the user set
+        (``OMP_NUM_THREADS``) wins, else :func:`free_cores`.
+
+    Returns
+    -------
+    int
+        The budget now in force.
+    """
+    global _budget
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive integer, not {threads!r}")
+        budget = threads
+    else:
+        preset = os.environ.get("OMP_NUM_THREADS", "")
+        budget = int(preset) if preset.isdigit() and int(preset) > 0 else free_cores()
+    for name in _COUNT_VARIABLES:
+        os.environ[name] = str(budget)
+    for name, value in _SLEEP_VARIABLES.items():
+        os.environ.setdefault(name, value)
+    # Pools that loaded before this call keep their first size unless told.
+    if "numpy" in sys.modules or "scipy" in sys.modules:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=budget)
+        _blas_libraries.cache_clear()
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(budget)
+    _budget = budget
+    return budget
+
+
+def thread_budget() -> int:
+    """The budget :func:`configure_threads` set, or the free cores where it was not called."""
+    return _budget if _budget is not None else free_cores()
 
 
 @cache
 def _blas_libraries() -> tuple:
     """The loaded BLAS libraries' controllers, found once (milliseconds) after numpy loaded."""
     import numpy  # noqa: F401  (loads numpy's BLAS, so that it is found)
+    from threadpoolctl import ThreadpoolController
 
     return tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
 

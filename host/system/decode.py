@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from tandem.host.common.errors import CapacityError
+from tandem.host.common.threads import configure_threads
 from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
 from tandem.host.hpu.device import AttendBatch, HpuDevice, SeqAlloc
 from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
@@ -692,7 +693,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--compare", action="store_true", help="also decode with torch attention and compare"
     )
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads of torch, BLAS and OpenMP together (default: the cores no other process "
+        "is running on)",
+    )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     parser.add_argument(
         "--set",
@@ -802,7 +809,7 @@ def run(args) -> int:
             f"memory exceed this machine's {host} bytes"
         )
     if args.threads is not None:
-        _torch().set_num_threads(args.threads)
+        configure_threads(args.threads)
     model, tokenizer, label = load_model(args.model)
     c = model.config
     try:

@@ -73,7 +73,11 @@ def main(argv=None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=240, help="tokens per prompt")
     parser.add_argument("--new-tokens", type=int, default=16, help="tokens generated per prompt")
     parser.add_argument("--repeat", type=int, default=2, help="runs per side; the best counts")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="threads of torch, BLAS and OpenMP (default: the cores no other process runs on)",
+    )
     parser.add_argument(
         "--kernel",
         choices=("auto", "native", "numpy"),
@@ -100,6 +104,9 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    from tandem.host.common.threads import configure_threads
+
+    configure_threads(args.threads)  # before torch loads: its pool reads the size then
     import torch
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import (
@@ -113,8 +120,6 @@ def main(argv=None) -> int:
 
     if find_model("smollm2-135m") is None:
         return skip("SmolLM2-135M is not fetched; run: tandem model fetch smollm2-135m")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     model, tokenizer, label = load_model("smollm2-135m")
     config = model.config
     try:

@@ -341,8 +341,10 @@ def _terminated(signum, frame):
 
 
 def _threads_requested(argv: Sequence[str]) -> int | None:
-    """The value of the first ``--threads N`` (or ``--threads=N``) in ``argv``, None if absent
-    or not a positive integer (the parser then reports the bad value)."""
+    """The value of the first ``--threads N`` (or ``--threads=N``) in ``argv``; None if absent
+    or not in 1 .. the cores (the parser and :func:`_check_threads` then report it)."""
+    from tandem.host.common.threads import available_cores
+
     for i, word in enumerate(argv):
         if word == "--":
             break
@@ -352,7 +354,8 @@ def _threads_requested(argv: Sequence[str]) -> int | None:
             value = word.partition("=")[2]
         else:
             continue
-        return int(value) if value.isdigit() and int(value) > 0 else None
+        valid = value.isdigit() and 1 <= int(value) <= available_cores()
+        return int(value) if valid else None
     return None
 
 
@@ -384,10 +387,11 @@ def _add_threads_everywhere(parser: argparse.ArgumentParser) -> None:
 def _check_threads(args) -> None:
     from tandem.host.common.threads import available_cores
 
+    from .args import integer
+
     threads = getattr(args, "threads", None)
-    cores = available_cores()
-    if threads is not None and not 1 <= threads <= cores:
-        raise UserError(f"--threads must be in 1..{cores} (this machine's cores), not {threads}")
+    if threads is not None:
+        integer(threads, "--threads", 1, available_cores(), " (this machine's cores)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

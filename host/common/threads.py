@@ -102,8 +102,8 @@ def configure_threads(threads: int | None = None) -> int:
     Parameters
     ----------
     threads
-        Threads for torch, BLAS and OpenMP together; None: a variable the user set
-        (``OMP_NUM_THREADS``) wins, else :func:`free_cores`.
+        Threads for torch, BLAS and OpenMP together, at most :func:`available_cores`; None: a
+        variable the user set (``OMP_NUM_THREADS``) wins, else :func:`free_cores`.
 
     Returns
     -------
@@ -112,12 +112,15 @@ def configure_threads(threads: int | None = None) -> int:
     """
     global _budget
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive integer, not {threads!r}")
+        cores = available_cores()
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
+            raise ValueError(f"threads must be an integer in 1..{cores}, not {threads!r}")
         budget = threads
     else:
         preset = os.environ.get("OMP_NUM_THREADS", "")
         budget = int(preset) if preset.isdigit() and int(preset) > 0 else free_cores()
+    if budget == _budget:
+        return budget  # in force already: resizing a pool that is in use is not free
     for name in _COUNT_VARIABLES:
         os.environ[name] = str(budget)
     for name, value in _SLEEP_VARIABLES.items():
@@ -129,7 +132,12 @@ def configure_threads(threads: int | None = None) -> int:
         threadpool_limits(limits=budget)
         _blas_libraries.cache_clear()
     torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "set_num_threads"):
+    # Only a change: torch's setter rebuilds its OpenMP pool even at the same size.
+    if (
+        torch is not None
+        and hasattr(torch, "set_num_threads")
+        and torch.get_num_threads() != budget
+    ):
         torch.set_num_threads(budget)
     _budget = budget
     return budget

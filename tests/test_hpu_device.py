@@ -318,3 +318,33 @@ def test_float_inputs_are_the_runtime_recipe():
         with pytest.raises(ValueError):
             bad()
     assert a.lengths[0] == 41  # the rejected calls appended nothing
+
+
+def test_float_rows_too_large_for_a_binary16_scale_raise_and_change_nothing():
+    """Float rows never clip (one binary16 scale per row from its own peak); a row whose scale
+    would leave binary16 (|k| = 1e7 for int8 rows, beyond 65504 * 127) names the row, its peak
+    and the range, and writes or appends nothing."""
+    dev = HpuDevice(P, memory_bytes=1 << 16)
+    seq = dev.allocate(64)
+    k, v = np.ones((4, P.head_dim)), np.ones((4, P.head_dim))
+    k[2, 5] = 1e7
+    with pytest.raises(
+        ValueError,
+        match=r"k / smoothing row 2 reaches 1e\+07, beyond int8 values with a binary16 scale, "
+        r"range -8\.31901e\+06\.\.8\.31901e\+06",
+    ):
+        dev.write_kv_real(seq, 0, k, v)
+    k[2, 5] = 65504 * 127  # the largest peak the range promises: fits, unclipped
+    dev.write_kv_real(seq, 0, k, v)
+    stored, scales, _, _ = dev.read_kv(seq, 0)
+    assert stored[2, 5] == 127 and float(scales[2]) == 65504.0
+    q = np.ones((P.gqa_group, P.head_dim))
+    q[1, 0] = 1e12
+    with pytest.raises(ValueError, match=r"q \* smoothing row 1 reaches 1e\+12.*int16"):
+        dev.attend_real(seq, 0, q)
+    new = np.full(P.head_dim, 1.0), np.full(P.head_dim, -1e9)
+    with pytest.raises(ValueError, match=r"new v reaches -?1e\+09"):
+        dev.attend_real(seq, 0, np.ones((P.gqa_group, P.head_dim)), new=new)
+    assert seq.lengths[0] == 4 and dev.calls == 0
+    with pytest.raises(ValueError, match=r"q must be int16 \(-32768\.\.32767\), not 40000 at"):
+        dev.attend(seq, 0, np.full((P.gqa_group, P.head_dim), 40000), np.ones(P.gqa_group))

@@ -86,6 +86,51 @@ def test_rnn_device_errors(tmp_path):
         dev.load(42)
 
 
+def test_weights_and_biases_that_do_not_fit_raise_instead_of_clipping(tmp_path):
+    """An LSTM weight of 1e6 fits int16 at no w_frac: load names it and the range rather than
+    saturating it to 32767; so for a bias beyond bias_limit, a QuantLstm or .npz whose
+    integers leave the engine's formats, and a GRU's bias_hh. Nothing is loaded."""
+    params = RnnParams(max_input=8, max_hidden=8)
+    dev = RnnDevice(params)
+    state = {k: v.numpy().copy() for k, v in _lstm(4, 6).state_dict().items()}
+    model = dev.load(state)
+    big = dict(state, weight_hh_l0=state["weight_hh_l0"].copy())
+    big["weight_hh_l0"][5, 2] = 1e6
+    with pytest.raises(
+        ValueError,
+        match=r"weight_hh_l0\[5, 2\] = 1000000 does not fit "
+        r"weight_bits=16 at w_frac 0, range -32768\.\.32767",
+    ):
+        dev.load(big)
+    with pytest.raises(ValueError, match=r"weight_bits=8 at w_frac 0, range -128\.\.127"):
+        quantize_lstm(RnnParams(max_input=8, max_hidden=8, weight_bits=8), big)
+    bias = dict(state, bias_ih_l0=np.full(24, 1e12))
+    with pytest.raises(
+        ValueError, match=r"\(bias_ih_l0 \+ bias_hh_l0\)\[0\] = 1e\+12 .*bias_limit"
+    ):
+        dev.load(bias)
+    wide = QuantLstm(model.w * 2000, model.u, model.bias, model.w_frac)
+    with pytest.raises(
+        ValueError, match=r"weights w\[\d+, \d+\] = -?\d+ does not fit weight_bits=16"
+    ):
+        dev.load(wide)
+    with pytest.raises(ValueError, match=r"bias\[0\] = .* range"):
+        dev.load(QuantLstm(model.w, model.u, model.bias + params.bias_limit, model.w_frac))
+    with pytest.raises(ValueError, match=r"w_frac must be in 0\.\.31, not 32"):
+        dev.load(QuantLstm(model.w, model.u, model.bias, 32))
+    program = build_program(4, 6, params.tile_rows, params.tile_cols)
+    tiles, biases = pack_tiles(params, wide, program)
+    arrays = dict(program_arrays(program), tiles=tiles, biases=biases, w_frac=np.array(8))
+    write_npz(tmp_path / "wide.program.npz", arrays)
+    with pytest.raises(ValueError, match="does not fit weight_bits=16"):
+        dev.load(tmp_path / "wide.program.npz")
+    assert dev.model is model  # every rejected load left the loaded model
+    gru = {k: v.numpy().copy() for k, v in _gru(4, 6).state_dict().items()}
+    gru["bias_hh_l0"][7] = -1e12
+    with pytest.raises(ValueError, match=r"bias_hh_l0\[7\] = -1e\+12"):
+        RnnDevice(RnnParams(cell="gru", max_input=8, max_hidden=8)).load(gru)
+
+
 def test_backend_choice_is_checked_and_rtl_starts_lazily():
     assert_backend_choice_is_checked(RnnDevice)
 

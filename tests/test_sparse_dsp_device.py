@@ -7,6 +7,7 @@ from tandem.host.sparse_dsp import SparseMpeParams, mpe_golden
 from tandem.host.sparse_dsp.device import SparseMpeDevice, mpe_cycles
 from tandem.mappings.nm import (
     NMError,
+    NMPacked,
     NMPattern,
     mpe_streams,
     pack_nm,
@@ -128,6 +129,39 @@ def test_sparse_device_errors_are_one_clear_line():
         dev.gemm(np.full((8, 2), 300))
     with pytest.raises(ValueError, match="exceed max_k"):
         SparseMpeDevice(SparseMpeParams(max_k=128)).load(np.zeros((2, 200), np.int8), "2:4")
+
+
+@pytest.mark.parametrize("kernel", ["streams", "direct"])
+def test_packed_values_outside_int8_raise_instead_of_wrapping(kernel, tmp_path):
+    """An NMPacked (or packed .npz) whose values leave int8 would wrap in the weight beats
+    (300 reads as 44): load names the value and the range; indices must lie below M; a dense
+    matrix beyond int8 names its value too."""
+    nm = NMPattern(2, 4)
+    packed = pack_nm(_nm_matrix(4, 16, nm, seed=5), nm)
+    dev = SparseMpeDevice(SparseMpeParams(max_k=128), kernel=kernel)
+    dev.load(packed)
+    wide = packed.values.astype(np.int16)
+    wide[2, 3] = 300
+    bad = NMPacked(wide, packed.indices, nm, packed.shape)
+    with pytest.raises(
+        ValueError,
+        match=r"packed values\[2, 3\] = 300 does not fit int8, "
+        r"range -128\.\.127",
+    ):
+        dev.load(bad)
+    bad.save(tmp_path / "bad.npz")
+    with pytest.raises(ValueError, match="= 300 does not fit int8"):
+        dev.load(tmp_path / "bad.npz")
+    far = NMPacked(packed.values, packed.indices + 4, nm, packed.shape)
+    with pytest.raises(ValueError, match=r"packed indices\[0, 0\] = \d does not fit 2:4 indices"):
+        dev.load(far)
+    with pytest.raises(ValueError, match="packed values must be integers"):
+        dev.load(NMPacked(packed.values * 0.5, packed.indices, nm, packed.shape))
+    assert dev.packed is packed
+    dense = _nm_matrix(4, 16, nm, seed=5).astype(np.int64)
+    dense[dense != 0] = -129
+    with pytest.raises(NMError, match=r"int8 range -128\.\.127, not -129 at \[0, \d+\]"):
+        dev.load(dense, nm)
 
 
 def test_backend_choice_is_checked_and_rtl_starts_lazily():

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from tandem.host.spmm import SparseEngineParams, SystolicParams, gcn_layer
+from tandem.host.spmm import SparseEngineParams, SystolicParams, gcn_layer, quantize_adjacency
 from tandem.host.spmm.device import SpmmDevice
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.readers import read_graph
@@ -64,6 +64,33 @@ def test_spmm_device_errors_and_rtl():
     assert set(rtl.backend.engines) == {"systolic", "sparse-engine"}
     assert not rtl.backend.started
     rtl.close()
+
+
+def test_an_adjacency_value_that_does_not_fit_raises_instead_of_clipping():
+    """1000 in a_bits 10, a_frac 8 (range -2..1.996) names itself, its position and the range
+    rather than saturating to 511; so does 1.999, which rounds past the range. The rejected load
+    leaves the loaded adjacency, and the golden functions refuse the value too."""
+    systolic = SystolicParams(rows=4, cols=3, a_bits=10, a_frac=8, x_bits=9, acc_bits=26)
+    sparse = SparseEngineParams(lanes=3, tile=8, a_bits=10, a_frac=8, x_bits=9, acc_bits=26)
+    dev = SpmmDevice(systolic, sparse, features=3)
+    good = sp.csr_matrix(np.eye(4) + np.eye(4, k=1) * 1.99)
+    mapping = dev.load(good)
+    for value, shown in ((1000.0, "1000"), (1.999, "1.999"), (-2.01, "-2.01")):
+        a = good.tolil()
+        a[1, 2] = value
+        with pytest.raises(
+            ValueError,
+            match=rf"adjacency value at \(1, 2\) = {shown} does not fit a_bits=10, a_frac=8, "
+            r"range -2\.\.1\.99609",
+        ):
+            dev.load(a.tocsr())
+    assert dev.mapping is mapping and dev.adjacency is not None
+    acc = dev.aggregate(np.ones((4, 3), np.int64))
+    assert acc[:3, 0].tolist() == [256 + 509] * 3  # 1.99 is 509/256, within the range
+    bad = good.copy()
+    bad.data[1] = 1000.0
+    with pytest.raises(ValueError, match=r"adjacency values\[1\] = 1000 does not fit"):
+        quantize_adjacency(bad.data, systolic)
 
 
 def test_a_closed_golden_device_refuses_calls_like_an_rtl_one():

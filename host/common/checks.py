@@ -74,7 +74,8 @@ def int_array(values, name: str, bits: int, *, ndim: tuple[int, ...] | None = No
 
     Raises ``ValueError`` with one line naming ``name`` when ``values`` are not integers (the
     host must quantize first), have a number of dimensions not in ``ndim`` (any when None) or
-    leave the range ``-2**(bits-1) .. 2**(bits-1) - 1``.
+    leave the range ``-2**(bits-1) .. 2**(bits-1) - 1`` (then quoting the largest or smallest
+    value and where it is).
     """
     array = _array(values, name)
     if array.dtype.kind not in "iu":
@@ -85,7 +86,11 @@ def int_array(values, name: str, bits: int, *, ndim: tuple[int, ...] | None = No
         )
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     if array.size and (int(array.min()) < lo or int(array.max()) > hi):
-        raise ValueError(f"{name} must be int{bits} ({lo}..{hi})")
+        flat = array.reshape(-1)
+        i = int(np.argmax(flat)) if int(array.max()) > hi else int(np.argmin(flat))
+        index = ", ".join(str(int(j)) for j in np.unravel_index(i, array.shape))
+        where = f" at [{index}]" if array.ndim else ""
+        raise ValueError(f"{name} must be int{bits} ({lo}..{hi}), not {flat[i]}{where}")
     return array.astype(np.int64)
 
 

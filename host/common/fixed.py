@@ -18,6 +18,8 @@ import numpy as np
 __all__ = [
     "ROUNDING_MODES",
     "Rounding",
+    "check_fit",
+    "clip_counted",
     "from_fixed",
     "mul_round_half_up",
     "mul_round_half_up_narrow",
@@ -78,9 +80,18 @@ def shift_round_half_up(value, shift) -> np.ndarray:
 
 
 def to_fixed(
-    real, frac_bits: int, bits: int, signed: bool = True, rounding: Rounding = "half_even"
-) -> np.ndarray:
-    """Quantize floats to fixed point with ``frac_bits`` fraction bits, saturating to ``bits``."""
+    real,
+    frac_bits: int,
+    bits: int,
+    signed: bool = True,
+    rounding: Rounding = "half_even",
+    *,
+    saturations: bool = False,
+):
+    """Quantize floats to fixed point with ``frac_bits`` fraction bits, saturating to ``bits``.
+
+    With ``saturations=True`` returns ``(q, count)``, ``count`` the values that saturated.
+    """
     scaled = np.asarray(real, dtype=np.float64) * float(1 << frac_bits)
     if rounding == "floor":
         q = np.floor(scaled)
@@ -88,8 +99,56 @@ def to_fixed(
         q = np.floor(scaled + 0.5)
     else:
         q = np.rint(scaled)
-    lo, hi = value_range(bits, signed)
-    return np.clip(q, lo, hi).astype(np.int64)
+    q, count = clip_counted(q, *value_range(bits, signed))
+    q = q.astype(np.int64)
+    return (q, count) if saturations else q
+
+
+def clip_counted(value, lo, hi) -> tuple[np.ndarray, int]:
+    """``value`` clipped to ``lo .. hi``, and how many values the clip changed (NaN counts).
+
+    The host's quantizers limit values to their formats through here (or :func:`check_fit`),
+    so that every clip either reaches a device's saturation counters or raises.
+    """
+    value = np.asarray(value)
+    out = np.clip(value, lo, hi)
+    return out, int(np.count_nonzero(out != value))
+
+
+def check_fit(
+    value, lo, hi, *, name: str, fmt: str, real=None, unit: float = 1.0, at=None
+) -> np.ndarray:
+    """``value`` (quantized, not yet limited) checked to lie in ``lo .. hi``: the policy for
+    values that must fit their format instead of saturating.
+
+    Raises ``ValueError`` with one line that names the first value outside (``real``'s element
+    at the same position when given, else ``value``'s), where it is (``at(i)`` of its flat
+    index when given, else its index), the format ``fmt`` and its range
+    ``lo * unit .. hi * unit``, and how many values are outside.
+    """
+    out, count = clip_counted(value, lo, hi)
+    if not count:
+        return out
+    value = np.asarray(value)
+    i = int(np.flatnonzero(out.reshape(-1) != value.reshape(-1))[0])
+    shown = (value if real is None else np.asarray(real)).reshape(-1)[i].item()
+    if at is not None:
+        where = at(i)
+    elif value.ndim:
+        where = f"[{', '.join(str(int(j)) for j in np.unravel_index(i, value.shape))}]"
+    else:
+        where = ""
+    outside = "1 value" if count == 1 else f"{count} values"
+    raise ValueError(
+        f"{name}{where} = {_number(shown)} does not fit {fmt}, range {_number(lo * unit)}.."
+        f"{_number(hi * unit)} ({outside} outside)"
+    )
+
+
+def _number(value) -> str:
+    """``value`` for a message: integers below 1e9 exactly, others to six significant digits."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() and abs(number) < 1e9 else f"{number:.6g}"
 
 
 def from_fixed(value, frac_bits: int) -> np.ndarray:

@@ -499,6 +499,15 @@ class HpuDevice(Device):
     **options
         For ``backend="rtl"``: ``simulator`` (``"verilator"`` or ``"icarus"``), ``timeout_s``,
         ``start_timeout_s``, ``cache_dir``, ``run_dir`` (see :class:`RtlHpuBackend`).
+
+    Notes
+    -----
+    No host value is clipped silently. Integer K/V rows and queries must fit ``kv_bits`` and
+    ``q_bits`` (others raise ``ValueError``). Float rows (:meth:`write_kv_real`,
+    :meth:`attend_real`) get one binary16 scale each from their own largest magnitude, so no
+    element clips; a row too large for any binary16 scale raises ``ValueError`` naming it and
+    the range. The engine's own saturations (``score``, ``weight``, ``output``) are counted in
+    ``last_saturations`` and ``total_saturations`` on the golden backend.
     """
 
     backends: ClassVar[dict] = {}  # filled below the backend classes
@@ -703,7 +712,8 @@ class HpuDevice(Device):
         smoothing), then keys and values go to ``kv_bits`` integers with one binary16 scale per
         token
         (:func:`~tandem.host.hpu.params.quantize_rows`) and to :meth:`write_kv`. Pass the same
-        ``smoothing`` to :meth:`attend_real`.
+        ``smoothing`` to :meth:`attend_real`. No element clips; a row too large for a binary16
+        scale raises ``ValueError`` and writes nothing.
         """
         d = self.params.head_dim
         factors = self._smoothing(smoothing)
@@ -712,7 +722,8 @@ class HpuDevice(Device):
         if k.shape[1] != d or v.shape[1] != d:
             raise ValueError(f"k and v must be [n, {d}] (head_dim), not {k.shape} and {v.shape}")
         bits = self.params.kv_bits
-        (ki, ks), (vi, vs) = quantize_rows(k / factors, bits), quantize_rows(v, bits)
+        ki, ks = quantize_rows(k / factors, bits, name="k / smoothing")
+        vi, vs = quantize_rows(v, bits, name="v")
         self.write_kv(seq, head, ki, ks, vi, vs, start=start)
 
     def attend_real(self, seq: SeqAlloc, head: int, q, new=None, *, smoothing=None):
@@ -723,7 +734,8 @@ class HpuDevice(Device):
         Quantized as the decode runtime does: ``q * smoothing`` to ``q_bits`` integers per
         query, whose scale becomes the score scale (``score_scale(q_scale, head_dim)``); the
         new key divided by ``smoothing`` and both new rows to ``kv_bits`` integers with one
-        binary16 scale.
+        binary16 scale. No element clips; a row too large for a binary16 scale raises
+        ``ValueError`` and appends nothing.
         """
         p = self.params
         factors = self._smoothing(smoothing)
@@ -737,10 +749,10 @@ class HpuDevice(Device):
             k, v = (real_array(x, name, ndim=(1,)) for x, name in zip(new, ("new k", "new v")))
             if k.shape != (p.head_dim,) or v.shape != (p.head_dim,):
                 raise ValueError(f"new k and v must be [{p.head_dim}], not {k.shape} and {v.shape}")
-            bits = p.kv_bits
-            (ki, ks), (vi, vs) = quantize_rows(k / factors, bits), quantize_rows(v, bits)
+            ki, ks = quantize_rows(k / factors, p.kv_bits, name="new k / smoothing")
+            vi, vs = quantize_rows(v, p.kv_bits, name="new v")
             token = (ki, ks, vi, vs)
-        qi, qs = quantize_rows(q * factors, p.q_bits)
+        qi, qs = quantize_rows(q * factors, p.q_bits, name="q * smoothing")
         result = self.attend(seq, head, qi, score_scale(qs, p.head_dim), new=token)
         return result.real(p)
 

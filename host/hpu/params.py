@@ -10,6 +10,7 @@ from functools import cached_property
 
 import numpy as np
 from tandem.host.common.exp2 import Exp2Params
+from tandem.host.common.fixed import check_fit
 from tandem.host.common.reciprocal import ReciprocalParams
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, KvLayout
 
@@ -395,24 +396,35 @@ def key_smoothing(
 SMALLEST_SCALE = np.float16(2.0**-24)
 
 
-def quantize_rows(x, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def quantize_rows(x, bits: int = 8, *, name: str = "x") -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-row quantization of ``x`` [..., d] to ``bits``-bit integers.
 
     Returns ``(values int64, scales float16)``; the scale is ``max|x| / (2**(bits-1) - 1)``
     rounded to binary16 (to the next binary16 up where the nearest would make the largest
     element round past the range: int16 rows, or subnormal scales; at least the smallest
     binary16, 2**-24, for a row too small for its own), and values are ``x / scale`` rounded
-    to nearest, so no element clips.
+    to nearest, so no element clips. A row too large for any binary16 scale (largest magnitude
+    beyond about ``65504 * (2**(bits-1) - 1)``) or holding NaN raises ``ValueError`` naming
+    ``name``, the row and the range.
     """
     x = np.asarray(x, dtype=np.float64)
     top = (1 << (bits - 1)) - 1
     peak = np.abs(x).max(axis=-1)
-    scales = np.asarray(peak / top).astype(np.float16)
+    with np.errstate(over="ignore"):  # beyond binary16: inf, rejected below
+        scales = np.asarray(peak / top).astype(np.float16)
     # A row too small for a binary16 scale keeps the smallest one and fewer value bits, not 0.
     scales = np.where(peak > 0, np.maximum(scales, SMALLEST_SCALE), scales)
     over = np.rint(peak / np.where(scales > 0, scales.astype(np.float64), 1.0)) > top
     if over.any():
         scales = np.where(over, np.nextafter(scales, np.float16(np.inf)), scales)
+    if np.isinf(scales).any():
+        row = tuple(int(i) for i in np.argwhere(np.isinf(scales))[0])
+        where = f" row {row[0] if len(row) == 1 else row}" if row else ""
+        bound = float(np.finfo(np.float16).max) * top
+        raise ValueError(
+            f"{name}{where} reaches {float(peak[row]):.6g}, beyond int{bits} values with a "
+            f"binary16 scale, range {-bound:.6g}..{bound:.6g}"
+        )
     safe = np.where(scales > 0, scales.astype(np.float64), 1.0)
-    values = np.clip(np.rint(x / safe[..., None]), -top, top).astype(np.int64)
-    return values, scales
+    values = check_fit(np.rint(x / safe[..., None]), -top, top, name=name, fmt=f"int{bits}")
+    return values.astype(np.int64), scales

@@ -14,9 +14,13 @@ and its golden and RTL backends.
 ``load`` takes the ``state_dict`` of an ``nn.LSTM`` / ``nn.GRU`` (keys ``weight_ih_l0``, ...) or
 of an ``nn.LSTMCell`` / ``nn.GRUCell`` (``weight_ih``, ...).
 
-Saturation is never silent: :meth:`RnnDevice.quantize` counts the inputs it clips (place
-``x``) and every run counts the values the engine saturated (``act``, ``c``, ``h``; see
-:mod:`tandem.host.rnn.golden`) in ``last_saturations`` and ``total_saturations``, with one
+Saturation is never silent. Values loaded once must fit: a weight beyond ``weight_bits`` (even
+at ``w_frac`` 0), a bias beyond ``RnnParams.bias_limit`` or a ``w_frac`` outside its field, from
+a ``state_dict``, a ``QuantLstm`` or a ``.npz``, makes :meth:`RnnDevice.load` raise
+``ValueError`` naming the value and the range. Streamed values saturate and are counted:
+:meth:`RnnDevice.quantize` counts the inputs it clips (place ``x``) and every run counts the
+values the engine saturated (``act``, ``c``, ``h``; see :mod:`tandem.host.rnn.golden`) in
+``last_saturations`` and ``total_saturations``, with one
 :class:`~tandem.host.common.errors.SaturationWarning` per device the first time. On
 ``backend="rtl"`` the counts are the golden model's for the same command, checked against the
 engine's sticky saturation flag on every output (a mismatch raises
@@ -40,6 +44,7 @@ from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
 from tandem.host.common.checks import instance, int_array, integer, real_array
 from tandem.host.common.errors import CosimError
+from tandem.host.common.fixed import check_fit, value_range
 from tandem.mappings.rnn.schedule import sequence_cycles
 from tandem.mappings.rnn.tiling import TileProgram, build_program, packed_rows
 from tandem.mappings.rnn.writer import load_program
@@ -332,6 +337,9 @@ class RnnDevice(Device):
         :func:`~tandem.host.rnn.golden.quantize_lstm`; a cell has one layer, 0), a
         ``.program.npz`` with weights as ``tandem map rnn --state-dict`` (``--cell gru``) writes
         it, or a :class:`~tandem.host.rnn.golden.QuantLstm`. Returns the quantized model.
+
+        A weight, bias or ``w_frac`` that does not fit the engine's formats raises
+        ``ValueError`` naming it and the range (nothing is clipped; see the module docstring).
         """
         p = self.params
         layer = integer(layer, "layer", lo=0)
@@ -377,16 +385,27 @@ class RnnDevice(Device):
                 f"{self._kind} of X={model.input_size}, H={model.hidden_size} exceeds max_input="
                 f"{p.max_input}, max_hidden={p.max_hidden}"
             )
-        top = 1 << (p.weight_bits - 1)
-        for name, array in (("w", model.w), ("u", model.u)):
-            if array.size and (array.min() < -top or array.max() >= top):
-                raise ValueError(f"weights {name} do not fit weight_bits={p.weight_bits}")
+        self._check_formats(model)
         if program is None:
             program = build_program(
                 model.input_size, model.hidden_size, p.tile_rows, p.tile_cols, cell=p.cell
             )
         self.model, self.program = model, program
         return model
+
+    def _check_formats(self, model: QuantLstm) -> None:
+        """``model``'s integers checked against the engine's formats (a model loaded as a
+        QuantLstm or from a .npz was not quantized for this engine): one line naming the first
+        that does not fit, since a clipped weight or bias would be wrong in every step."""
+        p = self.params
+        integer(model.w_frac, "w_frac", 0, (1 << p.w_frac_bits) - 1)
+        weights = f"weight_bits={p.weight_bits}"
+        for name, array in (("weights w", model.w), ("weights u", model.u)):
+            check_fit(array, *value_range(p.weight_bits, True), name=name, fmt=weights)
+        biases = f"bias_limit 2**{p.acc_bits - 3} (acc_bits={p.acc_bits})"
+        for name, array in (("bias", model.bias), ("bias_h", model.bias_h)):
+            if array is not None:
+                check_fit(array, 1 - p.bias_limit, p.bias_limit - 1, name=name, fmt=biases)
 
     def _check_state_dict(self, state_dict, layer: int) -> None:
         """One clear line when ``state_dict`` is the other cell's (4H vs 3H gate rows), or when

@@ -17,7 +17,9 @@ Cell state (c, LSTM)
 Weights
     int8 or int16 (``weight_bits``) with one power-of-two scale for the whole ``[W | U]``:
     ``w_q = round(w * 2**w_frac)``. ``w_frac`` is chosen by :func:`quantize_lstm` (largest that
-    fits the largest weight) and sent to the engine with each sequence.
+    fits the largest weight, so no weight saturates) and sent to the engine with each sequence.
+    Weights beyond ``weight_bits`` even at ``w_frac`` 0, and biases beyond
+    :attr:`RnnParams.bias_limit`, raise ``ValueError``.
 Accumulator
     ``acc = bias_q + sum(w_q * s_q)``: exact, ``acc_bits`` wide, ``w_frac + state_frac``
     fraction bits. ``bias_q = round((b_ih + b_hh) * 2**(w_frac + state_frac))``.
@@ -59,7 +61,13 @@ from functools import cache
 
 import numpy as np
 from tandem.host.common import bits
-from tandem.host.common.fixed import round_shift_right, saturate
+from tandem.host.common.fixed import (
+    check_fit,
+    clip_counted,
+    round_shift_right,
+    saturate,
+    value_range,
+)
 from tandem.mappings.rnn.tiling import GATES, TileProgram, ceil_div, packed_rows
 
 from tandem.config import ParamError, Params, param
@@ -255,6 +263,13 @@ class RnnParams(Params):
         return self.weight_bits + STATE_BITS + (terms - 1).bit_length() + 1
 
     @property
+    def bias_limit(self) -> int:
+        """Biases (``w_frac + state_frac`` fraction bits) lie strictly within +-bias_limit,
+        ``2**(acc_bits - 3)``: a sum's products take at most half of the accumulator's range,
+        so a bias within a quarter of it keeps every sum exact."""
+        return 1 << (self.acc_bits - 3)
+
+    @property
     def c_bits(self) -> int:
         """Width of one c lane in the c memory and the ``o`` stream: ``cell_bits`` for an
         LSTM; a GRU keeps its h there (``STATE_BITS``)."""
@@ -416,7 +431,9 @@ def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
 
     Reads ``weight_ih_l{layer}``, ``weight_hh_l{layer}`` and, when present, ``bias_ih_l{layer}``
     and ``bias_hh_l{layer}`` (summed in float64 before rounding); a cell's keys have no
-    ``_l{layer}`` (:func:`layer_suffix`).
+    ``_l{layer}`` (:func:`layer_suffix`). A weight beyond ``weight_bits`` even at ``w_frac`` 0,
+    or a bias beyond :attr:`RnnParams.bias_limit`, raises ``ValueError`` naming it and the
+    range: weights are loaded once, and a clipped one would be wrong in every step.
     """
     key = layer_suffix(state_dict, layer)
     try:
@@ -448,21 +465,32 @@ def quantize_lstm(params: RnnParams, state_dict, layer: int = 0) -> QuantLstm:
         bias = parts["bias_ih"]
     largest = max(np.abs(w).max(), np.abs(u).max(), 1e-30)
     qmax = (1 << (params.weight_bits - 1)) - 1
+    # The largest w_frac at which the largest weight fits, so that no weight saturates; where
+    # even w_frac 0 cannot hold the largest, check_fit raises (w_frac is never negative).
     w_frac = int(np.clip(math.floor(math.log2(qmax / largest)), 0, (1 << params.w_frac_bits) - 1))
-    bias_limit = 1 << (params.acc_bits - 3)
+    bias_limit = params.bias_limit
     largest_bias = max(np.abs(bias).max(), np.abs(parts["bias_hh"]).max())
     while w_frac > 0 and largest_bias * 2.0 ** (w_frac + params.state_frac) >= bias_limit:
         w_frac -= 1
-    scale = 2.0**w_frac
-    wq = np.clip(np.rint(w * scale), -qmax - 1, qmax).astype(np.int64)
-    uq = np.clip(np.rint(u * scale), -qmax - 1, qmax).astype(np.int64)
-    bscale = 2.0 ** (w_frac + params.state_frac)
-    bq = np.rint(bias * bscale).astype(np.int64)
-    if np.abs(bq).max(initial=0) >= bias_limit:
-        raise ValueError("bias too large for the accumulator even with w_frac = 0")
+
+    def fixed(name, real, frac, limits, fmt):
+        scale = 2.0**frac
+        q = check_fit(np.rint(real * scale), *limits, name=name, fmt=fmt, real=real, unit=1 / scale)
+        return q.astype(np.int64)
+
+    weights = (-qmax - 1, qmax), f"weight_bits={params.weight_bits} at w_frac {w_frac}"
+    wq = fixed(f"weight_ih{key}", w, w_frac, *weights)
+    uq = fixed(f"weight_hh{key}", u, w_frac, *weights)
+    bias_frac = w_frac + params.state_frac
+    biases = (
+        (1 - bias_limit, bias_limit - 1),
+        f"bias_limit 2**{params.acc_bits - 3} (acc_bits={params.acc_bits}) at w_frac {w_frac}",
+    )
     if params.cell == "gru":
-        bh = np.rint(parts["bias_hh"] * bscale).astype(np.int64)
+        bq = fixed(f"bias_ih{key}", bias, bias_frac, *biases)
+        bh = fixed(f"bias_hh{key}", parts["bias_hh"], bias_frac, *biases)
         return QuantLstm(w=wq, u=uq, bias=bq, w_frac=w_frac, cell="gru", bias_h=bh)
+    bq = fixed(f"(bias_ih{key} + bias_hh{key})", bias, bias_frac, *biases)
     return QuantLstm(w=wq, u=uq, bias=bq, w_frac=w_frac)
 
 
@@ -474,10 +502,8 @@ def quantize_state(params: RnnParams, x, *, saturations: bool = False):
     bound = 2.0**40 / 2.0**params.state_frac  # far beyond int16: saturates the same way
     x = np.clip(np.asarray(x, dtype=np.float64), -bound, bound)
     q = np.rint(x * 2.0**params.state_frac).astype(np.int64)
-    out = saturate(q, STATE_BITS, True)
-    if saturations:
-        return out, int(np.count_nonzero(out != q))
-    return out
+    out, count = clip_counted(q, *value_range(STATE_BITS, True))
+    return (out, count) if saturations else out
 
 
 # --- golden model --------------------------------------------------------------------------

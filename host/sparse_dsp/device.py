@@ -25,6 +25,7 @@ from tandem.host.backend.backend import Backend, Call
 from tandem.host.backend.cosim import RtlStreamBackend, StreamCodec, StreamJob
 from tandem.host.backend.device import Device
 from tandem.host.common.checks import instance, int_array
+from tandem.host.common.fixed import check_fit
 from tandem.mappings.nm import NMPacked, NMPattern, mpe_streams, pack_nm
 from tandem.mappings.nm.engine import (
     FILL_BEYOND_STAGES,
@@ -203,6 +204,11 @@ class SparseMpeDevice(Device):
 
     Notes
     -----
+    No value is clipped silently: weights (dense, packed or from a ``.npz``) and activations
+    are int8 integers, and any other value raises (``NMError`` from the packer, else
+    ``ValueError``) naming it and the range; the engine's accumulators hold every sum exactly
+    (``acc_bits`` is checked against ``max_k``), so nothing saturates.
+
     ``gemv`` uses the matrix-vector mode (row pairs sharing indices fill both DSP lanes, see
     ``prune_magnitude(..., pair_rows=True)``); ``gemm`` the matrix-matrix mode, ``max_batch``
     tokens per request, larger batches as several requests. ``last_cycles`` is the cycles of
@@ -235,7 +241,8 @@ class SparseMpeDevice(Device):
         (as ``tandem pack nm`` writes it), or a dense int8 matrix [rows, cols] with ``pattern``.
 
         Returns the packed matrix; raises :class:`~tandem.mappings.nm.NMError` (a UserError)
-        when the matrix is not N:M or the engine cannot hold it.
+        when the matrix is not N:M or the engine cannot hold it, and ``ValueError`` when a
+        packed value is not int8 or an index not below M (the beats would wrap it silently).
         """
         if isinstance(weights, (str, Path)):
             if pattern is not None:
@@ -256,6 +263,7 @@ class SparseMpeDevice(Device):
             if shape is not None and len(shape) == 2 and 0 in shape:
                 raise ValueError(f"weights must have rows and columns, not shape {shape}")
             packed = pack_nm(weights, pattern)  # NMError names what is not N:M int8
+        _check_packed(packed)
         packed.pattern.check_supported(self.params.max_m)
         cols_padded = packed.groups * packed.pattern.m
         if cols_padded > self.params.max_k:
@@ -336,6 +344,19 @@ class SparseMpeDevice(Device):
     def __repr__(self) -> str:
         loaded = "empty" if self.packed is None else f"{self.shape} at {self.packed.pattern}"
         return f"SparseMpeDevice({self.name!r}, backend={self.backend.name!r}, {loaded})"
+
+
+def _check_packed(packed: NMPacked) -> None:
+    """The streams of ``packed`` checked against the engine's formats (a packed ``.npz`` or an
+    NMPacked built elsewhere did not come through ``pack_nm``): int8 values, indices below M;
+    one line naming the first that does not fit."""
+    streams = (("packed values", packed.values), ("packed indices", packed.indices))
+    for name, array in streams:
+        if np.asarray(array).dtype.kind not in "iu":
+            raise ValueError(f"{name} must be integers, not {np.asarray(array).dtype}")
+    check_fit(packed.values, -128, 127, name="packed values", fmt="int8")
+    m = packed.pattern.m
+    check_fit(packed.indices, 0, m - 1, name="packed indices", fmt=f"{packed.pattern} indices")
 
 
 def _pattern(pattern) -> NMPattern:

@@ -354,6 +354,11 @@ class SpmmDevice(Device):
 
     Notes
     -----
+    No value is clipped silently. Adjacency values are loaded once and must fit ``a_bits``
+    (:meth:`load` raises ``ValueError`` otherwise); :meth:`aggregate` takes ``x_bits``
+    integers (others raise); :meth:`gcn_layer` scales ``X · W`` from its largest magnitude, so
+    no feature clips. The engines never saturate (their sums wrap at ``acc_bits``).
+
     ``last_cycles`` is the makespan of the last call and ``last_engine_cycles`` the per-engine
     cycles (``systolic``, ``sparse-engine``, ``memory``, ``makespan``): the cost model's on
     golden; on RTL the two engines' simulated cycles (each runs its tiles as one stream, the
@@ -410,7 +415,9 @@ class SpmmDevice(Device):
 
         ``normalize=True`` applies the GCN normalization first (self loops, D^-1/2 A D^-1/2);
         ``mapping`` reuses one made earlier by :func:`~tandem.mappings.spmm.mapper.map_adjacency`
-        for this adjacency (its cost model must have this device's F).
+        for this adjacency (its cost model must have this device's F). A value that does not
+        fit ``a_bits`` with ``a_frac`` fraction bits (after the normalization) raises
+        ``ValueError`` naming it, where it is and the range; nothing is clipped.
         """
         import scipy.sparse as sp
         from tandem.mappings.spmm.graph import gcn_normalize
@@ -431,6 +438,9 @@ class SpmmDevice(Device):
         a = gcn_normalize(adjacency) if normalize else sp.csr_matrix(adjacency)
         a.sum_duplicates()
         a.sort_indices()
+        # Loaded once: a value beyond the format raises here, before the mapping's work.
+        formats = (self.model if mapping is None else mapping.model).systolic
+        quantize_adjacency(a.data, formats, at=lambda i: _position(a, i))
         if mapping is None:
             mapping = map_adjacency(a, self.model, reorder=reorder, source=self.name)
         elif mapping.nodes != a.shape[0] or mapping.model.features != self.features:
@@ -501,6 +511,12 @@ class SpmmDevice(Device):
         return (
             f"SpmmDevice({self.name!r}, backend={self.backend.name!r}, F={self.features}, {loaded})"
         )
+
+
+def _position(csr, index: int) -> str:
+    """Where stored value ``index`` of ``csr`` (sorted, no duplicates) sits, for a message."""
+    row = int(np.searchsorted(csr.indptr, index, side="right")) - 1
+    return f" at ({row}, {int(csr.indices[index])})"
 
 
 def _torch_device(device: str | None) -> str | None:

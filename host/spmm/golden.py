@@ -10,10 +10,13 @@ the cycles the RTL takes in simulation.
 Number formats (both engines)
 -----------------------------
 adjacency value ``a``
-    signed ``a_bits`` fixed point with ``a_frac`` fraction bits (``round(a * 2**a_frac)``,
-    saturated); the GCN-normalized adjacency lies in (0, 1].
+    signed ``a_bits`` fixed point with ``a_frac`` fraction bits (``round(a * 2**a_frac)``); the
+    GCN-normalized adjacency lies in (0, 1]. A value that does not fit raises ``ValueError``
+    (:func:`quantize_adjacency`): the adjacency is loaded once, and a clipped value would be
+    wrong in every layer.
 feature ``x``
-    signed ``x_bits`` integer (the host quantizes ``X · W`` with one scale per layer).
+    signed ``x_bits`` integer (the host quantizes ``X · W`` with one scale per layer, from its
+    largest magnitude, so no feature clips).
 accumulator
     signed ``acc_bits``, two's-complement wrap; products and sums are exact until the wrap.
     The result of a tile is ``wrap(A_tile @ X_block)``; a row's partial sums from several
@@ -56,6 +59,7 @@ from enum import IntEnum
 
 import numpy as np
 from tandem.host.common.arith import wrap
+from tandem.host.common.fixed import check_fit, value_range
 
 from tandem.config import ParamError, Params, param
 
@@ -212,11 +216,25 @@ def check_formats_match(systolic: SystolicParams, sparse: SparseEngineParams) ->
             )
 
 
-def quantize_adjacency(values, params) -> np.ndarray:
-    """Adjacency values to signed ``a_bits`` fixed point (round half even, saturate), int64."""
-    scaled = np.rint(np.asarray(values, np.float64) * (1 << params.a_frac))
-    lo, hi = -(1 << (params.a_bits - 1)), (1 << (params.a_bits - 1)) - 1
-    return np.clip(scaled, lo, hi).astype(np.int64)
+def quantize_adjacency(values, params, *, at=None) -> np.ndarray:
+    """Adjacency values to signed ``a_bits`` fixed point with ``a_frac`` fraction bits (round
+    half even), int64.
+
+    A value that does not fit raises ``ValueError`` naming it and the range (``at(i)`` gives
+    where value ``i`` sits, for the message); nothing saturates.
+    """
+    values = np.asarray(values, np.float64)
+    scaled = np.rint(values * (1 << params.a_frac))
+    q = check_fit(
+        scaled,
+        *value_range(params.a_bits, True),
+        name="adjacency value" if at else "adjacency values",
+        fmt=f"a_bits={params.a_bits}, a_frac={params.a_frac}",
+        real=values,
+        unit=2.0**-params.a_frac,
+        at=at,
+    )
+    return q.astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,11 +435,16 @@ def gpu_transform(x, w, device: str | None = None):
 
 
 def quantize_features(xw, params) -> tuple[np.ndarray, float]:
-    """Symmetric per-layer quantization of ``X · W`` to signed ``x_bits`` integers."""
+    """Symmetric per-layer quantization of ``X · W`` to signed ``x_bits`` integers.
+
+    The scale is the largest magnitude over ``2**(x_bits-1) - 1``, so no feature clips; a NaN
+    raises ``ValueError``.
+    """
     top = (1 << (params.x_bits - 1)) - 1
     peak = float(np.abs(xw).max(initial=0.0))
     scale = peak / top if peak > 0 else 1.0
-    return np.clip(np.rint(xw / scale), -top, top).astype(np.int64), scale
+    q = check_fit(np.rint(xw / scale), -top, top, name="X · W", fmt=f"x_bits={params.x_bits}")
+    return q.astype(np.int64), scale
 
 
 def mapped_spmm(mapping, adjacency, features, systolic: SystolicParams) -> tuple[np.ndarray, dict]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tandem.host.common.fixed import clip_counted
 
 from tandem.errors import UserError
 
@@ -217,7 +218,10 @@ def pack_nm(w, pattern: NMPattern, scales=None) -> NMPacked:
     if w.dtype.kind not in "iu":
         raise NMError(f"weights must be int8, not {w.dtype} (quantize them first)")
     if w.size and (w.min() < -128 or w.max() > 127):
-        raise NMError("weights must be in int8 range -128..127")
+        row, col = np.argwhere((w < -128) | (w > 127))[0]
+        raise NMError(
+            f"weights must be in int8 range -128..127, not {w[row, col]} at [{row}, {col}]"
+        )
     check_nm(w, pattern)
     n, m = pattern.n, pattern.m
     g = _groups_view(w.astype(np.int8), m)
@@ -292,8 +296,10 @@ def quantize_per_channel(w) -> tuple[np.ndarray, np.ndarray]:
         raise NMError("weights hold NaN or infinity")
     peak = np.abs(w).max(axis=1)
     scales = np.where(peak > 0, peak / 127.0, 1.0)
-    q = np.clip(np.rint(w / scales[:, None]), -127, 127).astype(np.int8)
-    return q, scales.astype(np.float32)
+    q, clipped = clip_counted(np.rint(w / scales[:, None]), -127, 127)
+    if clipped:  # only where a row's scale underflows to 0 (max|w| below 127 * 2**-1074)
+        raise NMError(f"weights: {clipped} values do not fit int8 at their row's scale")
+    return q.astype(np.int8), scales.astype(np.float32)
 
 
 def _require_torch():

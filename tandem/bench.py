@@ -210,6 +210,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         quick_args=("--new-tokens", "8", "--repeat", "1"),
     ),
     Benchmark(
+        "shared-machine",
+        "shared_machine.py",
+        ("hpu", "sparse-mpe"),
+        "compile, decode and the compiled program alone and beside a second CPU-bound process: "
+        "wall and CPU time, loaded over quiet",
+        quick_args=("--quick",),
+    ),
+    Benchmark(
         "hpu-efficiency",
         "hpu_stream_efficiency.py",
         ("hpu",),

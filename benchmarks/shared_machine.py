@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class Timing:
     wall_s: float
     cpu_s: float
+    #: The one-minute load average when the command ended (the competitor counts as 1).
     load: float
 
 
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
     print(f"{os.cpu_count()} cores; logs in {log}")
     header = (
         f"{'workload':<16} {'quiet s':>8} {'loaded s':>9} {'wall x':>7} "
-        f"{'quiet CPU s':>12} {'loaded CPU s':>13} {'CPU x':>6}"
+        f"{'quiet CPU s':>12} {'loaded CPU s':>13} {'CPU x':>6} {'load quiet/loaded':>18}"
     )
     print(header)
     if "program" in chosen and "compile" not in chosen:
@@ -169,23 +170,32 @@ def main(argv=None) -> int:
             )
             for path in speed.values():
                 read = Figures.read(path)
-                ratios.append(next(f.value for f in read.figures if "/" in f.name))
+                ratios.append(
+                    next(f.value for f in read.figures if f.name.startswith("golden HPU / torch"))
+                )
         else:
             quiet, loaded_timing = _both(lambda loaded, c=commands[name]: c, log, before)
         wall_x = loaded_timing.wall_s / quiet.wall_s
         cpu_x = loaded_timing.cpu_s / quiet.cpu_s
         print(
             f"{name:<16} {quiet.wall_s:>8.1f} {loaded_timing.wall_s:>9.1f} {wall_x:>7.2f} "
-            f"{quiet.cpu_s:>12.1f} {loaded_timing.cpu_s:>13.1f} {cpu_x:>6.2f}"
+            f"{quiet.cpu_s:>12.1f} {loaded_timing.cpu_s:>13.1f} {cpu_x:>6.2f} "
+            f"{quiet.load:>9.1f}/{loaded_timing.load:<8.1f}"
         )
         note = " ".join(commands[name][2 if commands[name][1] == "-m" else 1 :])
-        figures.add(f"{name}: wall s, quiet", quiet.wall_s, "s", higher_is_better=False, note=note)
+        figures.add(
+            f"{name}: wall s, quiet",
+            quiet.wall_s,
+            "s",
+            higher_is_better=False,
+            note=f"{note}; load average {quiet.load:.1f} after it",
+        )
         figures.add(
             f"{name}: wall s, beside one CPU-bound process",
             loaded_timing.wall_s,
             "s",
             higher_is_better=False,
-            note=note,
+            note=f"{note}; load average {loaded_timing.load:.1f} after it",
         )
         figures.add(
             f"{name}: wall, loaded / quiet",

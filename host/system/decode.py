@@ -781,6 +781,8 @@ def run(args) -> int:
     harness = args.harness or ("native" if args.simulator == "verilator" else "cocotb")
     if args.backend != "rtl" and (args.harness or args.waves):
         raise UserError("--harness and --waves need --backend rtl")
+    if args.backend != "rtl" and args.simulator != "verilator":
+        raise UserError(f"--simulator {args.simulator} needs --backend rtl (the golden model runs)")
     if harness == "native" and args.simulator != "verilator":
         raise UserError(f"--harness native runs verilator, not --simulator {args.simulator}")
     if args.waves is not None:

@@ -1405,6 +1405,18 @@ def check_arguments(args) -> list[int]:
     real(args.pcie_latency_us, "--pcie-latency-us", 0.0, MAX_PCIE_LATENCY_US, why=" (64 s)")
     if args.plot is not None:
         output_file(args.plot, "--plot")
+    if args.hpus == 0:  # the GPU alone: a card's flag would be ignored, so it is refused
+        card_flags = {
+            "--hpu-board": args.hpu_board != "u55c",
+            "--engines": args.engines is not None,
+            "--hpu-clock-mhz": args.hpu_clock_mhz is not None,
+            "--hpu-latency": args.hpu_latency != 100,
+            "--pcie-latency-us": args.pcie_latency_us != 0.0,
+            "--kv-bits": args.kv_bits != HpuParams().kv_bits,
+        }
+        given = [flag for flag, set_ in card_flags.items() if set_]
+        if given:
+            raise UserError(f"{', '.join(given)} describe HPU cards: give --hpus N (at least 1)")
     return batches
 
 

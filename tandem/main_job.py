@@ -98,6 +98,10 @@ def run(args) -> int:
     integer(args.tokens, "--tokens", 1, 4096)
     if not args.prompt.strip():
         raise UserError("--prompt must hold some text, not an empty string")
+    if args.no_verify and args.backend != "rtl" and args.simulator != "verilator":
+        raise UserError(
+            f"--simulator {args.simulator} runs nothing with --no-verify and the golden backend"
+        )
     args.output = output_dir(args.output, "--output")
     require("tandem run", "model")  # torch and gguf, before any work
 

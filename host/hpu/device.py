@@ -20,6 +20,16 @@ Capacity is counted in bytes (``capacity_bytes``, ``free_bytes``) and in sequenc
 capacity at allocation (a region grows in place: a token's address follows from its
 position), so appends never fail for lack of memory.
 
+Memory is a row of HBM pseudo-channels (:class:`~tandem.mappings.hpu.channels.ChannelGeometry`:
+``channels`` of ``memory_bytes / channels``, the U55C's 32 by default). With
+``placement="contiguous"`` (default) a sequence's regions lie one after another in the first
+free span that holds them all; with ``placement="channels"`` each region lies whole inside one
+channel, spread so that the regions one decode call reads (one layer's KV heads of every
+sequence, ``allocate(..., group=kv_heads)``) load every channel evenly
+(:class:`~tandem.mappings.hpu.channels.ChannelSpace`). ``last_channel_bytes`` and
+``total_channel_bytes`` count the bytes each call's requests read per channel, on the host from
+the descriptors, for every backend alike.
+
 Backends (:class:`~tandem.host.backend.device.Device`): ``backend="golden"`` (default) is
 :class:`GoldenHpuBackend`, a numpy image of device memory and one
 :func:`~tandem.host.hpu.golden.hpu_golden_batch` call per batch; ``backend="rtl"`` is
@@ -49,7 +59,9 @@ from tandem.host.common.checks import (
 )
 from tandem.host.common.errors import CapacityError
 from tandem.host.common.threads import one_blas_thread
+from tandem.mappings.hpu.channels import ChannelGeometry, ChannelSpace, request_channel_bytes
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
+from tandem.mappings.hpu.placement import CardSpace
 
 from .codec import (
     HpuBatch,
@@ -66,6 +78,7 @@ from .params import HpuParams, check_scales, quantize_rows, score_scale
 
 __all__ = [
     "GOLDEN_KERNELS",
+    "PLACEMENTS",
     "Attend",
     "AttendBatch",
     "GoldenHpuBackend",
@@ -89,11 +102,16 @@ class SeqAlloc:
     heads
         Number of (layer, KV head) regions.
     start
-        First byte of the allocation; head ``h`` starts at :meth:`base`.
+        First byte of head 0's region (of the whole allocation when it is contiguous).
     region_bytes
         Bytes of one region.
     lengths
         Tokens stored per head.
+    bases
+        First byte of each head's region, int64 [heads] (default: contiguous from ``start``);
+        head ``h`` starts at :meth:`base`.
+    group
+        Regions one call reads together (the allocation's call groups are ``h // group``).
     """
 
     handle: int
@@ -103,12 +121,20 @@ class SeqAlloc:
     region_bytes: int
     lengths: np.ndarray = field(repr=False)
     freed: bool = False
+    bases: np.ndarray | None = field(default=None, repr=False)
+    group: int | None = None
+
+    def __post_init__(self):
+        if self.bases is None:
+            self.bases = self.start + np.arange(self.heads, dtype=np.int64) * self.region_bytes
+        if self.group is None:
+            self.group = self.heads
 
     def base(self, head: int) -> int:
         """Byte address of head ``head``'s region."""
         if not 0 <= head < self.heads:
             raise IndexError(f"head {head} out of range 0..{self.heads - 1}")
-        return self.start + head * self.region_bytes
+        return int(self.bases[head])
 
     @property
     def nbytes(self) -> int:
@@ -234,6 +260,9 @@ def _waves(params: HpuParams, batch: HpuBatch) -> list[slice]:
     waves.append(slice(begin, count))
     return waves
 
+
+#: How :class:`HpuDevice` places a sequence's regions (see the module docstring).
+PLACEMENTS = ("contiguous", "channels")
 
 #: The golden backend's kernels: the numpy specification and its compiled twin.
 GOLDEN_KERNELS = ("auto", "native", "numpy")
@@ -496,6 +525,13 @@ class HpuDevice(Device):
         ``"golden"`` or ``"rtl"``.
     name
         Label in traces and messages.
+    placement
+        ``"contiguous"`` (default): a sequence's regions one after another, first fit;
+        ``"channels"``: each region inside one pseudo-channel, spread over the channels
+        (module docstring).
+    channels
+        Pseudo-channels of the memory (default the U55C's, from its board file), each
+        ``memory_bytes / channels`` (:meth:`ChannelGeometry.scaled`).
     **options
         For ``backend="rtl"``: ``simulator`` (``"verilator"`` or ``"icarus"``), ``timeout_s``,
         ``start_timeout_s``, ``cache_dir``, ``run_dir`` (see :class:`RtlHpuBackend`).
@@ -520,6 +556,8 @@ class HpuDevice(Device):
         max_sequences: int = 256,
         backend: str = "golden",
         name: str = "hpu0",
+        placement: str = "contiguous",
+        channels: int | None = None,
         **options,
     ):
         params = instance(HpuParams() if params is None else params, HpuParams, "params")
@@ -534,10 +572,23 @@ class HpuDevice(Device):
                 f"not {memory_bytes}"
             )
         integer(memory_bytes, "memory_bytes", hi=1 << params.addr_bits, what=" (2**addr_bits)")
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
+        if channels is not None:
+            channels = positive_int(channels, "channels")
         self.capacity_bytes = memory_bytes
         self.max_sequences = positive_int(max_sequences, "max_sequences")
+        #: The memory's pseudo-channels.
+        self.geometry = ChannelGeometry.scaled(memory_bytes, channels)
+        self.placement = placement
         super().__init__(params, backend=backend, name=name, options=options)
         self._free: list[tuple[int, int]] = [(0, self.capacity_bytes)]  # (start, size)
+        #: The channel-aware allocator (``placement="channels"``), else None.
+        self._space = ChannelSpace(self.geometry) if placement == "channels" else None
+        #: Bytes read per pseudo-channel, int64 [channels]: the last call's and every call's.
+        self.last_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
+        self.total_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
+        self._channel_bytes: np.ndarray | None = None  # of the batch in flight
         self._allocs: dict[int, SeqAlloc] = {}
         self._next_handle = 0
 
@@ -548,18 +599,29 @@ class HpuDevice(Device):
     @property
     def free_bytes(self) -> int:
         """Bytes not reserved by any sequence."""
-        return sum(size for _, size in self._free)
+        return sum(self.free_spans)
 
     @property
     def free_spans(self) -> list[int]:
         """Sizes in bytes of the free spans, in address order (what the first-fit allocator
-        chooses from; the placement of :mod:`tandem.mappings.hpu.placement` reads it)."""
+        chooses from; the placement of :mod:`tandem.mappings.hpu.placement` reads it). By
+        channel, no span crosses into another channel."""
+        if self._space is not None:
+            return self._space.spans
         return [size for _, size in self._free]
 
     @property
     def largest_free(self) -> int:
-        """The largest contiguous free span in bytes (what one allocation can get)."""
-        return max((size for _, size in self._free), default=0)
+        """The largest contiguous free span in bytes (what one region can get by channel, what
+        one whole allocation can get contiguous)."""
+        return max(self.free_spans, default=0)
+
+    def card_space(self) -> CardSpace:
+        """This card's free memory as the placement model keeps it
+        (:class:`~tandem.mappings.hpu.placement.CardSpace`; a copy: changing it changes
+        nothing here)."""
+        space = None if self._space is None else self._space.copy()
+        return CardSpace(self.free_spans, self.free_sequences, space)
 
     @property
     def free_sequences(self) -> int:
@@ -574,24 +636,35 @@ class HpuDevice(Device):
     def tokens_fit(self, heads: int = 1) -> int:
         """Most tokens (whole pages, at most ``max_seq_len``) one new allocation can hold."""
         heads = positive_int(heads, "heads")
-        if self.free_sequences == 0:
-            return 0
-        pages = self.largest_free // (heads * self.params.layout.page_bytes)
-        return min(pages * PAGE_TOKENS, self.params.max_seq_len)
+        return self.card_space().tokens_fit(self.params.layout, heads, self.params.max_seq_len)
 
     # --- allocation ----------------------------------------------------------------------
-    def allocate(self, tokens: int, heads: int = 1) -> SeqAlloc:
-        """Reserve ``heads`` KV regions of ``tokens`` tokens each (first fit).
+    def allocate(self, tokens: int, heads: int = 1, *, group: int | None = None) -> SeqAlloc:
+        """Reserve ``heads`` KV regions of ``tokens`` tokens each.
 
-        Raises :class:`CapacityError` when no slot or no contiguous span is free.
+        ``group`` is how many of the regions one call reads together (a model's KV heads per
+        layer, regions ``h // group`` being one layer; default ``heads``): by channel, each
+        group's regions spread over the channels. Contiguous: the first free span that holds
+        every region. Raises :class:`CapacityError` when no slot or no room is free.
         """
         self._check_open()
         p = self.params
         tokens, heads = self._tokens(tokens), positive_int(heads, "heads")
+        group = heads if group is None else positive_int(group, "group")
         if self.free_sequences == 0:
             raise CapacityError(f"{self.name}: all {self.max_sequences} sequence slots are in use")
         region = p.layout.region_bytes(tokens)
         need = heads * region
+        if self._space is not None:
+            try:
+                bases = self._space.take(region, heads, group)
+            except ValueError:
+                raise CapacityError(
+                    f"{self.name}: {heads} regions of {region} bytes ({tokens} tokens) do not "
+                    f"fit the free spans of its {self.geometry.channels} channels "
+                    f"({self.free_bytes} free bytes)"
+                ) from None
+            return self._register(tokens, heads, int(bases[0]), region, bases, group)
         for i, (start, size) in enumerate(self._free):
             if size >= need:
                 self._free[i] = (start + need, size - need)
@@ -603,9 +676,12 @@ class HpuDevice(Device):
                 f"{self.name}: {need} bytes needed for {heads} x {tokens} tokens, largest free "
                 f"span {self.largest_free} of {self.free_bytes} free bytes"
             )
-        alloc = SeqAlloc(
-            self._next_handle, tokens, heads, start, region, np.zeros(heads, dtype=np.int64)
-        )
+        return self._register(tokens, heads, start, region, None, group)
+
+    def _register(self, tokens, heads, start, region, bases, group) -> SeqAlloc:
+        lengths = np.zeros(heads, dtype=np.int64)
+        alloc = SeqAlloc(self._next_handle, tokens, heads, start, region, lengths, False, bases)
+        alloc.group = group
         self._allocs[alloc.handle] = alloc
         self._next_handle += 1
         return alloc
@@ -618,6 +694,9 @@ class HpuDevice(Device):
         self._own(seq)
         del self._allocs[seq.handle]
         seq.freed = True
+        if self._space is not None:
+            self._space.give(seq.bases, seq.region_bytes, seq.group)
+            return
         spans = sorted([*self._free, (seq.start, seq.nbytes)])
         merged = [spans[0]]
         for start, size in spans[1:]:
@@ -876,6 +955,7 @@ class HpuDevice(Device):
             return
         seq_id = np.empty(count, dtype=np.int64)
         base = np.empty(count, dtype=np.int64)
+        rows = np.empty(count, dtype=np.int64)
         length = np.empty(count, dtype=np.int64)
         lengths: dict[tuple[int, int], int] = {}
         for index, (seq, head, adds) in enumerate(zip(seqs, heads, batch.append.tolist())):
@@ -894,8 +974,9 @@ class HpuDevice(Device):
                 raise ValueError(f"head {head} of sequence {seq.handle} holds no token")
             lengths[key] = now
             seq_id[index] = (seq.handle * seq.heads + head) & 0xFFFFFFFF
-            base[index] = seq.start + head * seq.region_bytes
+            base[index] = seq.bases[head]
             length[index] = now
+            rows[index] = now - adds  # the appended token comes in the descriptor
         self._submit(
             HpuBatch(
                 seq_id=seq_id,
@@ -912,6 +993,7 @@ class HpuDevice(Device):
             )
         )
         self._lengths = lengths
+        self._channel_bytes = request_channel_bytes(self.geometry, self.params.layout, base, rows)
 
     def collect_batch(self) -> HpuResults:
         """The results of the batch :meth:`submit_batch` started (the sequences' lengths
@@ -921,10 +1003,13 @@ class HpuDevice(Device):
         if lengths is None:
             raise RuntimeError(f"{self.name}: no batch in flight")
         if not lengths:
+            self.last_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
             return HpuResults.of(self.params, [], [])
         results = self._collect()
         for (handle, head), now in lengths.items():
             self._allocs[handle].lengths[head] = now
+        self.last_channel_bytes = self._channel_bytes
+        self.total_channel_bytes = self.total_channel_bytes + self._channel_bytes
         return results
 
     #: Lengths the batch in flight gives its (sequence, head) pairs; None: no batch.

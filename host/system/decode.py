@@ -47,7 +47,7 @@ from tandem.host.hpu.device import AttendBatch, HpuDevice, SeqAlloc
 from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 from tandem.host.system.llama import Llama, default_device, import_torch
 from tandem.host.system.model import LlamaConfig
-from tandem.mappings.hpu.placement import CardSpace, NoRoomError, place
+from tandem.mappings.hpu.placement import NoRoomError, place
 
 from tandem.errors import UserError
 
@@ -193,8 +193,10 @@ class HpuAttention:
 
     def _place(self, capacity: int) -> list[_Slice]:
         """Allocate the slices :func:`~tandem.mappings.hpu.placement.place` decides."""
-        # The cards' free spans in address order, as their first-fit allocator keeps them.
-        space = [CardSpace(d.free_spans, d.free_sequences) for d in self.devices]
+        # The cards' free memory as their allocators keep it; one call reads one layer's
+        # KV heads of each sequence, the group a channel-placing card spreads.
+        space = [d.card_space() for d in self.devices]
+        group = self.config.n_kv_heads
         try:
             decided = place(
                 capacity,
@@ -203,13 +205,14 @@ class HpuAttention:
                 heads=self.heads,
                 max_seq_len=self.params.max_seq_len,
                 max_slice_tokens=self.max_slice_tokens,
+                group=group,
             )
         except NoRoomError as exc:
             raise CapacityError(str(exc)) from None
         slices = []
         try:
             for s in decided:
-                alloc = self.devices[s.card].allocate(s.tokens, self.heads)
+                alloc = self.devices[s.card].allocate(s.tokens, self.heads, group=group)
                 slices.append(_Slice(s.card, alloc, s.first, s.tokens))
         except CapacityError:
             for s in slices:

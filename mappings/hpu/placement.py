@@ -17,11 +17,16 @@ nothing is taken.
 
 Cards are modelled as their allocator keeps them (:class:`CardSpace`): the free spans in
 address order and the free sequence slots; an allocation takes the first span that is large
-enough (first fit), as :meth:`tandem.host.hpu.device.HpuDevice.allocate` does.
+enough (first fit), as :meth:`tandem.host.hpu.device.HpuDevice.allocate` does. A card whose
+device places by pseudo-channel (``placement="channels"``) carries a copy of its
+:class:`~tandem.mappings.hpu.channels.ChannelSpace`, the allocator itself: its regions go one
+by one into the channels (each whole inside one), its room is its free bytes, and a slice fits
+when every one of its ``heads`` regions finds a span.
 """
 
 from dataclasses import dataclass, field
 
+from .channels import ChannelSpace
 from .kv_layout import PAGE_TOKENS, KvLayout
 
 __all__ = ["CardSpace", "NoRoomError", "Slice", "place", "place_batch"]
@@ -54,27 +59,66 @@ class CardSpace:
         Sizes in bytes of the free spans, in address order.
     slots
         Free sequence slots (allocations the card still serves).
+    channels
+        The card's channel-aware allocator (a copy, changed by :meth:`take_regions`), or None
+        for a contiguous allocator; ``spans`` then mirrors its free spans.
     """
 
     spans: list[int]
     slots: int = field(default=1 << 62)
+    channels: ChannelSpace | None = None
 
     @classmethod
     def empty(cls, capacity_bytes: int, slots: int = 1 << 62) -> "CardSpace":
         """A card with nothing allocated."""
         return cls([int(capacity_bytes)], int(slots))
 
+    def copy(self) -> "CardSpace":
+        """An independent copy."""
+        channels = None if self.channels is None else self.channels.copy()
+        return CardSpace(list(self.spans), self.slots, channels)
+
     @property
     def largest(self) -> int:
         """The largest contiguous free span in bytes."""
         return max(self.spans, default=0)
 
+    @property
+    def room(self) -> int:
+        """What :func:`place` ranks cards by: the largest free span (contiguous), or the free
+        bytes (by channel: the regions spread over every channel)."""
+        return self.largest if self.channels is None else sum(self.spans)
+
     def tokens_fit(self, layout: KvLayout, heads: int, max_seq_len: int) -> int:
         """Most tokens (whole pages, at most ``max_seq_len``) one new allocation can hold."""
         if self.slots <= 0:
             return 0
-        pages = self.largest // (heads * layout.page_bytes)
-        return min(pages * PAGE_TOKENS, max_seq_len)
+        if self.channels is None:
+            pages = self.largest // (heads * layout.page_bytes)
+            return min(pages * PAGE_TOKENS, max_seq_len)
+        # The most pages per region such that all `heads` regions find a span (regions_fit
+        # falls as regions grow): a binary search.
+        lo, hi = 0, min(-(-max_seq_len // PAGE_TOKENS), self.largest // layout.page_bytes)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.channels.regions_fit(mid * layout.page_bytes) >= heads:
+                lo = mid
+            else:
+                hi = mid - 1
+        return min(lo * PAGE_TOKENS, max_seq_len)
+
+    def take_regions(self, region_bytes: int, heads: int, group: int) -> None:
+        """Take ``heads`` regions of ``region_bytes`` (call groups of ``group``) and a slot, as
+        the card's allocator does."""
+        if self.channels is None:
+            self.take(heads * region_bytes)
+            return
+        try:
+            self.channels.take(region_bytes, heads, group)
+        except ValueError as exc:
+            raise NoRoomError(str(exc)) from None  # tokens_fit rules this out
+        self.spans = self.channels.spans
+        self.slots -= 1
 
     def take(self, nbytes: int) -> None:
         """Take ``nbytes`` from the first span large enough (first fit) and one slot."""
@@ -97,6 +141,7 @@ def place(
     heads: int,
     max_seq_len: int,
     max_slice_tokens: int | None = None,
+    group: int | None = None,
 ) -> list[Slice]:
     """The slices of one sequence of ``capacity`` tokens (see the module docstring).
 
@@ -115,6 +160,9 @@ def place(
         The most tokens one region holds (the engine's ``max_seq_len``).
     max_slice_tokens
         Cap on the tokens of one slice (default none).
+    group
+        Regions one decode call reads of a sequence (its KV heads per layer; default
+        ``heads``), for cards that place by channel.
 
     Returns
     -------
@@ -126,11 +174,11 @@ def place(
     NoRoomError
         When no card has room for the next slice.
     """
-    work = [CardSpace(list(c.spans), c.slots) for c in cards]
+    work = [c.copy() for c in cards]
     slices, first = [], 0
     while first < capacity:
         fits = [c.tokens_fit(layout, heads, max_seq_len) for c in work]
-        room = [c.largest if f else -1 for c, f in zip(work, fits)]
+        room = [c.room if f else -1 for c, f in zip(work, fits)]
         best = room.index(max(room))  # the most free memory; ties to the lowest index
         take = min(capacity - first, fits[best], max_slice_tokens or capacity)
         if take <= 0:
@@ -138,11 +186,11 @@ def place(
                 f"no card has room for another slice of a {capacity}-token sequence "
                 f"({heads} KV regions per token)"
             )
-        work[best].take(heads * layout.region_bytes(take))
+        work[best].take_regions(layout.region_bytes(take), heads, group or heads)
         slices.append(Slice(best, first, take))
         first += take
     for card, after in zip(cards, work):
-        card.spans, card.slots = after.spans, after.slots
+        card.spans, card.slots, card.channels = after.spans, after.slots, after.channels
     return slices
 
 
@@ -154,6 +202,7 @@ def place_batch(
     heads: int,
     max_seq_len: int,
     max_slice_tokens: int | None = None,
+    group: int | None = None,
 ) -> list[list[Slice]]:
     """:func:`place` for each sequence in order, each seeing what the earlier ones took."""
     return [
@@ -164,6 +213,7 @@ def place_batch(
             heads=heads,
             max_seq_len=max_seq_len,
             max_slice_tokens=max_slice_tokens,
+            group=group,
         )
         for c in capacities
     ]

@@ -1,0 +1,256 @@
+"""HBM pseudo-channels of an HPU card: where an address lies, what a request reads from each,
+and where the allocator puts KV regions so that one decode call reads every channel evenly.
+
+An HBM card's memory is a row of pseudo-channels, each a contiguous range of
+``channel_bytes`` (the U55C: 32 of 512 MiB, ``constraints/boards/u55c.yaml``). A port streams
+from one channel at a time, so a call whose regions sit in a few channels draws only those
+channels' share of the card's bandwidth, however many engine ports it has.
+
+:class:`ChannelGeometry` is that row: the real board's (:meth:`ChannelGeometry.of_board`) or
+the same count scaled down to the small memories the simulated devices use
+(:meth:`ChannelGeometry.scaled`). :func:`read_spans` and :func:`request_channel_bytes` count
+the bytes a request's bursts (:meth:`~tandem.mappings.hpu.kv_layout.KvLayout.read_bursts`)
+take from each channel.
+
+:class:`ChannelSpace` is the channel-aware allocator that :class:`~tandem.host.hpu.device.
+HpuDevice` runs with ``placement="channels"`` and that the placement model
+(:class:`~tandem.mappings.hpu.placement.CardSpace`) copies. Rule, for the ``heads`` regions of
+one allocation, in head order: each region lies whole inside one channel; region ``h`` belongs
+to call group ``g = h // group`` (the regions one call reads of a sequence: one layer's KV
+heads); it goes to the channel, among those with a free span that holds it, with the fewest
+bytes of group ``g`` already (over every allocation on the card), ties to the first channel
+counting cyclically from ``(g * group) % channels``; inside that channel, to the first free
+span that holds it (first fit). The fixed cyclic order keeps any run of sequences in
+allocation order within one region per channel of even for each group (a sub-batch is such a
+run), and the rotating start spreads one sequence's layers over every channel.
+
+K and V of a page stay side by side in one region (the descriptor carries one base), so they
+share a channel; placing them on different channels needs a second base in the descriptor.
+"""
+
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+
+from .kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
+
+__all__ = [
+    "ChannelGeometry",
+    "ChannelSpace",
+    "board_channels",
+    "read_spans",
+    "request_channel_bytes",
+]
+
+
+@cache
+def board_channels(board: str = "u55c") -> tuple[int, int]:
+    """``(channels, channel_bytes)`` of the first (fastest) memory of ``board``'s file."""
+    from tandem.boards import load_board  # the constraints package; not needed for arithmetic
+
+    memory = load_board(board).memory[0]
+    channels = int(memory["channels"])
+    total = round(float(memory["capacity_gib"]) * (1 << 30))
+    return channels, total // channels
+
+
+@dataclass(frozen=True)
+class ChannelGeometry:
+    """The pseudo-channels of a card's memory: ``channels`` ranges of ``channel_bytes``.
+
+    Parameters
+    ----------
+    channels
+        Number of pseudo-channels.
+    channel_bytes
+        Bytes per channel, a multiple of 64; channel ``c`` holds addresses
+        ``c * channel_bytes`` up to the next channel.
+    memory_bytes
+        The memory's size (default ``channels * channel_bytes``); a smaller one leaves the
+        last channels short (more than one channel's worth smaller is refused).
+    """
+
+    channels: int
+    channel_bytes: int
+    memory_bytes: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.channels, int) or self.channels < 1:
+            raise ValueError(f"channels must be a positive integer, not {self.channels!r}")
+        cb = self.channel_bytes
+        if not isinstance(cb, int) or cb < BLOCK_BYTES or cb % BLOCK_BYTES:
+            raise ValueError(f"channel_bytes must be a positive multiple of 64, not {cb!r}")
+        full = self.channels * cb
+        memory = self.memory_bytes or full
+        if not isinstance(memory, int) or not full - cb < memory <= full:
+            raise ValueError(
+                f"memory_bytes must reach into the last of {self.channels} channels of {cb} "
+                f"bytes ({full - cb + 1}..{full}), not {self.memory_bytes!r}"
+            )
+        object.__setattr__(self, "memory_bytes", memory)
+
+    @classmethod
+    def of_board(cls, board: str = "u55c") -> "ChannelGeometry":
+        """The real card's geometry, from its board file (``constraints/boards/<board>.yaml``)."""
+        channels, channel_bytes = board_channels(board)
+        return cls(channels, channel_bytes)
+
+    @classmethod
+    def scaled(cls, memory_bytes: int, channels: int | None = None) -> "ChannelGeometry":
+        """``channels`` (default the U55C's) channels over a memory of ``memory_bytes``.
+
+        Each channel gets ``memory_bytes / channels`` rounded up to 64 bytes, the last ones
+        what is left; a memory too small to give every channel 64 bytes has fewer channels.
+        """
+        if channels is None:
+            channels = board_channels()[0]
+        if not isinstance(memory_bytes, int) or memory_bytes < BLOCK_BYTES:
+            raise ValueError(f"memory_bytes must be at least 64, not {memory_bytes!r}")
+        if not isinstance(channels, int) or channels < 1:
+            raise ValueError(f"channels must be a positive integer, not {channels!r}")
+        per = -(-memory_bytes // (channels * BLOCK_BYTES)) * BLOCK_BYTES
+        return cls(-(-memory_bytes // per), per, memory_bytes)
+
+    def channel_of(self, address):
+        """The channel of byte ``address`` (arrays allowed)."""
+        return np.asarray(address) // self.channel_bytes
+
+    def channel_range(self, channel: int) -> tuple[int, int]:
+        """``(start, size)`` of ``channel``'s bytes."""
+        start = channel * self.channel_bytes
+        return start, min(self.channel_bytes, self.memory_bytes - start)
+
+    def span_bytes(self, starts, sizes) -> np.ndarray:
+        """Bytes per channel (int64 [channels]) of the spans ``[starts, starts + sizes)``."""
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        ends = starts + np.asarray(sizes, dtype=np.int64).reshape(-1)
+        cb = self.channel_bytes
+        first, last = starts // cb, (np.maximum(ends, starts + 1) - 1) // cb
+        inside = first == last
+        out = np.bincount(first[inside], ends[inside] - starts[inside], self.channels)
+        out = out[: self.channels].astype(np.int64)
+        if not inside.all():  # a span across channel boundaries: its overlap with each
+            lo = np.arange(self.channels, dtype=np.int64) * cb
+            s, e = starts[~inside, None], ends[~inside, None]
+            out += (np.clip(e, lo, lo + cb) - np.clip(s, lo, lo + cb)).sum(axis=0)
+        return out
+
+
+def read_spans(layout: KvLayout, bases, rows) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, sizes)`` of the contiguous spans the engine reads for requests at ``bases``
+    reading their first ``rows`` tokens: per page, its K part's and its V part's scale block
+    and rows, which :meth:`KvLayout.read_bursts` cuts into bursts (same bytes, vectorized)."""
+    bases = np.asarray(bases, dtype=np.int64).reshape(-1)
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    pages = -(-rows // PAGE_TOKENS)
+    request = np.repeat(np.arange(len(bases)), pages)
+    page = np.arange(int(pages.sum())) - np.repeat(np.cumsum(pages) - pages, pages)
+    count = np.minimum(PAGE_TOKENS, rows[request] - page * PAGE_TOKENS)
+    k_start = bases[request] + page * layout.page_bytes
+    size = BLOCK_BYTES + count * layout.row_bytes
+    starts = np.stack([k_start, k_start + layout.part_bytes], axis=1).reshape(-1)
+    return starts, np.repeat(size, 2)
+
+
+def request_channel_bytes(geometry: ChannelGeometry, layout: KvLayout, bases, rows) -> np.ndarray:
+    """Bytes (int64 [channels]) that requests at ``bases`` reading ``rows`` tokens each take
+    from each channel (K and V rows and their scale blocks)."""
+    return geometry.span_bytes(*read_spans(layout, bases, rows))
+
+
+@dataclass
+class ChannelSpace:
+    """The free memory of one card by channel, and the channel-aware allocation rule (module
+    docstring).
+
+    Parameters
+    ----------
+    geometry
+        The card's channels.
+
+    Attributes
+    ----------
+    free
+        Per channel, its free spans ``[start, size]`` in address order (none crosses into
+        another channel).
+    loads
+        Bytes of each call group's regions per channel: ``{group index: int64 [channels]}``.
+    """
+
+    geometry: ChannelGeometry
+    free: list[list[list[int]]] = field(default_factory=list)
+    loads: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.free:
+            ranges = (self.geometry.channel_range(c) for c in range(self.geometry.channels))
+            self.free = [[[start, size]] for start, size in ranges]
+
+    def copy(self) -> "ChannelSpace":
+        """An independent copy (what a placement works on before it commits)."""
+        free = [[list(span) for span in spans] for spans in self.free]
+        return ChannelSpace(self.geometry, free, {g: v.copy() for g, v in self.loads.items()})
+
+    @property
+    def spans(self) -> list[int]:
+        """Sizes in bytes of the free spans, in address order."""
+        return [size for spans in self.free for _, size in spans]
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes not allocated."""
+        return sum(self.spans)
+
+    @property
+    def largest(self) -> int:
+        """The largest free span in bytes (at most one channel)."""
+        return max(self.spans, default=0)
+
+    def regions_fit(self, region_bytes: int) -> int:
+        """How many regions of ``region_bytes`` fit, each whole inside one channel."""
+        return sum(size // region_bytes for size in self.spans)
+
+    def take(self, region_bytes: int, heads: int, group: int) -> np.ndarray:
+        """Allocate ``heads`` regions of ``region_bytes``; their bases (int64 [heads]).
+
+        Raises ``ValueError`` when they do not all fit, and takes nothing. A region taken
+        from a span that holds it lowers :meth:`regions_fit` by exactly one, so the regions
+        fit exactly when ``regions_fit(region_bytes) >= heads``, wherever each one goes.
+        """
+        if self.regions_fit(region_bytes) < heads:
+            raise ValueError(f"{heads} regions of {region_bytes} bytes do not fit")
+        channels = self.geometry.channels
+        index = np.arange(channels)
+        room = np.array([max((s for _, s in spans), default=0) for spans in self.free])
+        bases = np.empty(heads, dtype=np.int64)
+        for h in range(heads):
+            g = h // group
+            load = self.loads.setdefault(g, np.zeros(channels, dtype=np.int64))
+            order = (index - g * group) % channels
+            key = np.where(room >= region_bytes, load * channels + order, np.iinfo(np.int64).max)
+            c = int(np.argmin(key))
+            spans = self.free[c]
+            span = next(s for s in spans if s[1] >= region_bytes)
+            bases[h] = span[0]
+            span[0] += region_bytes
+            span[1] -= region_bytes
+            if not span[1]:
+                spans.remove(span)
+            room[c] = max((s for _, s in spans), default=0)
+            load[c] += region_bytes
+        return bases
+
+    def give(self, bases, region_bytes: int, group: int) -> None:
+        """Return the regions at ``bases`` (in head order, as :meth:`take` gave them)."""
+        for h, base in enumerate(np.asarray(bases).tolist()):
+            c = int(self.geometry.channel_of(base))
+            self.loads[h // group][c] -= region_bytes
+            spans = sorted([*self.free[c], [base, region_bytes]])
+            merged = [spans[0]]
+            for start, size in spans[1:]:
+                if merged[-1][0] + merged[-1][1] == start:
+                    merged[-1][1] += size
+                else:
+                    merged.append([start, size])
+            self.free[c] = merged

@@ -301,6 +301,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "system model's HPU cycles against the decode runtime's, SmolLM2 shapes",
     ),
     Benchmark(
+        "hpu-channel-balance",
+        "hpu_channel_balance.py",
+        ("hpu",),
+        "HBM pseudo-channels one decode call loads, contiguous against channel-aware placement, "
+        "SmolLM2 and Llama-2-7B (batch 48, 4 cards) shapes",
+        quick_args=("--smollm2-batch", "64", "--llama-batch", "16", "--input", "256"),
+    ),
+    Benchmark(
         "resources",
         "resources.py",
         (),

@@ -65,6 +65,9 @@ class Gpu:
     bf16_dense_tflops: float
     pcie: dict[str, Any]
     tdp_w: float
+    #: Decode throughput a production serving stack reaches over tandem's roofline of the same
+    #: setup (the file names the measurement it comes from); 1.0 is the roofline itself.
+    decode_efficiency: float = 1.0
 
 
 def _folder(kind: str):

@@ -31,9 +31,10 @@ step. Prefill and the KV move to the cards after it are not part of decode and a
 
 GPU roofline
 ------------
-Each kernel group takes ``max(bytes / BW, flops / F)`` at the data-sheet peaks (no launch
-overhead, no efficiency below peak: an upper bound of the GPU, used for the GPU work of both
-systems):
+Each kernel group takes ``max(bytes / BW, flops / F) / eta`` at the data-sheet peaks over the
+GPU's decode efficiency ``eta`` (``decode_efficiency`` in ``constraints/gpus``: a production
+serving stack's published decode throughput over this roofline of the same setup; the file
+names the measurement), for the GPU work of both systems:
 
 * linear layers of one layer for ``b`` sequences:
   bytes ``Pl*w + b*w*(3d + H*dh + 2*Hkv*dh + H*dh + 3I)`` (weights once, activations in and
@@ -73,7 +74,8 @@ bytes per read port (K on one port, V on the other):
 One call = the requests one card gets for one (sub-batch, layer). Its time:
 
 * bandwidth: ``bytes / (card KV bandwidth * e)`` (:func:`card_kv_bandwidth`: the engines'
-  ports, one beat a cycle each, at most the HBM peak), ``bytes = sum 2*R*lanes + 2*(row + 2)``
+  ports, one beat a cycle each on a pseudo-channel of its own, each channel and the card at
+  most the board's sustained fraction of their peak), ``bytes = sum 2*R*lanes + 2*(row + 2)``
   (reads and
   the appended rows and scales), ``e = e_RTL(Rc)`` the stream efficiency the RTL benchmark
   measured for one request of ``Rc`` beats per port at the configured read latency, where
@@ -464,16 +466,20 @@ def card_kv_bandwidth(
     """The KV bandwidth a card of ``engines`` engines draws, as a fraction of its HBM peak.
 
     Each engine port reaches one HBM pseudo-channel and moves at most one beat a cycle:
-    ``min(beat bytes x clock, pseudo-channel bandwidth)``; the card's figure is that, summed
-    over every port of the engines that run (``engines``, default as many as the HBM ports
-    serve and the resources hold, :func:`engine_fit`), times the measured stream
-    ``efficiency`` (the engine's own port utilization), over the HBM peak. This is the figure
-    to compare with a paper's share of HBM bandwidth, not ``efficiency`` alone.
+    ``min(beat bytes x clock, pseudo-channel sustained rate)``, the sustained rate being the
+    data sheet's per-channel peak times the board's measured ``sustained_fraction`` (refresh,
+    page and switch losses of sequential reads); the card's figure is that, summed over every
+    port of the engines that run (``engines``, default as many as the HBM ports serve and the
+    resources hold, :func:`engine_fit`), at most the card's sustained rate, times the measured
+    stream ``efficiency`` (the engine's own port utilization), over the HBM peak. This is the
+    figure to compare with a paper's share of HBM bandwidth, not ``efficiency`` alone. It
+    assumes every port streams from a pseudo-channel of its own.
     """
     hbm = board.memory[0]
     peak = float(hbm["bandwidth_gb_s"])
+    sustained = float(hbm.get("sustained_fraction", 1.0))
     channels = int(hbm["channels"])
-    per_channel = peak / channels
+    per_channel = peak * sustained / channels
     fit = engine_fit(params, board)
     limit, limited_by = max(1, channels // params.read_ports), "HBM ports"
     if fit["checked"] and fit["engines_fit"] < limit:
@@ -486,7 +492,8 @@ def card_kv_bandwidth(
     clock, clock_source = timing["clock_mhz"], timing["clock_source"]
     port_gb_s = min(params.beat_bytes * clock * 1e6 / 1e9, per_channel)
     ports_gb_s = engines * params.read_ports * port_gb_s
-    card_gb_s = min(ports_gb_s, peak) * efficiency  # more ports than pseudo-channels share them
+    # More ports than pseudo-channels share them: the card draws at most the sustained rate.
+    card_gb_s = min(ports_gb_s, peak * sustained) * efficiency
     return {
         "engines": engines,
         "engines_limited_by": limited_by,
@@ -495,8 +502,11 @@ def card_kv_bandwidth(
         "clock_source": clock_source,
         "port_gb_s": port_gb_s,
         "port_limited_by": "pseudo-channel" if port_gb_s == per_channel else "port width x clock",
-        "card_limited_by": "HBM peak" if ports_gb_s >= peak else "engine ports",
+        "card_limited_by": "HBM sustained rate"
+        if ports_gb_s >= peak * sustained
+        else "engine ports",
         "stream_efficiency": efficiency,
+        "sustained_fraction": sustained,
         "card_gb_s": card_gb_s,
         "hbm_gb_s": peak,
         "hbm_fraction": card_gb_s / peak,
@@ -999,6 +1009,12 @@ def _oom(row, reason):
     return row
 
 
+def _gpu_rates(g: Gpu, gpu_bw: float, peak: float) -> tuple[float, float]:
+    """The bandwidth and FLOP rate the GPU's decode kernels reach: the data sheet's times the
+    GPU's ``decode_efficiency`` (a production stack's measured decode over this roofline)."""
+    return gpu_bw * g.decode_efficiency, peak * g.decode_efficiency
+
+
 def _gpu_alone(m, g, b, contexts, tin, tout, peak, gpu_bw):
     row = _common(m, g, "gpu", b, tin, tout)
     used = m.weight_bytes + b * (tin + tout) * m.kv_bytes_per_token
@@ -1010,13 +1026,14 @@ def _gpu_alone(m, g, b, contexts, tin, tout, peak, gpu_bw):
             f"weights {m.weight_bytes / GIB:.1f} GiB + KV {b} x {tin + tout} tokens "
             f"{(used - m.weight_bytes) / GIB:.1f} GiB > {g.memory_gib} GiB of {g.name}",
         )
-    layer, head, compute_bound = _gpu_linear(m, gpu_bw, peak, b)
+    gpu_bw, flops = _gpu_rates(g, gpu_bw, peak)
+    layer, head, compute_bound = _gpu_linear(m, gpu_bw, flops, b)
     w = m.dtype_bytes
     attn, _, _ = _roofline(
         b * 2 * contexts * m.kv_heads * m.head_dim * w,
         b * 4 * m.heads * m.head_dim * contexts,
         gpu_bw,
-        peak,
+        flops,
     )
     step = head + m.layers * (layer + attn)
     linear_ms = 1e3 * (head + m.layers * layer)
@@ -1057,6 +1074,7 @@ def _gpu_hpu(
         )
     half = (b + 1) // 2
     sizes = [half, b - half] if b > 1 else [1]
+    gpu_bw, flops = _gpu_rates(g, gpu_bw, peak)
     desc, reads, _ = request_beats(params, contexts)
     busy = request_cycles(params, contexts)
     # What the engines can draw: every port one beat a cycle, each on its own pseudo-channel
@@ -1091,12 +1109,12 @@ def _gpu_hpu(
             [np.full(len(contexts), float(n * result_bytes)) for n in on_card],
             g, board, pcie_latency_s,
         )  # fmt: skip
-        layer, _, compute_bound = _gpu_linear(m, gpu_bw, peak, size)
+        layer, _, compute_bound = _gpu_linear(m, gpu_bw, flops, size)
         parts.append(
             {"g": layer, "pd": down, "h": hpu_s, "pu": up, "bw": bw_s, "comp": comp_s,
              "compute_bound": compute_bound}
         )  # fmt: skip
-    _, head, _ = _gpu_linear(m, gpu_bw, peak, b)
+    _, head, _ = _gpu_linear(m, gpu_bw, flops, b)
     step, terms, exposed = pingpong_step(
         m.layers, [(p["g"] + 0 * contexts, p["pd"], p["h"], p["pu"]) for p in parts], head
     )

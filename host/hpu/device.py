@@ -678,10 +678,12 @@ class HpuDevice(Device):
             )
         return self._register(tokens, heads, start, region, None, group)
 
-    def _register(self, tokens, heads, start, region, bases, group) -> SeqAlloc:
+    def _register(self, tokens: int, heads: int, start: int, region: int, bases, group: int):
+        """A new :class:`SeqAlloc` of the allocated regions (``bases`` None: contiguous)."""
         lengths = np.zeros(heads, dtype=np.int64)
-        alloc = SeqAlloc(self._next_handle, tokens, heads, start, region, lengths, False, bases)
-        alloc.group = group
+        alloc = SeqAlloc(
+            self._next_handle, tokens, heads, start, region, lengths, bases=bases, group=group
+        )
         self._allocs[alloc.handle] = alloc
         self._next_handle += 1
         return alloc

@@ -255,3 +255,43 @@ def test_runtime_on_channel_cards_matches_contiguous():
     report = logit_agreement(reference.logits, got.logits)
     assert report["agreement"] == 1.0 and report["max_logit_error"] < 0.5, report
     assert all(c.total_channel_bytes.sum() > 0 for c in cards)
+
+
+def test_benchmark_replays_the_device_counters():
+    """benchmarks/hpu_channel_balance.py's bytes per call equal the cards' own counters over
+    a decode step of the runtime, split-KV sequences (partial requests) included."""
+    import importlib.util
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    from tandem.host.system.decode import TINY, HpuAttention, hpu_params_for
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "hpu_channel_balance.py"
+    spec = importlib.util.spec_from_file_location("hpu_channel_balance", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    params = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
+    cards = [
+        HpuDevice(params, memory_bytes=1 << 20, name=f"hpu{i}", placement=policy)
+        for i, policy in enumerate(("channels", "contiguous", "channels"))
+    ]
+    # 16-token slices: the new token (position 20) lies in each sequence's second slice, the
+    # first one answers in partial mode.
+    attention = HpuAttention(TINY, cards, smoothing=False, max_slice_tokens=16)
+    gen = torch.Generator().manual_seed(0)
+    hkv, d, batch = TINY.n_kv_heads, TINY.head_dim, 5
+    for b in range(batch):
+        keys = [torch.randn(hkv, 20, d, generator=gen) for _ in range(TINY.n_layers)]
+        attention.start(b, keys, keys, 64)
+    expected = bench.call_bytes(attention, 21)
+    got = []
+    for seqs in ([0, 1, 2], [3, 4]):  # the runtime's sub-batches: ceil(B/2) and the rest
+        for layer in range(TINY.n_layers):
+            q = torch.randn(len(seqs), TINY.n_heads, d, generator=gen)
+            k = torch.randn(len(seqs), hkv, d, generator=gen)
+            attention.attend(layer, seqs, q, k, k)
+            ran = sorted(int(name[3:]) for name in attention.last_cycles)
+            got += [cards[c].last_channel_bytes.tolist() for c in ran]
+    assert got == [e.tolist() for e in expected]
+    assert len(got) > 2 * TINY.n_layers  # several cards per call

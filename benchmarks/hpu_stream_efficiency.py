@@ -36,7 +36,7 @@ from pathlib import Path
 from tandem.sim.hpu.memory import MODEL_LATENCY
 from tandem.sim.runner import run_regression
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, Provenance, add_figures_option
 from tandem.config import resolve_params
 from tandem.errors import UserError
 from tandem.registry import get_design
@@ -362,6 +362,16 @@ def main(argv=None) -> int:
             design="hpu",
             note=f"{board.name}: {kv['engines']} engines x {params.read_ports} ports x "
             f"{kv['port_gb_s']:.2f} GB/s x the measured efficiency",
+            provenance=Provenance.MODELLED,
+            assumptions=[
+                "every engine port streams from an HBM pseudo-channel of its own, one beat a "
+                f"cycle, at most the board's sustained fraction (constraints/boards/{board.name}"
+                ".yaml)",
+                "engines per card: as many as the ports serve and a yosys synthesis's resources "
+                "hold (constraints/measured/hpu_resources.yaml)",
+                "the engine clock of that synthesis's timing estimate, or the board's default",
+                "the stream efficiency this run measured in RTL at 2K tokens",
+            ],
         )
     if args.synth:
         report["reference_synth"] = _synthesize_reference(design)
@@ -373,6 +383,7 @@ def main(argv=None) -> int:
                 design="hpu",
                 higher_is_better=None,
                 note=f"yosys, {REFERENCE}",
+                provenance=Provenance.SYNTHESIS,
             )
     figures.write(args.figures)
     json_path = args.out / "hpu_stream_efficiency.json"

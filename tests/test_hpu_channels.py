@@ -295,3 +295,25 @@ def test_benchmark_replays_the_device_counters():
             got += [cards[c].last_channel_bytes.tolist() for c in ran]
     assert got == [e.tolist() for e in expected]
     assert len(got) > 2 * TINY.n_layers  # several cards per call
+
+
+def test_cosim_decode_reports_the_channels_each_placement_loads(capsys):
+    """``tandem cosim decode --json`` reports the bytes each pseudo-channel of the cards read;
+    the channel-aware placement (the default) touches more channels, more evenly, than the
+    contiguous one on the same decode."""
+    import json
+
+    from tandem.cli import main
+
+    reports = {}
+    for placement in ("channels", "contiguous"):
+        argv = ["cosim", "decode", "--model", "tiny", "--prompt", "hello there", "--batch", "8"]
+        assert main([*argv, "--tokens", "3", "--placement", placement, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["placement"] == placement
+        reports[placement] = out["channel_bytes"]
+    spread, packed = reports["channels"], reports["contiguous"]
+    assert spread["channels"] == packed["channels"] == len(spread["per_card"][0])
+    assert sum(map(sum, spread["per_card"])) == sum(map(sum, packed["per_card"]))  # same reads
+    assert spread["touched"] > packed["touched"]
+    assert spread["busiest_over_mean"] < packed["busiest_over_mean"]

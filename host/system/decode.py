@@ -688,6 +688,14 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--hpu-memory-mib", type=float, default=64.0, help="memory per card")
     parser.add_argument(
+        "--placement",
+        choices=("channels", "contiguous"),
+        default="channels",
+        help="where the cards put KV regions: each whole inside a pseudo-channel, spread so that "
+        "one call reads every channel evenly (channels, the default), or a sequence's regions "
+        "one after another (contiguous)",
+    )
+    parser.add_argument(
         "--max-slice-tokens",
         type=int,
         help="split sequences across cards in slices of at most this many tokens (default: no "
@@ -751,6 +759,22 @@ def load_model(name: str, device=None):
         return Gemma(config, weights, device), tokenizer, f"{path.name}"
     config, weights, tokenizer = load_gguf(path)
     return Llama(config, weights, device), tokenizer, f"{path.name}"
+
+
+def channel_report(devices) -> dict:
+    """How evenly the decode read the cards' pseudo-channels: each card's total bytes per
+    channel (:attr:`~tandem.host.hpu.device.HpuDevice.total_channel_bytes`), and for the card
+    that read the most, its busiest and least channel over the mean and the channels touched."""
+    per_card = [np.asarray(d.total_channel_bytes, dtype=np.int64) for d in devices]
+    busiest = max(per_card, key=lambda b: int(b.sum()))
+    mean = float(busiest.mean()) if busiest.size else 0.0
+    return {
+        "channels": int(busiest.size),
+        "per_card": [b.tolist() for b in per_card],
+        "touched": int(np.count_nonzero(busiest)),
+        "busiest_over_mean": float(busiest.max() / mean) if mean else 0.0,
+        "least_over_mean": float(busiest.min() / mean) if mean else 0.0,
+    }
 
 
 def run(args) -> int:
@@ -876,6 +900,7 @@ def run(args) -> int:
             memory_bytes=memory_bytes,
             backend=args.backend,
             name=f"hpu{i}",
+            placement=args.placement,
             **rtl_options(i),
         )
         for i in range(hpus)
@@ -918,6 +943,13 @@ def run(args) -> int:
     rate = result.decode_tokens / result.wall_s if result.wall_s > 0 else float("nan")
     saturated = ", ".join(f"{n} {where}" for where, n in sorted(totals.items())) or "none"
     say(f"values the HPU saturated (clipped to their format): {saturated}")
+    channels = channel_report(devices)
+    say(
+        f"KV bytes read per pseudo-channel ({args.placement} placement, {channels['channels']} "
+        f"a card): busiest {channels['busiest_over_mean']:.2f}x the mean, least "
+        f"{channels['least_over_mean']:.2f}x, {channels['touched']} of {channels['channels']} "
+        "touched on the busiest card"
+    )
     say(
         f"prefill {result.prefill_s:.2f} s (it gives each sequence's first token); {steps} decode "
         f"steps, {result.decode_tokens} more tokens in {result.wall_s:.2f} s: {rate:.2f} "
@@ -987,6 +1019,8 @@ def run(args) -> int:
                     "cycle_kind": cycle_kind,
                     "step_cycles": result.step_cycles,
                     "saturations": totals,
+                    "placement": args.placement,
+                    "channel_bytes": channels,
                     "clock_mhz": args.clock_mhz,
                     "clock_source": clock_source,
                     "timeline_ms_per_step": span / steps * 1e3 if steps else None,

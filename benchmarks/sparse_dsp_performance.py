@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, Provenance, add_figures_option
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "data" / "sparse_dsp_smollm2_q0.npz"
@@ -212,6 +212,7 @@ def main(argv=None) -> int:
                 design="sparse-mpe",
                 higher_is_better=None,
                 note="yosys synth_xilinx",
+                provenance=Provenance.SYNTHESIS,
             )
     suite.write(args.figures)
     if args.json:

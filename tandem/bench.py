@@ -826,7 +826,7 @@ def _header(summary: dict[str, Any]) -> list[str]:
 
     tools = summary.get("tools")
     tools_text = ", ".join(f"{k} {v}" for k, v in tools.items()) if tools else "not recorded"
-    mode = "quick (small arguments)" if summary["quick"] else "full"
+    mode = "quick: every script with its small arguments" if summary["quick"] else "full"
     return [
         "# tandem results",
         "",

@@ -26,6 +26,11 @@ run), and the rotating start spreads one sequence's layers over every channel.
 
 K and V of a page stay side by side in one region (the descriptor carries one base), so they
 share a channel; placing them on different channels needs a second base in the descriptor.
+
+A card of several engines (``hpu-card``) gives each engine a contiguous run of channels
+(:func:`engine_bases`, :func:`engine_of`): its ports reach those channels only, so the card's
+dispatcher sends a request to the engine that owns its base address, and the golden model
+routes by the same function.
 """
 
 from dataclasses import dataclass, field
@@ -39,6 +44,8 @@ __all__ = [
     "ChannelGeometry",
     "ChannelSpace",
     "board_channels",
+    "engine_bases",
+    "engine_of",
     "read_spans",
     "request_channel_bytes",
 ]
@@ -135,6 +142,28 @@ class ChannelGeometry:
             s, e = starts[~inside, None], ends[~inside, None]
             out += (np.clip(e, lo, lo + cb) - np.clip(s, lo, lo + cb)).sum(axis=0)
         return out
+
+
+def engine_bases(geometry: ChannelGeometry, engines: int) -> tuple[int, ...]:
+    """The first address of each engine's channels on a card of ``engines`` engines.
+
+    Engine ``e`` owns the channels ``c`` with ``c * engines // channels == e``: a contiguous
+    run from channel ``ceil(e * channels / engines)``, the runs as even as the counts allow
+    (the U55C's 32 channels and 16 engines: two each, one per read port). Raises
+    ``ValueError`` unless ``1 <= engines <= channels``.
+    """
+    channels = geometry.channels
+    if not isinstance(engines, int) or not 1 <= engines <= channels:
+        raise ValueError(f"engines must be in 1..{channels} (the channels), not {engines!r}")
+    return tuple(-(-e * channels // engines) * geometry.channel_bytes for e in range(engines))
+
+
+def engine_of(geometry: ChannelGeometry, engines: int, address):
+    """The engine that owns byte ``address`` (arrays allowed): the last one whose first
+    address (:func:`engine_bases`) is at or below it; addresses past the memory go to the
+    last engine, as the card's dispatcher sends them."""
+    bases = np.asarray(engine_bases(geometry, engines), dtype=np.int64)
+    return np.searchsorted(bases, np.asarray(address, dtype=np.int64), side="right") - 1
 
 
 def read_spans(layout: KvLayout, bases, rows) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,188 @@
+"""``hpu-card``: several ``hpu`` engines behind one descriptor stream — parameters, result
+format, routing and golden model.
+
+The card (:class:`tandem.hw.hpu.card.HpuCard`) takes the descriptors of many head requests on
+one stream and sends each to the engine that owns its KV base address: engine ``e`` owns a
+contiguous run of HBM pseudo-channels (:func:`tandem.mappings.hpu.channels.engine_bases`), and
+its AXI ports reach only those. Each engine computes exactly what a lone ``hpu`` engine does
+(:func:`tandem.host.hpu.hpu_golden`); the card merges their result beats into one stream,
+each beat tagged with its engine (:func:`card_result_fields`).
+
+Order of results: each engine's results come in the order of its descriptors, and a request's
+result beats are contiguous on ``result_o``; between engines the card takes, at each request
+boundary, the next engine (round robin) that has a result beat ready. That interleaving
+depends on timing, so :func:`hpu_card_golden` returns one list per engine and a scoreboard
+compares each engine's results in order.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from tandem.host.backend.backend import ArrayMemory
+from tandem.host.common import bits
+from tandem.mappings.hpu.channels import ChannelGeometry, engine_bases, engine_of
+from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
+
+from tandem.config import ParamError, param
+
+from .codec import HpuBatch, HpuRequest, HpuResults, result_fields
+from .params import HpuParams
+
+__all__ = [
+    "HpuCardParams",
+    "card_result_fields",
+    "card_result_layout",
+    "decode_card_result",
+    "hpu_card_golden",
+    "route",
+]
+
+
+@dataclass(frozen=True)
+class HpuCardParams(HpuParams):
+    """An ``hpu-card``: ``engines`` identical ``hpu`` engines and the card memory they share.
+
+    Every :class:`HpuParams` field sets each engine (:attr:`engine` is that parameter set);
+    ``memory_bytes`` and ``channels`` give the card's pseudo-channels
+    (:meth:`ChannelGeometry.scaled`, as :class:`~tandem.host.hpu.device.HpuDevice` builds
+    them), which decide the engine a request goes to.
+    """
+
+    design = "hpu-card"
+
+    engines: int = param(
+        2,
+        "hpu engines on the card, each owning a contiguous run of the pseudo-channels (a "
+        "U55C fits 16: one per pair of channels)",
+        min=1,
+        max=32,
+    )
+    channels: int = param(
+        32, "HBM pseudo-channels the card memory is split into (the U55C's 32)", min=1, max=64
+    )
+    memory_bytes: int = param(
+        1 << 32,
+        "bytes of card memory the channels split (at most 2**addr_bits; the U55C's 16 GiB "
+        "needs addr_bits 34)",
+        min=BLOCK_BYTES,
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.memory_bytes % BLOCK_BYTES or self.memory_bytes > 1 << self.addr_bits:
+            raise ParamError(
+                "memory_bytes",
+                f"memory_bytes must be a multiple of {BLOCK_BYTES} of at most 2**addr_bits "
+                f"({1 << self.addr_bits}), not {self.memory_bytes!r}",
+            )
+        if self.engines > self.geometry.channels:
+            raise ParamError(
+                "engines",
+                f"engines must be at most the {self.geometry.channels} channels of "
+                f"{self.memory_bytes} bytes, not {self.engines!r}",
+            )
+
+    @cached_property
+    def engine(self) -> HpuParams:
+        """The parameters of each engine (every field but the card's own)."""
+        own = {"engines", "channels", "memory_bytes"}
+        return HpuParams(**{k: v for k, v in self.to_dict().items() if k not in own})
+
+    @cached_property
+    def geometry(self) -> ChannelGeometry:
+        """The card memory's pseudo-channels."""
+        return ChannelGeometry.scaled(self.memory_bytes, self.channels)
+
+    @property
+    def engine_bases(self) -> tuple[int, ...]:
+        """First address of each engine's channels (:func:`engine_bases`)."""
+        return engine_bases(self.geometry, self.engines)
+
+    @property
+    def engine_bits(self) -> int:
+        """Width of a result beat's ``engine`` field (at least 1)."""
+        return max(1, (self.engines - 1).bit_length())
+
+
+def route(params: HpuCardParams, bases) -> np.ndarray:
+    """The engine (int64, same shape) each KV base address in ``bases`` goes to."""
+    return engine_of(params.geometry, params.engines, bases)
+
+
+def card_result_fields(params: HpuCardParams) -> tuple[bits.Field, ...]:
+    """The card's ``result_o`` payload: an engine's (:func:`~tandem.host.hpu.result_fields`:
+    ``data``, ``tag``, ``last``), then ``engine``, the index of the engine that computed it."""
+    return (*result_fields(params.engine), bits.Field("engine", params.engine_bits))
+
+
+def card_result_layout(params: HpuCardParams):
+    """:func:`card_result_fields` as an Amaranth ``data.StructLayout``."""
+    return bits.layout(card_result_fields(params))
+
+
+def decode_card_result(params: HpuCardParams, payload: int) -> tuple[list[int], int, int, int]:
+    """``(words, tag, last, engine)`` of one card ``result_o`` payload."""
+    fields = bits.unpack(card_result_fields(params), payload)
+    return fields["data"], fields["tag"], fields["last"], fields["engine"]
+
+
+class _CardMemory(ArrayMemory):
+    """The card memory as an engine's golden backend sees it: the caller's array, shared."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self.size = array.size
+
+
+def hpu_card_golden(
+    params: HpuCardParams, memory: np.ndarray, requests: HpuBatch | list[HpuRequest]
+) -> list[HpuResults]:
+    """Bit-exact model of the card for one transfer of ``requests``: per engine, its results.
+
+    Parameters
+    ----------
+    params
+        The card's parameters.
+    memory
+        The card memory (uint8, ``memory_bytes`` or more): the KV regions the requests read.
+        Appended tokens are written into it, as the engines write them.
+    requests
+        The requests in descriptor order.
+
+    Returns
+    -------
+    list of HpuResults
+        Element ``e``: the results of the requests routed to engine ``e`` (:func:`route` of
+        their bases), in their descriptor order, in the form the engine emits them (what
+        :class:`~tandem.host.hpu.device.GoldenHpuBackend` returns: one engine's golden model
+        over its requests).
+
+    Raises ``ValueError`` where a request's region leaves the channels of its engine (its
+    ports do not reach them).
+    """
+    from .device import GoldenHpuBackend  # the device module is heavy; the golden model is not
+
+    p = params
+    batch = HpuBatch.of(p.engine, requests)
+    memory = np.asarray(memory)
+    if memory.dtype != np.uint8 or memory.ndim != 1:
+        raise ValueError(f"memory must be a 1-D uint8 array, not {memory.dtype} {memory.shape}")
+    engines = route(p, batch.base)
+    ends = batch.base + -(-batch.length // PAGE_TOKENS) * p.layout.page_bytes
+    limits = np.asarray((*p.engine_bases[1:], memory.size), dtype=np.int64)
+    outside = ends > limits[engines]
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise ValueError(
+            f"request {i} (base {int(batch.base[i]):#x}, {int(batch.length[i])} tokens) ends at "
+            f"{int(ends[i]):#x}, past engine {int(engines[i])}'s channels "
+            f"(up to {int(limits[engines[i]]):#x})"
+        )
+    out = []
+    for e in range(p.engines):
+        backend = GoldenHpuBackend(p.engine, BLOCK_BYTES, kernel="numpy")
+        backend.memory = _CardMemory(memory)
+        chosen = np.flatnonzero(engines == e)
+        out.append(backend.run([batch[int(i)] for i in chosen]).results)
+    return out

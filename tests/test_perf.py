@@ -645,3 +645,30 @@ def test_gpu_decode_efficiency_is_the_published_measurement_over_the_roofline():
     ratio = real[0]["tokens_per_s"] / ideal[0]["tokens_per_s"]
     assert ratio == pytest.approx(a100.decode_efficiency)
     assert real[0]["mfu"] == pytest.approx(ideal[0]["mfu"] * a100.decode_efficiency)
+
+
+def test_card_bandwidth_comes_from_the_channels_each_call_reads():
+    """The HPU paper's setup (Llama-2-7B, batch 48, 4 cards): with the channel-aware placement
+    every call reads all 32 pseudo-channels evenly and the card draws their sustained rate; with
+    contiguous placement a call reads a few channels and the cards become the bottleneck."""
+    from tandem.boards import load_board
+
+    hbm = load_board("u55c").memory[0]
+    rows = {
+        placement: decode_projection(
+            "llama-2-7b", "l40s", [48], input_tokens=1024, output_tokens=1024, hpus=4,
+            placement=placement,
+        )[-1]
+        for placement in ("channels", "contiguous")
+    }  # fmt: skip
+    spread, packed = rows["channels"], rows["contiguous"]
+    for call in spread["hpu_channels"]["calls"]:
+        assert call["touched"] == hbm["channels"] and call["busiest_over_mean"] == 1.0
+        assert call["gb_s"] == pytest.approx(hbm["bandwidth_gb_s"] * hbm["sustained_fraction"])
+    for call in packed["hpu_channels"]["calls"]:
+        assert call["touched"] < hbm["channels"] / 2 and call["busiest_over_mean"] > 2
+        assert call["gb_s"] < 0.3 * hbm["bandwidth_gb_s"]
+    assert packed["bottleneck"].startswith("hpu bandwidth")
+    assert packed["tokens_per_s"] < spread["tokens_per_s"] / 2
+    with pytest.raises(UserError, match="--placement"):
+        decode_projection("llama-2-7b", "l40s", [8], hpus=1, placement="striped")

@@ -73,11 +73,12 @@ bytes per read port (K on one port, V on the other):
 
 One call = the requests one card gets for one (sub-batch, layer). Its time:
 
-* bandwidth: ``bytes / (card KV bandwidth * e)`` (:func:`card_kv_bandwidth`: the engines'
-  ports, one beat a cycle each on a pseudo-channel of its own, each channel and the card at
-  most the board's sustained fraction of their peak), ``bytes = sum 2*R*lanes + 2*(row + 2)``
-  (reads and
-  the appended rows and scales), ``e = e_RTL(Rc)`` the stream efficiency the RTL benchmark
+* bandwidth: ``bytes / (call KV bandwidth * e)``, the call's KV bandwidth from the
+  pseudo-channels its regions lie in (:func:`call_channel_rates`: the regions allocated as the
+  card's allocator places them, ``--placement``; a call takes the longer of its busiest
+  channel's bytes at the channel's sustained rate, the board's ``sustained_fraction`` of its
+  peak, and all its bytes at the engines' ports, one beat a cycle each),
+  ``bytes = sum 2*R*lanes + 2*(row + 2)`` (reads and the appended rows and scales), ``e = e_RTL(Rc)`` the stream efficiency the RTL benchmark
   measured for one request of ``Rc`` beats per port at the configured read latency, where
   ``Rc`` is the read beats of the busiest engine in this call (``ceil(requests / engines) *
   R``), interpolated in ``log2`` and held constant outside the measured range. A call counts
@@ -655,6 +656,95 @@ def place_sequences(
     )
 
 
+#: The KV placements a card's allocator runs (:class:`~tandem.host.hpu.device.HpuDevice`).
+KV_PLACEMENTS = ("channels", "contiguous")
+
+
+def call_channel_rates(
+    params: HpuParams,
+    board: Board,
+    placement: list[list[Slice]],
+    subbatches: list[range],
+    *,
+    layers: int,
+    kv_heads: int,
+    policy: str,
+    port_gb_s: float,
+    ports: int,
+) -> list[dict]:
+    """The KV bandwidth each sub-batch's calls draw from the card that holds most of them,
+    from the pseudo-channels its regions really lie in.
+
+    Each card's regions are allocated as its allocator does (``policy``: ``"channels"``,
+    :class:`~tandem.mappings.hpu.channels.ChannelSpace`; ``"contiguous"``, a sequence's
+    regions one after another), slices in sequence order, on the board's channel geometry.
+    A call (one sub-batch, one layer) reads its regions' bytes in proportion to their sizes
+    (equal contexts fill every region alike); it takes ``max(busiest channel's bytes /
+    channel rate, bytes / (ports x port rate))`` (a channel delivers its sustained rate, a port
+    its beat rate), so its bandwidth is ``bytes`` over that. Layers run one after another, so
+    a sub-batch's figure is the harmonic mean over layers.
+
+    Returns, per sub-batch: ``gb_s`` (that bandwidth), ``touched`` (channels the busiest card's
+    calls read, mean over layers) and ``busiest_over_mean`` (its busiest channel's bytes over
+    the mean, mean over layers).
+    """
+    from tandem.mappings.hpu.channels import ChannelGeometry, ChannelSpace
+
+    hbm = board.memory[0]
+    channels = int(hbm["channels"])
+    geometry = ChannelGeometry(channels, round(float(hbm["capacity_gib"]) * GIB) // channels)
+    channel_gb_s = float(hbm["bandwidth_gb_s"]) * float(hbm.get("sustained_fraction", 1.0))
+    channel_gb_s /= channels
+    heads = layers * kv_heads
+    bases: dict[tuple[int, int], np.ndarray] = {}  # (sequence, slice) -> [heads] region bases
+    sizes: dict[tuple[int, int], int] = {}
+    spaces: dict[int, ChannelSpace] = {}
+    offsets: dict[int, int] = {}
+    for b, slices in enumerate(placement):
+        for i, piece in enumerate(slices):
+            region = params.layout.region_bytes(piece.tokens)
+            if policy == "channels":
+                space = spaces.setdefault(piece.card, ChannelSpace(geometry))
+                try:
+                    bases[b, i] = space.take(region, heads, kv_heads)
+                except ValueError:
+                    raise UserError(
+                        f"the KV regions of {b + 1} sequences do not fit whole inside the "
+                        f"{board.name}'s pseudo-channels (--placement contiguous packs them)"
+                    ) from None
+            else:
+                start = offsets.get(piece.card, 0)
+                bases[b, i] = start + region * np.arange(heads, dtype=np.int64)
+                offsets[piece.card] = start + region * heads
+            sizes[b, i] = region
+    out = []
+    for members in subbatches:
+        per_card: dict[int, list[tuple[int, int]]] = {}
+        for b in members:
+            for i, piece in enumerate(placement[b]):
+                per_card.setdefault(piece.card, []).append((b, i))
+        card = max(per_card, key=lambda c: sum(sizes[k] for k in per_card[c]))
+        keys = per_card[card]
+        seconds_per_gb, touched, peaks = [], [], []
+        for layer in range(layers):
+            window = slice(layer * kv_heads, (layer + 1) * kv_heads)
+            starts = np.concatenate([bases[k][window] for k in keys])
+            spans = np.concatenate([np.full(kv_heads, sizes[k]) for k in keys])
+            loads = geometry.span_bytes(starts, spans)
+            share = loads.max() / loads.sum()
+            seconds_per_gb.append(max(share / channel_gb_s, 1 / (ports * port_gb_s)))
+            touched.append(np.count_nonzero(loads))
+            peaks.append(share * channels)
+        out.append(
+            {
+                "gb_s": float(layers / sum(seconds_per_gb)),
+                "touched": float(np.mean(touched)),
+                "busiest_over_mean": float(np.mean(peaks)),
+            }
+        )
+    return out
+
+
 def step_requests(contexts, placement: list[list[Slice]], members) -> dict[int, list[tuple]]:
     """``{card: [(length, append, partial)]}``: the requests of one (sub-batch, layer, KV head).
 
@@ -831,6 +921,7 @@ def decode_projection(
     latency: int = 100,
     pcie_latency_us: float = 0.0,
     kv_bits: int | None = None,
+    placement: str = "channels",
 ) -> list[dict]:
     """Project decode throughput for the GPU alone and, with ``hpus > 0``, GPU + HPUs.
 
@@ -855,6 +946,9 @@ def decode_projection(
     kv_bits
         The cards' KV format: 16 (int16 rows) or 8 (int8 rows: half the bytes per token, at
         the accuracy docs/hpu.md's table gives); None: :class:`HpuParams`'s default.
+    placement
+        Where the cards' allocators put KV regions (:data:`KV_PLACEMENTS`): ``"channels"``
+        (the runtime's default) or ``"contiguous"``.
 
     Returns
     -------
@@ -905,6 +999,8 @@ def decode_projection(
         kv_bits = params.kv_bits
     if kv_bits not in (8, 16):
         raise UserError(f"--kv-bits must be 8 or 16, not {kv_bits}")
+    if placement not in KV_PLACEMENTS:
+        raise UserError(f"--placement must be one of {', '.join(KV_PLACEMENTS)}, not {placement!r}")
     if kv_bits != params.kv_bits:
         params = hpu_params_for_model(
             m,
@@ -943,6 +1039,8 @@ def decode_projection(
         "clock_source": "--hpu-clock-mhz" if clock_mhz is not None else timing["clock_source"],
         "fmax_mhz": timing["fmax_mhz"],
         "hbm_gb_s": float(hbm["bandwidth_gb_s"]),
+        "hbm_channels": int(hbm["channels"]),
+        "sustained_fraction": float(hbm.get("sustained_fraction", 1.0)),
         "params": params.to_dict(),
         "config_choice": chosen["choice"],
         "config_candidates": chosen["candidates"],
@@ -963,7 +1061,7 @@ def decode_projection(
                 m, g, board, params, eff, hw, b, contexts, input_tokens, output_tokens,
                 peak=peak, gpu_bw=gpu_bw, gpu_capacity=gpu_capacity, hpus=hpus,
                 engines=engines, clock=clock, latency=latency,
-                pcie_latency_s=pcie_latency_us * 1e-6,
+                pcie_latency_s=pcie_latency_us * 1e-6, kv_placement=placement,
             )
         )  # fmt: skip
     return rows
@@ -1049,7 +1147,7 @@ def _gpu_alone(m, g, b, contexts, tin, tout, peak, gpu_bw):
 
 def _gpu_hpu(
     m, g, board, params, eff, hw, b, contexts, tin, tout, *, peak, gpu_bw, gpu_capacity,
-    hpus, engines, clock, latency, pcie_latency_s,
+    hpus, engines, clock, latency, pcie_latency_s, kv_placement="channels",
 ):  # fmt: skip
     row = _common(m, g, "gpu+hpu", b, tin, tout)
     row["hpus"] = hpus
@@ -1077,10 +1175,9 @@ def _gpu_hpu(
     gpu_bw, flops = _gpu_rates(g, gpu_bw, peak)
     desc, reads, _ = request_beats(params, contexts)
     busy = request_cycles(params, contexts)
-    # What the engines can draw: every port one beat a cycle, each on its own pseudo-channel
-    # (card_kv_bandwidth), not the HBM peak, unless the ports together reach it.
+    # What the engines can draw from the pseudo-channels each call's regions lie in: a port
+    # one beat a cycle, a channel its sustained rate (call_channel_rates).
     kv = card_kv_bandwidth(params, board, 1.0, clock / 1e6, engines)
-    hbm_bw = kv["card_gb_s"] * 1e9
     fill_s = eff.fill_cycles(latency) / clock
     write_bytes = 2 * (params.row_elems + 2)
     result_bytes = m.gqa_group * m.head_dim * RESULT_ELEM_BYTES
@@ -1088,8 +1185,14 @@ def _gpu_hpu(
     placement = place_sequences(
         params, [tin + tout] * b, hpus, heads=m.layers * m.kv_heads, card_bytes=card_capacity
     )
+    subbatches = [range(f, f + n) for f, n in zip(np.cumsum([0, *sizes]), sizes)]
+    rates = call_channel_rates(
+        params, board, placement, subbatches, layers=m.layers, kv_heads=m.kv_heads,
+        policy=kv_placement, port_gb_s=kv["port_gb_s"], ports=engines * params.read_ports,
+    )  # fmt: skip
     parts, efficiencies = [], []
-    for first, size in zip(np.cumsum([0, *sizes]), sizes):
+    for (first, size), rate in zip(zip(np.cumsum([0, *sizes]), sizes), rates):
+        hbm_bw = rate["gb_s"] * 1e9
         # Sequences of this sub-batch on each card, requests = sequences x Hkv.
         on_card = [0] * hpus
         for b_ in range(first, first + size):
@@ -1138,6 +1241,12 @@ def _gpu_hpu(
     row["hpu_kv"] = {  # the card's KV bandwidth at this batch's mean stream efficiency
         **card_kv_bandwidth(params, board, row["hpu_efficiency_mean"], clock / 1e6, engines),
         "clock_source": hw["clock_source"],
+    }
+    hbm_gb_s = float(board.memory[0]["bandwidth_gb_s"])
+    row["hpu_channels"] = {  # what the calls' placement really draws, per sub-batch
+        "placement": kv_placement,
+        "calls": rates,
+        "hbm_fraction": [r["gb_s"] * row["hpu_efficiency_mean"] / hbm_gb_s for r in rates],
     }
     ms = 1e3 * m.layers
     row["split_ms"] = {
@@ -1232,6 +1341,14 @@ def add_arguments(parser) -> None:
         choices=(8, 16),
         help="the cards' KV format: int16 (default) or int8 rows (half the bytes per token, "
         "about 25x the attention error)",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=KV_PLACEMENTS,
+        default="channels",
+        help="where the cards put KV regions (as `tandem cosim decode --placement`): whole "
+        "inside pseudo-channels, spread over all of them (channels, the default), or a "
+        "sequence's regions one after another (contiguous)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows")
     parser.add_argument("--plot", metavar="FILE", help="draw tokens/s against batch (PNG)")
@@ -1379,6 +1496,17 @@ def _describe(rows: list[dict]) -> str:
             f"{e['reference_params']['head_dim']} G {e['reference_params']['gqa_group']} "
             f"({e['simulator']}; {e['source']}; `{e['command']}`)"
         )
+        calls = [c for r in rows if r.get("hpu_channels") for c in r["hpu_channels"]["calls"]]
+        if calls:
+            placement = next(r for r in rows if r.get("hpu_channels"))["hpu_channels"]["placement"]
+            touched = [c["touched"] for c in calls]
+            rates = [c["gb_s"] for c in calls]
+            text += (
+                f"\n  KV placement {placement}: a call reads {min(touched):g}-{max(touched):g} of "
+                f"{hpu['hbm_channels']} pseudo-channels, {min(rates):.0f}-{max(rates):.0f} GB/s "
+                f"(a channel sustains at most "
+                f"{hpu['hbm_gb_s'] * hpu['sustained_fraction'] / hpu['hbm_channels']:.2f} GB/s)"
+            )
     return text
 
 
@@ -1431,6 +1559,7 @@ def check_arguments(args) -> list[int]:
             "--hpu-latency": args.hpu_latency != 100,
             "--pcie-latency-us": args.pcie_latency_us != 0.0,
             "--kv-bits": args.kv_bits != HpuParams().kv_bits,
+            "--placement": args.placement != "channels",
         }
         given = [flag for flag, set_ in card_flags.items() if set_]
         if given:
@@ -1455,6 +1584,7 @@ def run(args) -> int:
         latency=args.hpu_latency,
         pcie_latency_us=args.pcie_latency_us,
         kv_bits=args.kv_bits,
+        placement=args.placement,
     )
     if args.plot:
         plot(rows, args.plot)

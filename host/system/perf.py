@@ -73,19 +73,19 @@ bytes per read port (K on one port, V on the other):
 
 One call = the requests one card gets for one (sub-batch, layer). Its time:
 
-* bandwidth: ``bytes / (call KV bandwidth * e)``, the call's KV bandwidth from the
-  pseudo-channels its regions lie in (:func:`call_channel_rates`: the regions allocated as the
-  card's allocator places them, ``--placement``; a call takes the longer of its busiest
-  channel's bytes at the channel's sustained rate, the board's ``sustained_fraction`` of its
-  peak, and all its bytes at the engines' ports, one beat a cycle each),
-  ``bytes = sum 2*R*lanes + 2*(row + 2)`` (reads and the appended rows and scales), ``e = e_RTL(Rc)`` the stream efficiency the RTL benchmark
-  measured for one request of ``Rc`` beats per port at the configured read latency, where
-  ``Rc`` is the read beats of the busiest engine in this call (``ceil(requests / engines) *
-  R``), interpolated in ``log2`` and held constant outside the measured range. A call counts
-  as one long request because that is what the RTL measured: ``k`` requests of ``n`` tokens
-  queued back to back reach the efficiency of one request of ``k * n`` tokens (the data
-  file's ``queued`` column for 8 requests equals its ``alone`` column at 8 times the length;
-  the memory latency is paid once per call, not once per request);
+* bandwidth: ``bytes / (call KV bandwidth * e)``, the call's KV bandwidth from the pseudo-channels
+  its regions lie in (:func:`call_channel_rates`: the regions allocated as the card's allocator
+  places them, ``--placement``; a call takes the longer of its busiest channel's bytes at the
+  channel's sustained rate, the board's ``sustained_fraction`` of its peak, and all its bytes at
+  the engines' ports, one beat a cycle each), ``bytes = sum 2*R*lanes + 2*(row + 2)`` (reads and
+  the appended rows and scales), ``e = e_RTL(Rc)`` the stream efficiency the RTL benchmark
+  measured for one request of ``Rc`` beats per port at the configured read latency, where ``Rc``
+  is the read beats of the busiest engine in this call (``ceil(requests / engines) * R``),
+  interpolated in ``log2`` and held constant outside the measured range. A call counts as one long
+  request because that is what the RTL measured: ``k`` requests of ``n`` tokens queued back to
+  back reach the efficiency of one request of ``k * n`` tokens (the data file's ``queued`` column
+  for 8 requests equals its ``alone`` column at 8 times the length; the memory latency is paid
+  once per call, not once per request);
 * compute: ``sum max(R, D, O) / (engines * f)``: each engine consumes one beat per port per
   cycle, ``lanes`` elements of a K row times all ``G`` queries and ``lanes`` elements of a V
   row, and takes and emits one descriptor or result beat per cycle;

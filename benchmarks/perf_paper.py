@@ -41,6 +41,8 @@ ASSUMPTIONS = (
     f"states with its source (constraints/gpus/{PAPER['gpu']}.yaml)",
     f"HBM pseudo-channels at the board's sustained fraction of peak, PCIe links, nameplate "
     f"power (constraints/boards/{PAPER['hpu_board']}.yaml)",
+    "a call's KV bandwidth from the pseudo-channels its regions lie in, placed as the cards' "
+    "allocator places them (mappings/hpu/channels.py), the busiest at its sustained rate",
     "the engine's stream efficiency as its RTL simulation measured it "
     "(constraints/measured/hpu_stream_efficiency.yaml)",
     "engine clock and engines per card from a yosys synthesis (constraints/measured/"

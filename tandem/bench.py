@@ -799,7 +799,10 @@ def _groups_of(entry: dict[str, Any]) -> list[str]:
 
 
 def _status(entry: dict[str, Any]) -> str:
-    return entry["status"] + (f": {entry['reason']}" if entry.get("reason") else "")
+    status, reason = entry["status"], entry.get("reason") or ""
+    if reason.startswith(f"{status}: "):  # a skipped script's own line says "skipped: ..."
+        return reason
+    return f"{status}: {reason}" if reason else status
 
 
 def _run_command(summary: dict[str, Any]) -> str:

@@ -2,13 +2,28 @@
 summaries, and the scripts it lists."""
 
 import json
+import re
+import subprocess
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from tandem.sim.runner import _parse_results_xml
 
-from tandem.bench import BENCHMARKS, SKIP_EXIT, Benchmark, Figures, markdown_summary, run_suite
+from tandem.bench import (
+    BENCHMARKS,
+    MAX_CELL,
+    SKIP_EXIT,
+    Benchmark,
+    Figure,
+    Figures,
+    Provenance,
+    markdown_summary,
+    results_page,
+    run_suite,
+    write_results,
+)
 from tandem.cli import main
 from tandem.registry import get_design
 
@@ -20,10 +35,43 @@ def test_figures_round_trip(tmp_path):
     figures.add("efficiency", 0.9995, reference=0.73, reference_label="HPU paper", design="hpu")
     figures.add("error", 0.02, "%", reference=1.0, reference_label="target", higher_is_better=False)
     figures.add("speed", 1200, "cycles/s", higher_is_better=None)
+    figures.add(
+        "speed-up",
+        2.2,
+        "x",
+        provenance=Provenance.MODELLED,
+        assumptions=("GPU at its data sheet's peaks (constraints/gpus/l40s.yaml)",),
+        command="python benchmarks/perf_paper.py",
+    )
     figures.write(tmp_path / "f.json")
     back = Figures.read(tmp_path / "f.json")
     assert back == figures
-    assert [f.meets_reference() for f in back.figures] == [True, True, None]
+    assert [f.meets_reference() for f in back.figures] == [True, True, None, None]
+    assert back.figures[3].provenance == "modelled"
+    assert back.figures[3].assumptions == [
+        "GPU at its data sheet's peaks (constraints/gpus/l40s.yaml)"
+    ]
+
+
+def test_figures_without_provenance_still_read(tmp_path):
+    """JSON written before figures carried their provenance reads, with the fields empty."""
+    old = {"benchmark": "old", "figures": [{"name": "max error", "value": 0.9, "unit": "LSB"}]}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (figure,) = Figures.read(tmp_path / "old.json").figures
+    assert (figure.provenance, figure.assumptions, figure.command) == ("", [], "")
+
+
+def test_provenance_is_a_fixed_vocabulary():
+    figures = Figures("demo")
+    with pytest.raises(ValueError, match="provenance must be one of"):
+        figures.add("x", 1.0, provenance="measured: by eye")
+    with pytest.raises(ValueError, match="names its assumptions"):
+        figures.add("x", 1.0, provenance=Provenance.MODELLED)
+    with pytest.raises(ValueError, match="only a modelled figure has assumptions"):
+        figures.add("x", 1.0, provenance=Provenance.RTL, assumptions=["a latency of 2"])
+    assert figures.figures == []
+    for bench in BENCHMARKS:  # every script of the suite states how its figures are obtained
+        assert bench.provenance in set(Provenance), bench.name
 
 
 def _fake_suite(tmp_path, monkeypatch):
@@ -54,7 +102,14 @@ def _fake_suite(tmp_path, monkeypatch):
     for name, body in scripts.items():
         (folder / name).write_text(textwrap.dedent(body))
     suite = (
-        Benchmark("good", "good.py", ("mac",), "a good one", quick_args=("--small",)),
+        Benchmark(
+            "good",
+            "good.py",
+            ("mac",),
+            "a good one",
+            quick_args=("--small",),
+            provenance=Provenance.RTL,
+        ),
         Benchmark("bad", "bad.py", ("mac",), "a failing one"),
         Benchmark("absent", "absent.py", (), "a skipped one"),
         Benchmark("slow", "slow.py", (), "a slow one"),
@@ -72,6 +127,9 @@ def test_suite_reports_every_outcome_and_goes_on(tmp_path, monkeypatch):
     entries = {e["name"]: e for e in summary["benchmarks"]}
     assert entries["good"]["config"] == {"args": ["--small"]}
     assert entries["good"]["figures"][0]["value"] == 0.5
+    # The suite fills in what the script left to its Benchmark entry.
+    assert entries["good"]["figures"][0]["provenance"] == "measured: RTL simulation"
+    assert entries["good"]["figures"][0]["command"] == "python benchmarks/good.py --small"
     assert entries["bad"]["reason"] == "bad: the design did not close timing"
     assert entries["absent"]["reason"] == "skipped: the SmolLM2 GGUF file is not cached"
     assert json.loads((out / "bench.json").read_text()) == summary
@@ -168,3 +226,222 @@ def test_results_xml_gives_simulated_time_and_wall_time(tmp_path):
     t, u = _parse_results_xml(path)
     assert (t.sim_time_ns, t.wall_s, t.passed) == (2000.0, 1.5, True)
     assert (u.sim_time_ns, u.wall_s) == (3000.0, 0.5)
+
+
+LONG_ASSUMPTIONS = [
+    f"assumption {i}: a figure the model takes from a file, named with its source "
+    f"(constraints/example_{i}.yaml)"
+    for i in range(4)
+]
+
+
+def _summary() -> dict:
+    """A bench.json of five scripts: RTL and modelled figures of one design, a synthesis
+    figure of another, whole-system figures with long assumptions, a skipped script and
+    one written before figures carried their provenance."""
+
+    def fig(name, value, unit="ratio", **details):
+        return asdict(Figure(name=name, value=value, unit=unit, **details))
+
+    def entry(name, designs, figures, status="ok", **extra):
+        return {
+            "name": name,
+            "script": f"benchmarks/{name}.py",
+            "designs": designs,
+            "what": f"what {name} measures",
+            "status": status,
+            "seconds": 3.0,
+            "command": f"python benchmarks/{name}.py --quick",
+            "figures": figures,
+            **extra,
+        }
+
+    rtl = {"provenance": Provenance.RTL}
+    return {
+        "quick": True,
+        "only": ["eff", "perf", "res", "gguf", "old"],
+        "started_utc": "2026-01-02T03:04:05Z",
+        "seconds": 12.3,
+        "commit": {"hash": "abc1234", "dirty": True},
+        "machine": {
+            "python": "3.11.7",
+            "platform": "Linux-test",
+            "cpus": 2,
+            "load_start": [1.0, 0.5, 0.25],
+            "load_end": [2.0, 1.0, 0.5],
+        },
+        "tools": {"python": "3.11.7", "amaranth": "0.5.10", "verilator": "missing"},
+        "benchmarks": [
+            entry(
+                "eff",
+                ["hpu"],
+                [
+                    fig("stream efficiency | 2K", 0.97, reference=0.73,
+                        reference_label="HPU paper", design="hpu", note="verilator", **rtl),
+                    fig("card share of HBM peak", 0.7, design="hpu", note="u55c",
+                        provenance=Provenance.MODELLED, assumptions=["a port per channel"]),
+                    fig("x" * 250, 1.0, design="hpu", **rtl),
+                ],
+                provenance=Provenance.RTL,
+            ),
+            entry(
+                "perf",
+                ["hpu"],
+                [
+                    fig(f"speed-up, variant {i}", 2.0 + i, "x", design="hpu",
+                        provenance=Provenance.MODELLED, assumptions=LONG_ASSUMPTIONS,
+                        command="python benchmarks/perf.py")
+                    for i in range(2)
+                ],
+                provenance=Provenance.MODELLED,
+                system=True,
+            ),
+            entry("res", [], [fig("LUT", 1200, "cells", design="rnn",
+                                  provenance=Provenance.SYNTHESIS)]),
+            entry(
+                "gguf",
+                ["hpu"],
+                [],
+                status="skipped",
+                reason="skipped: the SmolLM2 GGUF file is not cached",
+            ),
+            entry("old", ["rnn"], [{"name": "max error", "value": 0.9, "unit": "LSB"}]),
+        ],
+    }  # fmt: skip
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+
+
+def _figure_rows(page: str) -> dict[str, list[list[str]]]:
+    """The figure tables' rows, by section title."""
+    tables: dict[str, list[list[str]]] = {}
+    section = None
+    for line in page.splitlines():
+        if line.startswith("## "):
+            section = line[3:]
+        elif line.startswith("| ") and section != "Scripts" and not line.startswith("| figure"):
+            tables.setdefault(section, []).append(_cells(line))
+    return tables
+
+
+def test_results_page_from_a_saved_run(tmp_path):
+    summary = _summary()
+    page = results_page(summary)
+    header = page.split("## Scripts")[0]
+    assert "`tandem bench --quick --only eff perf res gguf old --results FILE`" in header
+    assert "`abc1234`, working tree with uncommitted changes" in header
+    assert "started 2026-01-02T03:04:05Z" in header
+    assert "2 cores" in header and "1.00 / 0.50 / 0.25 at the start" in header
+    assert "2.00 / 1.00 / 0.50 at the end" in header
+    assert "amaranth 0.5.10, verilator missing" in header
+
+    titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    assert titles == ["Scripts", "hpu", "rnn", "System (performance model, host runtime)"]
+    rows = _figure_rows(page)
+    hpu, rnn, system = (rows[t] for t in titles[1:])
+    assert [r[0] for r in hpu][:2] == ["stream efficiency \\| 2K", "card share of HBM peak"]
+    assert hpu[0][1:3] == ["0.97 ratio", "0.73 (HPU paper) met"]
+    # Provenance and the reproducing command on every row ("not stated" for the old figure).
+    how = {p.value for p in Provenance} | {"not stated"}
+    for row in hpu + rnn + system:
+        assert len(row) == 6, row
+        assert row[4] in how or row[4].startswith("modelled"), row
+        assert row[5].startswith("`python benchmarks/"), row
+    assert hpu[0][4:] == ["measured: RTL simulation", "`python benchmarks/eff.py --quick`"]
+    assert hpu[1][4] == "modelled: a port per channel"
+    assert [r[4] for r in rnn] == ["measured: synthesis (yosys)", "not stated"]
+    assert rnn[1][5] == "`python benchmarks/old.py --quick`"
+    assert [r[0] for r in system] == ["hpu: speed-up, variant 0", "hpu: speed-up, variant 1"]
+    assert [r[5] for r in system] == ["`python benchmarks/perf.py`"] * 2
+    # Long assumptions go to one numbered note under the system table, shared by its rows.
+    assert [r[4] for r in system] == ["modelled; assumptions: note 1"] * 2
+    notes = page.split("## System")[1].split("Notes:")[1]
+    assert notes.strip().splitlines() == ["1. Assumptions:"] + [
+        f"   - {a}" for a in LONG_ASSUMPTIONS
+    ]
+    # So does the start of a long name; no cell anywhere is longer than MAX_CELL.
+    assert hpu[2][0].startswith("xxx") and hpu[2][0].endswith("... [note 1]")
+    assert "1. " + "x" * 250 in page.split("## hpu")[1].split("## rnn")[0]
+    for line in page.splitlines():
+        if line.startswith("|"):
+            assert max(len(c) for c in _cells(line)) <= MAX_CELL, line
+    # The skipped script is listed, with its reason, in the scripts table and its design's.
+    assert "| gguf | hpu | skipped: the SmolLM2 GGUF file is not cached | 3 | 0 |" in page
+    hpu_section = page.split("## hpu")[1].split("## rnn")[0]
+    assert "Not measured in this run:" in hpu_section
+    assert "- gguf (`benchmarks/gguf.py`): skipped: the SmolLM2 GGUF file is not cached" in (
+        hpu_section
+    )
+
+    # The same bench.json gives the same bytes, written twice or through the command line.
+    (tmp_path / "bench.json").write_text(json.dumps(summary, indent=2) + "\n")
+    first = write_results(summary, tmp_path / "a.md").read_bytes()
+    assert first == page.encode()
+    args = ["bench", "--from-json", str(tmp_path / "bench.json"), "--results"]
+    assert main([*args, str(tmp_path / "b.md")]) == 0
+    assert main([*args, str(tmp_path / "c.md")]) == 0
+    assert (tmp_path / "b.md").read_bytes() == first == (tmp_path / "c.md").read_bytes()
+
+
+def test_results_from_json_refuses_what_it_cannot_do(tmp_path, capsys):
+    (tmp_path / "bench.json").write_text(json.dumps(_summary()))
+    (tmp_path / "other.json").write_text(json.dumps({"figures": []}))
+    saved = ["bench", "--from-json", str(tmp_path / "bench.json")]
+    assert main(saved) == 2  # nothing to write
+    assert main([*saved, "--quick", "--results", str(tmp_path / "r.md")]) == 2
+    assert main(["bench", "--from-json", str(tmp_path / "none.json"), "--results", "r.md"]) == 2
+    assert main(["bench", "--from-json", str(tmp_path / "other.json"), "--results", "r.md"]) == 2
+    err = capsys.readouterr().err
+    assert "give --results FILE" in err and "is not a bench.json" in err
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_results_page_of_a_real_quick_run(tmp_path, capsys):
+    """Two real scripts (one golden model over every input, one performance model) through
+    ``tandem bench --results``: their figures arrive with their provenance,
+    the model's with the files its assumptions come from, and the page rewrites to the same
+    bytes from the run's bench.json."""
+    out, page_path = tmp_path / "out", tmp_path / "results.md"
+    only = ["--only", "fixed-point", "perf-paper"]
+    assert main(["bench", *only, "--quick", "-o", str(out), "--results", str(page_path)]) == 0
+    assert f"wrote {page_path}" in capsys.readouterr().out
+    page = page_path.read_text()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-5", "--format=%h"], capture_output=True, text=True
+    )
+    commit = re.search(r"\*\*Commit\*\*: `([0-9a-f]+)`", page)
+    assert commit and (head.returncode or commit.group(1) in head.stdout.split())
+    assert "**Tools**: python " in page and "numpy " in page
+    rows = _figure_rows(page)
+    exp2 = {(r[0], r[3].split(",")[0]): r for r in rows["exp2"]}
+    row = exp2[("max error", "all x <= 0")]
+    assert row[1] == "0.9391 LSB"
+    assert row[4:] == [
+        "measured: golden model on every input",
+        "`python benchmarks/fixed_point_error.py`",
+    ]
+    assert len(rows["reciprocal"]) == 6
+    system = rows["System (performance model, host runtime)"]
+    assert len(system) >= 2
+    for row in system:
+        assert row[0].startswith("hpu: tokens/s"), row
+        assert row[4].startswith("modelled; assumptions: note "), row
+        assert row[5] == "`python benchmarks/perf_paper.py`", row
+    assert system[0][2].startswith("4.1 (HPU paper)")
+    notes = page.split("## System")[1]
+    assert "constraints/gpus/l40s.yaml" in notes and "constraints/models/llama-2-7b.yaml" in notes
+    assert (
+        main(
+            [
+                "bench",
+                "--from-json",
+                str(out / "bench.json"),
+                "--results",
+                str(tmp_path / "again.md"),
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "again.md").read_bytes() == page_path.read_bytes()

@@ -75,7 +75,8 @@ def compiled(model_file, tmp_path_factory):
 def test_load_gguf_reads_back_the_config_weights_and_tokenizer(model_file):
     path, weights, types = model_file
     config, got, tokenizer = load_gguf(path)
-    assert config == LlamaConfig(**{**CONFIG.__dict__, "eps": float(np.float32(1e-6))})
+    eps = float(np.float32(1e-6))
+    assert config == LlamaConfig(**{**CONFIG.__dict__, "eps": eps, "context_length": 2048})
     assert (config.head_dim, config.gqa_group) == (32, 3)
     assert set(got) == set(weights)
     assert {t.tensor_type.name for t in gguf.GGUFReader(path).tensors} == {*TYPES}

@@ -415,8 +415,27 @@ def merge_partials(params: HpuParams, partials) -> np.ndarray:
 
     Returns the attention output as float64 [G, head_dim]: with ``M = max m_i``,
     ``sum_i o_i 2**(m_i - M) / sum_i l_i 2**(m_i - M)`` in real units.
+
+    Raises
+    ------
+    ValueError
+        When ``partials`` is not a non-empty list of partial-mode :class:`HpuResult` of
+        ``params``' shapes (``m`` and ``l`` [G], ``o`` [G, head_dim]), or when a query's
+        merged ``l`` is not above 0 (the quotient has no value; the part holding the largest
+        ``m`` of real results has ``l >= 1``).
     """
     p = params
+    g, d = p.gqa_group, p.head_dim
+    if not isinstance(partials, (list, tuple)) or not partials:
+        raise ValueError(f"partials must be a non-empty list of HpuResult, not {partials!r:.60}")
+    want = ((g,), (g,), (g, d))
+    for i, r in enumerate(partials):
+        shapes = (np.shape(r.m), np.shape(r.l), np.shape(r.o)) if isinstance(r, HpuResult) else ()
+        if shapes != want:
+            raise ValueError(
+                f"partials[{i}] must be a partial-mode HpuResult with m and l [{g}] and o "
+                f"[{g}, {d}], not {type(r).__name__} {shapes or ''}".rstrip()
+            )
     m = np.stack([r.m for r in partials]).astype(np.float64) / (1 << p.score_frac_bits)
     top = m.max(axis=0)
     factor = np.exp2(m - top)  # [parts, G]
@@ -424,4 +443,7 @@ def merge_partials(params: HpuParams, partials) -> np.ndarray:
     o_real = np.stack([r.o for r in partials]) / float(1 << p.w_frac_bits)
     total_l = (factor * l_real).sum(axis=0)
     total_o = (factor[..., None] * o_real).sum(axis=0)
+    if not (total_l > 0).all():
+        query = int(np.flatnonzero(~(total_l > 0))[0])
+        raise ValueError(f"partials merge query {query}'s l to {total_l[query]:g}, not above 0")
     return total_o / total_l[:, None]

@@ -114,6 +114,8 @@ class LlamaConfig:
     eps: float = 1e-5
     bos_id: int | None = None
     eos_id: int | None = None
+    #: Positions the model was trained for (GGUF ``llama.context_length``); None: not known.
+    context_length: int | None = None
 
     @property
     def head_dim(self) -> int:
@@ -506,6 +508,7 @@ def load_gguf(path: str | Path):
             eps=float(meta("llama.attention.layer_norm_rms_epsilon", 1e-5)),
             bos_id=meta("tokenizer.ggml.bos_token_id"),
             eos_id=meta("tokenizer.ggml.eos_token_id"),
+            context_length=_positive(meta("llama.context_length")),
         )
         for key in ("llama.attention.key_length", "llama.attention.value_length",
                     "llama.rope.dimension_count"):  # fmt: skip
@@ -534,6 +537,15 @@ def load_gguf(path: str | Path):
     return config, weights, tokenizer
 
 
+def _positive(value) -> int | None:
+    """A metadata count as an ``int``; None when absent or not a positive integer."""
+    try:
+        value = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if value > 0 else None
+
+
 def write_gguf(
     path: str | Path,
     config: LlamaConfig,
@@ -542,7 +554,7 @@ def write_gguf(
     *,
     tensor_types=None,
     name: str = "tandem-llama",
-    context_length: int = 2048,
+    context_length: int | None = None,
 ) -> Path:
     """Write a Llama-architecture GGUF that :func:`load_gguf` (and llama.cpp) reads back.
 
@@ -561,6 +573,10 @@ def write_gguf(
         ``{tensor name: type}`` with types the ``gguf`` package quantizes (``"F32"``,
         ``"F16"``, ``"Q8_0"``, ``"Q4_0"``, ``"Q4_1"``...; a row must be a whole number of
         blocks); tensors not named are F32 if 1-D (norms, as llama.cpp keeps them), else F16.
+    name
+        ``general.name``.
+    context_length
+        ``llama.context_length``; default the config's, else 2048.
     """
     import gguf
 
@@ -574,7 +590,7 @@ def write_gguf(
         raise ValueError(f"tensor_types names no weight: {sorted(unknown)[0]}")
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name(name)
-    writer.add_context_length(context_length)
+    writer.add_context_length(context_length or config.context_length or 2048)
     writer.add_embedding_length(config.dim)
     writer.add_block_count(config.n_layers)
     writer.add_feed_forward_length(config.hidden)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from tandem.mappings.nm import NMPattern, pack_nm, prune_magnitude, quantize_per_channel
 
+from tandem.args import output_dir
 from tandem.errors import UserError
 
 from . import program as prog
@@ -44,8 +45,9 @@ __all__ = [
 DEFAULT_PATTERNS = ("4:16", "8:16", "16:16")
 
 
-class CompileError(UserError):
-    """A model or option the compiler cannot take (one line, exit status 2)."""
+class CompileError(UserError, ValueError):
+    """A model, option or output folder the compiler cannot take: one line (exit status 2 in
+    the CLI; a ``ValueError`` to Python callers)."""
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,14 @@ class CompileOptions:
     weight_group: int = 0
 
     def __post_init__(self):
+        self._check_types()
         if not self.patterns:
             raise CompileError("--patterns: give at least one N:M pattern")
         for text in self.patterns:
-            NMPattern.parse(text)  # NMError (a UserError) on a bad pattern
+            try:
+                NMPattern.parse(text)
+            except UserError as exc:
+                raise CompileError(str(exc)) from None
         if self.criterion not in ("magnitude", "activation"):
             raise CompileError(
                 f"--criterion must be magnitude or activation, not {self.criterion!r}"
@@ -136,6 +142,34 @@ class CompileOptions:
             raise CompileError(f"--weight-group must be 0 or a multiple of 16, not {group!r}")
         if group > 65536:
             raise CompileError(f"--weight-group must be at most 65536, not {group}")
+
+    def _check_types(self) -> None:
+        """Every field of the type it is compared as (a string where a number belongs would
+        raise ``TypeError`` inside a comparison)."""
+
+        def number(value, integral: bool) -> bool:
+            kinds = int if integral else (int, float)
+            return isinstance(value, kinds) and not isinstance(value, bool)
+
+        for name in ("calibration_tokens", "max_prefill", "tile", "weight_group"):
+            value = getattr(self, name)
+            if not number(value, True):
+                raise CompileError(f"--{name.replace('_', '-')} must be an integer, not {value!r}")
+        if not number(self.budget, False):
+            raise CompileError(f"--budget must be a number, not {self.budget!r}")
+        for name in ("criterion", "method"):
+            if not isinstance(getattr(self, name), str):
+                raise CompileError(f"--{name} must be a string, not {getattr(self, name)!r}")
+        if not isinstance(self.patterns, (tuple, list)) or not all(
+            isinstance(p, str) for p in self.patterns
+        ):
+            raise CompileError(
+                f"--patterns must be N:M strings such as ('2:4',), not {self.patterns!r}"
+            )
+        for name in ("activation_bits", "weight_bits"):
+            value = getattr(self, name)
+            if not isinstance(value, (tuple, list)) or not all(number(b, True) for b in value):
+                raise CompileError(f"--{name.replace('_', '-')} must be 8 and/or 16, not {value!r}")
 
 
 @dataclass
@@ -399,10 +433,23 @@ def compile_model(
     """
     from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
     from tandem.host.system.decode import hpu_params_for
+    from tandem.host.system.model import LlamaConfig
+
+    from tandem.generate import staged_output
 
     started = time.perf_counter()
-    check_output_folder(Path(out_dir))
-    c = model.config
+    if not isinstance(options, CompileOptions):
+        raise CompileError(f"options must be CompileOptions, not {type(options).__name__}")
+    if not isinstance(text, str):
+        raise CompileError(f"text must be a string, not {type(text).__name__}")
+    out_dir = check_output_folder(out_dir)
+    c = getattr(model, "config", None)
+    if not isinstance(c, LlamaConfig):
+        # calibrate() and the programs are Llama's layer (RMSNorm, SwiGLU, one RoPE base).
+        raise CompileError(
+            f"{model_label}: architecture {type(model).__name__}, expected Llama (tandem "
+            "compile takes Llama-architecture models only)"
+        )
     try:  # ATTEND runs on the HPU: refuse a head_dim or GQA group it has no configuration for
         hpu_params_for(c)
     except UserError as exc:
@@ -504,37 +551,33 @@ def compile_model(
         "clipped_per_layer": {f"{ch.layer}.{ch.name}": ch.clipped for ch in choices if ch.clipped},
         "pattern_counts": _counts(_label(ch.pattern, ch.weight_bits, ch.bits) for ch in choices),
     }
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp-compile")
-    import shutil
-
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        np.savez(tmp / "weights.npz", **arrays)
-        for name, image in compiled.images.items():
-            (tmp / name).write_bytes(image)
-        (tmp / "program.json").write_text(json.dumps(compiled.table, indent=1) + "\n")
-        summary["compile_s"] = round(time.perf_counter() - started, 2)
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staged_output(out_dir, compiled.images, flag="-o") as staging:
+            np.savez(staging / "weights.npz", **arrays)
+            for name, image in compiled.images.items():
+                (staging / name).write_bytes(image)
+            (staging / "program.json").write_text(json.dumps(compiled.table, indent=1) + "\n")
+            summary["compile_s"] = round(time.perf_counter() - started, 2)
+            (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    except UserError as exc:  # the folder could not be written: a ValueError to the API too
+        raise CompileError(str(exc)) from None
+    for stale in set(out_dir.glob("prefill_*.bin")) - {out_dir / n for n in compiled.images}:
+        stale.unlink(missing_ok=True)  # a former compile's buckets beyond this one's
     return summary
 
 
-def check_output_folder(out_dir: Path) -> None:
-    """A compile replaces ``out_dir`` only when it is missing, empty or a former compile's
-    output (its ``program.json`` says so); anything else is a :class:`CompileError`."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
-        raise CompileError(f"-o {out_dir}: exists and is not a folder")
-    if not any(out_dir.iterdir()):
-        return
+def check_output_folder(out_dir) -> Path:
+    """``out_dir`` as a folder a compile may write: one that can be created (or is), and that
+    is missing, empty or a former compile's output (its ``program.json`` says so); anything
+    else is a :class:`CompileError`."""
+    try:
+        out_dir = output_dir(out_dir, "-o")
+        if not out_dir.exists() or not any(out_dir.iterdir()):
+            return out_dir
+    except UserError as exc:
+        raise CompileError(str(exc)) from None
+    except OSError as exc:  # a folder it may not list
+        raise CompileError(f"-o {out_dir}: {exc.strerror}") from None
     try:
         table = json.loads((out_dir / "program.json").read_text())
         former = table.get("format") == "tandem-llm-program 1"
@@ -544,6 +587,7 @@ def check_output_folder(out_dir: Path) -> None:
         raise CompileError(
             f"-o {out_dir}: a folder that is not a tandem compile output; give a new or empty one"
         )
+    return out_dir
 
 
 def _counts(patterns) -> dict[str, int]:

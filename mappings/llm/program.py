@@ -30,8 +30,10 @@ __all__ = [
     "compile_programs",
     "decode_program",
     "layer_body",
+    "linear_shapes",
     "prefill_program",
     "prefill_template",
+    "program_table",
     "unrolled_instructions",
 ]
 
@@ -171,12 +173,10 @@ def buffer_bytes_per_token(s: CardShape) -> dict[str, int]:
     }
 
 
-def layer_body(s: CardShape, layer: int, tokens: int, offset: int, mv: bool) -> list[Instruction]:
-    """One decoder layer for ``tokens`` tokens from ``offset`` (``tokens=0``: the tile's)."""
-    b = BUFFER
-    t = {"tokens": tokens, "offset": offset, "layer": layer}
+def linear_shapes(s: CardShape) -> dict[str, tuple[int, int]]:
+    """``(rows, cols)`` of every linear layer's weights, by llama.cpp name."""
     q, kv = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
-    shapes = {
+    return {
         "attn_q": (q, s.dim),
         "attn_k": (kv, s.dim),
         "attn_v": (kv, s.dim),
@@ -185,6 +185,13 @@ def layer_body(s: CardShape, layer: int, tokens: int, offset: int, mv: bool) -> 
         "ffn_up": (s.hidden, s.dim),
         "ffn_down": (s.dim, s.hidden),
     }
+
+
+def layer_body(s: CardShape, layer: int, tokens: int, offset: int, mv: bool) -> list[Instruction]:
+    """One decoder layer for ``tokens`` tokens from ``offset`` (``tokens=0``: the tile's)."""
+    b = BUFFER
+    t = {"tokens": tokens, "offset": offset, "layer": layer}
+    shapes = linear_shapes(s)
 
     def wide(group):
         return s.is_wide(layer, group)
@@ -396,12 +403,12 @@ class Compiled:
     on_chip_bytes: int
 
 
-def compile_programs(s: CardShape, max_prefill: int) -> Compiled:
-    """The decode program and every bucket's prefill template, as images and a table."""
-    images = {"decode.bin": encode_program(decode_program(s))}
+def program_table(s: CardShape, max_prefill: int) -> dict:
+    """The table of the programs for ``s`` and prompts up to ``max_prefill`` tokens: the card,
+    buffers, tensors, and each program's file, on-chip bytes and buffer offsets (a prefill
+    template's also its bucket, tile and whether the residual stream stays on chip)."""
     plans = {}
     for lo, hi in buckets(max_prefill):
-        images[f"prefill_{lo}_{hi}.bin"] = encode_program(prefill_template(s, lo, hi))
         plan = bucket_plan(s, hi)
         plans[f"{lo}-{hi}"] = {
             "file": f"prefill_{lo}_{hi}.bin",
@@ -413,11 +420,7 @@ def compile_programs(s: CardShape, max_prefill: int) -> Compiled:
             "buffer_offsets": plan["buffers"]["offsets"],
         }
     decode_buffers = allocate(s, 1, 1)
-    instructions = sum(len(image) // WORD_BYTES for image in images.values())
-    storage = sum(len(image) for image in images.values())
-    per_length = WORD_BYTES * sum(unrolled_instructions(s, n) for n in range(1, max_prefill + 1))
-    per_length += len(images["decode.bin"])
-    table = {
+    return {
         "format": "tandem-llm-program 1",
         "word_bytes": WORD_BYTES,
         "card": s.__dict__,
@@ -430,6 +433,19 @@ def compile_programs(s: CardShape, max_prefill: int) -> Compiled:
         },
         "prefill": plans,
     }
+
+
+def compile_programs(s: CardShape, max_prefill: int) -> Compiled:
+    """The decode program and every bucket's prefill template, as images and a table."""
+    table = program_table(s, max_prefill)
+    images = {"decode.bin": encode_program(decode_program(s))}
+    for plan in table["prefill"].values():
+        images[plan["file"]] = encode_program(prefill_template(s, plan["lo"], plan["hi"]))
+    instructions = sum(len(image) // WORD_BYTES for image in images.values())
+    storage = sum(len(image) for image in images.values())
+    per_length = WORD_BYTES * sum(unrolled_instructions(s, n) for n in range(1, max_prefill + 1))
+    per_length += len(images["decode.bin"])
+    on_chip = [table["decode"]["on_chip_bytes"]]
     return Compiled(
         images=images,
         table=table,
@@ -437,5 +453,5 @@ def compile_programs(s: CardShape, max_prefill: int) -> Compiled:
         storage_bytes=storage,
         storage_bytes_per_length=per_length,
         buckets=buckets(max_prefill),
-        on_chip_bytes=max([decode_buffers["bytes"]] + [p["on_chip_bytes"] for p in plans.values()]),
+        on_chip_bytes=max(on_chip + [p["on_chip_bytes"] for p in table["prefill"].values()]),
     )

@@ -16,14 +16,20 @@ program and prefill templates instruction by instruction:
 
 import json
 import time
-from dataclasses import dataclass, field
+import zipfile
+import zlib
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
+from tandem.host.common import checks
+from tandem.host.system.model import LlamaConfig
 from tandem.mappings.nm import NMPacked, NMPattern
 
 from tandem.errors import UserError
 
+from . import program as prog
 from .compiler import quantize_activations, split_digits
 from .isa import UNIT, Op, Unit, decode_program
 from .program import BUFFER_NAMES, EMBEDDINGS, HIDDEN_OUT, SPILL
@@ -31,8 +37,24 @@ from .program import BUFFER_NAMES, EMBEDDINGS, HIDDEN_OUT, SPILL
 __all__ = ["CompiledModel", "OpStats", "ProgramRunner"]
 
 
-class ProgramError(UserError):
-    """A compile folder that cannot be run (one line, exit status 2)."""
+class ProgramError(UserError, ValueError):
+    """A compile folder that cannot be run, or a call the runner cannot take: one line (exit
+    status 2 in the CLI; a ``ValueError`` to Python callers)."""
+
+
+#: Largest values of the card's fields: what the instruction fields hold (8-bit layer, 16-bit
+#: rows and columns) and :class:`~tandem.mappings.llm.compiler.CompileOptions`' limits.
+_CARD_LIMITS = {
+    "n_layers": 255,
+    "dim": 65535,
+    "n_heads": 65535,
+    "n_kv_heads": 65535,
+    "head_dim": 65535,
+    "hidden": 65535,
+    "tile": 32,
+    "weight_group": 65536,
+}
+_MAX_PREFILL = 4095
 
 
 def column_block(packed: NMPacked, block: int, blocks: int) -> NMPacked:
@@ -51,51 +73,191 @@ def column_block(packed: NMPacked, block: int, blocks: int) -> NMPacked:
 
 
 class CompiledModel:
-    """A ``tandem compile`` output folder: programs, tensor table, packed weights."""
+    """A ``tandem compile`` output folder: programs, tensor table, packed weights.
+
+    Every file is checked as it is read: the table and the programs must be what the compiler
+    writes for the table's card, and every array in ``weights.npz`` must have the shape and
+    number format the programs read it in.
+
+    Parameters
+    ----------
+    directory
+        The folder ``tandem compile -o`` wrote.
+
+    Raises
+    ------
+    ProgramError
+        One line naming the folder and the file that is missing, unreadable or not what the
+        compiler writes.
+    """
 
     def __init__(self, directory):
         self.directory = Path(directory)
+        self.table = self._json("program.json")
+        self.summary = self._json("summary.json")
+        shape, max_prefill = self._card()
+        expected = json.loads(json.dumps(prog.program_table(shape, max_prefill)))
+        if self.table != expected:
+            keys = sorted({*expected, *self.table}, key=str)
+            key = next(k for k in keys if self.table.get(k) != expected.get(k))
+            self._fail(f"program.json's {key!r} is not what tandem compile writes for its card")
+        self.shape = shape
+        self.card = self.table["card"]
+        self.decode = self._program("decode.bin", prog.decode_program(shape))
+        self.prefill = {
+            (b["lo"], b["hi"]): self._program(
+                b["file"], prog.prefill_template(shape, b["lo"], b["hi"])
+            )
+            for b in self.table["prefill"].values()
+        }
+        self.arrays = self._weights()
+        self.matrices: dict[int, NMPacked] = {}
+        #: The low digit matrices of 16-bit weights (``W = 256 * matrices + matrices_lo``).
+        self.matrices_lo: dict[int, NMPacked] = {}
+        self.norms: dict[int, np.ndarray] = {}
+        shapes = prog.linear_shapes(shape)
+        for entry in self.table["tensors"]:
+            key = f"blk.{entry.get('layer')}.{entry.get('name')}"
+            if entry["kind"] == "matrix":
+                wide = (entry["layer"], entry["name"]) in shape.wide_weights
+                planes = (("", self.matrices), (".lo", self.matrices_lo))[: 1 + wide]
+                for suffix, table in planes:
+                    table[entry["id"]] = self._matrix(key, suffix, shapes[entry["name"]])
+            elif entry["kind"] == "norm":
+                self.norms[entry["id"]] = self._array(key, (shape.dim,), "f").astype(np.float32)
+        self.key_factors = self._array(
+            "key_factors", (shape.n_layers, shape.n_kv_heads, shape.head_dim), "f"
+        )
+        if not (self.key_factors > 0).all():
+            self._fail("weights.npz: key_factors must be positive")
+
+    def _fail(self, why: str) -> NoReturn:
+        raise ProgramError(f"{self.directory}: {why}")
+
+    def _read(self, name: str) -> bytes:
         try:
-            self.table = json.loads((self.directory / "program.json").read_text())
-            self.summary = json.loads((self.directory / "summary.json").read_text())
-            if self.table.get("format") != "tandem-llm-program 1":
-                raise ValueError(f"format {self.table.get('format')!r}")
-            self.decode = decode_program((self.directory / "decode.bin").read_bytes())
-            self.prefill = {
-                (b["lo"], b["hi"]): decode_program((self.directory / b["file"]).read_bytes())
-                for b in self.table["prefill"].values()
-            }
-            weights = np.load(self.directory / "weights.npz", allow_pickle=False)
-            self.arrays = {k: weights[k] for k in weights.files}
-        except (OSError, ValueError, KeyError) as exc:
-            raise ProgramError(f"{self.directory}: not a tandem compile folder ({exc})") from None
-        self.card = self.table.get("card")
+            return (self.directory / name).read_bytes()
+        except OSError as exc:
+            reason = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+            self._fail(f"not a tandem compile folder ({name}: {reason})")
+
+    def _json(self, name: str) -> dict:
+        text = self._read(name)
         try:
-            self.matrices: dict[int, NMPacked] = {}
-            #: The low digit matrices of 16-bit weights (``W = 256 * matrices + matrices_lo``).
-            self.matrices_lo: dict[int, NMPacked] = {}
-            self.norms: dict[int, np.ndarray] = {}
-            for entry in self.table["tensors"]:
-                key = f"blk.{entry.get('layer')}.{entry.get('name')}"
-                if entry["kind"] == "matrix":
-                    n, m = (int(v) for v in self.arrays[key + ".pattern"])
-                    for suffix, table in (("", self.matrices), (".lo", self.matrices_lo)):
-                        if key + suffix + ".values" not in self.arrays:
-                            continue
-                        table[entry["id"]] = NMPacked(
-                            values=self.arrays[key + suffix + ".values"],
-                            indices=self.arrays[key + suffix + ".indices"],
-                            pattern=NMPattern(n, m),
-                            shape=tuple(int(v) for v in self.arrays[key + ".shape"]),
-                            scales=self.arrays[key + ".scales"],
-                        )
-                elif entry["kind"] == "norm":
-                    self.norms[entry["id"]] = self.arrays[key].astype(np.float32)
-            self.key_factors = self.arrays["key_factors"]
-        except (KeyError, TypeError, ValueError) as exc:  # a file missing or from elsewhere
-            raise ProgramError(
-                f"{self.directory}: weights.npz does not match program.json ({exc})"
-            ) from None
+            data = json.loads(text)
+        except ValueError as exc:  # JSON, or bytes that are not UTF-8
+            self._fail(f"{name} is not JSON ({exc})")
+        if name == "program.json" and (
+            not isinstance(data, dict) or data.get("format") != "tandem-llm-program 1"
+        ):
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            self._fail(f"not a tandem compile folder (program.json format {found!r})")
+        if not isinstance(data, dict):
+            self._fail(f"{name} holds a {type(data).__name__}, not an object")
+        return data
+
+    def _card(self) -> tuple[prog.CardShape, int]:
+        """The table's card as a :class:`~tandem.mappings.llm.program.CardShape`, and the
+        longest prompt of its buckets."""
+        card, buckets = self.table.get("card"), self.table.get("prefill")
+        names = [f.name for f in fields(prog.CardShape)]
+        if not isinstance(card, dict) or sorted(card) != sorted(names):
+            self._fail(f"program.json's card must have the fields {', '.join(names)}")
+        for name, limit in _CARD_LIMITS.items():
+            value, least = card[name], 0 if name == "weight_group" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= limit:
+                self._fail(f"program.json's card {name} must be in {least}..{limit}, not {value!r}")
+        pairs = {}
+        for name in ("wide", "wide_weights"):
+            value = card[name]
+            ok = isinstance(value, list) and all(
+                isinstance(p, list) and len(p) == 2 and type(p[0]) is int and isinstance(p[1], str)
+                for p in value
+            )
+            if not ok:
+                self._fail(f"program.json's card {name} must be [layer, name] pairs")
+            pairs[name] = tuple(tuple(p) for p in value)
+        his = [b.get("hi") if isinstance(b, dict) else None for b in (buckets or {}).values()]
+        if (
+            not isinstance(buckets, dict)
+            or not his
+            or any(isinstance(hi, bool) or not isinstance(hi, int) for hi in his)
+        ):
+            self._fail("program.json's prefill must map buckets to entries with an integer hi")
+        longest = max(his)
+        if not 1 <= longest <= _MAX_PREFILL:
+            self._fail(
+                f"program.json's longest prefill must be in 1..{_MAX_PREFILL}, not {longest}"
+            )
+        try:
+            shape = prog.CardShape(**{**card, **pairs})
+            if (shape.dim % shape.n_heads, shape.n_heads % shape.n_kv_heads) != (0, 0):
+                raise ValueError("dim must divide into n_heads, n_heads into n_kv_heads")
+        except ValueError as exc:
+            self._fail(f"program.json's card: {exc}")
+        return shape, longest
+
+    def _program(self, name: str, expected: list) -> list:
+        try:
+            program = decode_program(self._read(name))
+        except ValueError as exc:
+            self._fail(f"{name}: {exc}")
+        if program != expected:
+            at = next((i for i, (a, b) in enumerate(zip(program, expected)) if a != b), None)
+            where = f"instruction {at}" if at is not None else f"{len(program)} instructions"
+            self._fail(f"{name} is not the program tandem compile writes for its card ({where})")
+        return program
+
+    def _weights(self) -> dict[str, np.ndarray]:
+        path = self.directory / "weights.npz"
+        try:
+            with np.load(path, allow_pickle=False) as weights:
+                return {k: weights[k] for k in weights.files}
+        except FileNotFoundError:
+            self._fail("not a tandem compile folder (weights.npz: missing)")
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            # truncated or damaged: np.load and zipfile say so in many ways
+            why = getattr(exc, "strerror", None) or exc
+            self._fail(f"weights.npz cannot be read ({why})")
+
+    def _array(self, key: str, shape: tuple, kinds: str) -> np.ndarray:
+        """Array ``key`` of ``weights.npz``, checked: ``shape``, a dtype kind of ``kinds``
+        (numpy's letters: ``i``/``u`` integers, ``f`` floats), finite."""
+        if key not in self.arrays:
+            self._fail(f"weights.npz does not match program.json (no {key})")
+        array = self.arrays[key]
+        if array.shape != shape or array.dtype.kind not in kinds:
+            self._fail(
+                f"weights.npz: {key} must be {shape} of kind {kinds!r}, not {array.shape} "
+                f"{array.dtype}"
+            )
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            self._fail(f"weights.npz: {key} holds NaN or infinity")
+        return array
+
+    def _matrix(self, key: str, suffix: str, shape: tuple[int, int]) -> NMPacked:
+        """A linear layer's packed weights (``suffix`` ".lo": the low digits of 16-bit ones)."""
+        n, m = (int(v) for v in self._array(key + ".pattern", (2,), "iu"))
+        try:
+            pattern = NMPattern(n, m)
+        except UserError as exc:
+            self._fail(f"weights.npz: {key}.pattern: {exc}")
+        rows, cols = self._array(key + ".shape", (2,), "iu").tolist()
+        if (rows, cols) != shape:
+            self._fail(
+                f"weights.npz: {key} is {rows} x {cols}, the program's {shape[0]} x {shape[1]}"
+            )
+        group = self.shape.weight_group
+        if group and group % m:
+            self._fail(f"weights.npz: {key}'s M = {m} does not divide the weight group {group}")
+        slots = (rows, -(-cols // m) * n)
+        values = self._array(key + suffix + ".values", slots, "i")
+        indices = self._array(key + suffix + ".indices", slots, "iu")
+        scales = self._array(key + ".scales", (rows, cols // group) if group else (rows,), "f")
+        bad_index = indices.size and not 0 <= indices.min() <= indices.max() < m
+        if values.dtype != np.int8 or bad_index:
+            self._fail(f"weights.npz: {key}{suffix} must hold int8 values and indices below {m}")
+        return NMPacked(values, indices.astype(np.uint8), pattern, (rows, cols), scales)
 
     def bucket(self, length: int) -> tuple[int, int]:
         """The prefill bucket serving a prompt of ``length`` tokens."""
@@ -106,6 +268,7 @@ class CompiledModel:
         raise ProgramError(f"a {length}-token prompt exceeds the compiled {longest}-token maximum")
 
     def max_columns(self) -> int:
+        """The most columns of any matrix (in whole N:M groups): the engine's ``max_k``."""
         return max(p.groups * p.pattern.m for p in self.matrices.values())
 
 
@@ -162,7 +325,14 @@ class ProgramRunner:
         self.run_cycles: list[dict[str, int]] = []
         self._now_s = 0.0
         self._op_cycles = 0
-        c = model.config
+        if not isinstance(compiled, CompiledModel):
+            raise ProgramError(f"compiled must be a CompiledModel, not {type(compiled).__name__}")
+        c = getattr(model, "config", None)
+        if not isinstance(c, LlamaConfig):
+            # The element-wise ops here are Llama's (RMSNorm, rotate-half RoPE, SwiGLU).
+            raise ProgramError(
+                f"a compiled program runs a Llama-architecture model, not {type(model).__name__}"
+            )
         card = compiled.card
         if (card["n_layers"], card["dim"], card["n_heads"], card["hidden"]) != (
             c.n_layers,
@@ -203,9 +373,19 @@ class ProgramRunner:
 
     # --- execution ---------------------------------------------------------------------------
     def start(self, seq: int, capacity: int) -> None:
-        """Give sequence ``seq`` KV memory for ``capacity`` tokens on the cards (empty)."""
+        """Give sequence ``seq`` KV memory for ``capacity`` tokens on the cards (empty).
+
+        Raises ``ValueError`` for a ``seq`` that is not an integer of at least 0, a
+        ``capacity`` not one of at least 1, or a sequence already started
+        (:class:`ProgramError`), and :class:`~tandem.host.common.errors.CapacityError` when
+        the cards have no room.
+        """
         import torch
 
+        checks.integer(seq, "seq", lo=0)
+        checks.integer(capacity, "capacity", lo=1)
+        if seq in self.attention.seqs:
+            raise ProgramError(f"sequence {seq} is already started")
         c = self.config
         empty = [torch.zeros(c.n_kv_heads, 0, c.head_dim) for _ in range(c.n_layers)]
         self.attention.start(seq, empty, empty, capacity, factors=self.compiled.key_factors)
@@ -217,13 +397,48 @@ class ProgramRunner:
         """Run the prompt ``ids`` through its bucket's template: the last token's hidden state
         [dim], or with ``every_position`` every token's [T, dim] (teacher forcing: each token's
         row is what a decode step of that token computes, bit for bit)."""
-        ids = list(ids)
+        ids = self._tokens(ids)
         program = self.compiled.prefill[self.compiled.bucket(len(ids))]
+        self._room(seq, 0, len(ids))
         return self._execute(program, seq, ids, position=0, every_position=every_position)
 
     def step(self, seq: int, token: int, position: int) -> np.ndarray:
-        """One decode step of the token at ``position``; its hidden state."""
+        """One decode step of the token at ``position`` (the sequence's length: each step
+        appends one token); its hidden state."""
+        (token,) = self._tokens([token])
+        checks.integer(position, "position", lo=0)
+        self._room(seq, position, 1)
         return self._execute(self.compiled.decode, seq, [token], position=position)
+
+    def _tokens(self, ids) -> list[int]:
+        """``ids`` as token ids of the model's vocabulary, at least one."""
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise ProgramError(f"ids must be a sequence of token ids, not {type(ids).__name__}")
+        ids = list(ids)
+        if not ids:
+            raise ProgramError("ids must hold at least one token")
+        vocab = self.config.vocab
+        for token in ids:
+            checks.integer(token, "a token id", lo=0, hi=vocab - 1, what=" (the vocabulary)")
+        return [int(token) for token in ids]
+
+    def _room(self, seq: int, position: int, tokens: int) -> None:
+        """Refuse a run that does not continue ``seq`` where it stands or outgrows its
+        capacity: the cards would append the keys at another position than RoPE's."""
+        state = self.attention.seqs.get(seq)
+        if state is None:
+            raise ProgramError(f"sequence {seq} is not started; call start({seq}, capacity)")
+        if position != state.length:
+            raise ProgramError(
+                f"sequence {seq} holds {state.length} tokens: the next runs at position "
+                f"{state.length}, not {position}"
+            )
+        capacity = sum(s.capacity for s in state.slices)
+        if state.length + tokens > capacity:
+            raise ProgramError(
+                f"sequence {seq} holds {state.length} of its {capacity} tokens: no room for "
+                f"{tokens} more"
+            )
 
     def logits(self, hidden) -> np.ndarray:
         """LM head on the GPU side: [vocab] float32 of a hidden state [dim] ([T, vocab] of

@@ -672,7 +672,14 @@ def _reference_cell(figure: dict[str, Any]) -> str:
     if reference is None:
         return ""
     text = f"{_fmt(reference)} ({figure.get('reference_label') or 'reference'})"
-    met = Figure(**figure).meets_reference()
+    # Only the fields the comparison reads: a saved figure's provenance need not be one this
+    # version knows.
+    met = Figure(
+        name=figure["name"],
+        value=figure["value"],
+        reference=reference,
+        higher_is_better=figure.get("higher_is_better", True),
+    ).meets_reference()
     if met is not None:
         text += " met" if met else " **not met**"
     return text
@@ -785,11 +792,17 @@ def _command_cell(entry: dict[str, Any], figure: dict[str, Any], notes: _Notes) 
 
 
 def _group_of(entry: dict[str, Any], figure: dict[str, Any]) -> str:
+    """The table a figure goes in: the system's, or its design's. A figure's ``design`` may
+    name a variant of one of its script's designs (``"hpu (channels placement)"``): the
+    design it starts with."""
     if entry.get("system"):
         return SYSTEM
-    if figure.get("design"):
-        return figure["design"]
-    return ", ".join(entry["designs"]) or "all designs"
+    label, designs = figure.get("design", ""), entry["designs"]
+    if label and (label in designs or not designs):
+        return label
+    if label and label.split()[0] in designs:
+        return label.split()[0]
+    return ", ".join(designs) or "all designs"
 
 
 def _groups_of(entry: dict[str, Any]) -> list[str]:
@@ -911,7 +924,7 @@ def results_page(summary: dict[str, Any]) -> str:
             ]
         for entry, figure in rows.get(group, []):
             name = figure["name"]
-            if group == SYSTEM and figure.get("design"):
+            if figure.get("design") and figure["design"] != group:
                 name = f"{figure['design']}: {name}"
             lines.append(
                 f"| {notes.fit(name)} | {_fmt(figure['value'])} {_cell(figure['unit'])} | "

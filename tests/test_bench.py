@@ -236,9 +236,10 @@ LONG_ASSUMPTIONS = [
 
 
 def _summary() -> dict:
-    """A bench.json of five scripts: RTL and modelled figures of one design, a synthesis
-    figure of another, whole-system figures with long assumptions, a skipped script and
-    one written before figures carried their provenance."""
+    """A bench.json of five scripts: RTL and modelled figures of one design (one of them of
+    a variant of it), a synthesis figure of another, whole-system figures with long
+    assumptions, a skipped script, and one whose figures carry no provenance or one this
+    version does not know."""
 
     def fig(name, value, unit="ratio", **details):
         return asdict(Figure(name=name, value=value, unit=unit, **details))
@@ -281,6 +282,8 @@ def _summary() -> dict:
                     fig("card share of HBM peak", 0.7, design="hpu", note="u55c",
                         provenance=Provenance.MODELLED, assumptions=["a port per channel"]),
                     fig("x" * 250, 1.0, design="hpu", **rtl),
+                    fig("channels touched", 3, "channels", design="hpu (channels placement)",
+                        provenance=Provenance.COUNTERS),
                 ],
                 provenance=Provenance.RTL,
             ),
@@ -305,7 +308,11 @@ def _summary() -> dict:
                 status="skipped",
                 reason="skipped: the SmolLM2 GGUF file is not cached",
             ),
-            entry("old", ["rnn"], [{"name": "max error", "value": 0.9, "unit": "LSB"}]),
+            entry("old", ["rnn"], [
+                {"name": "max error", "value": 0.9, "unit": "LSB"},
+                {"name": "speed", "value": 2.0, "unit": "x", "reference": 1.0,
+                 "provenance": "measured: by a later tool"},
+            ]),
         ],
     }  # fmt: skip
 
@@ -344,15 +351,23 @@ def test_results_page_from_a_saved_run(tmp_path):
     assert [r[0] for r in hpu][:2] == ["stream efficiency \\| 2K", "card share of HBM peak"]
     assert hpu[0][1:3] == ["0.97 ratio", "0.73 (HPU paper) met"]
     # Provenance and the reproducing command on every row ("not stated" for the old figure).
-    how = {p.value for p in Provenance} | {"not stated"}
+    how = {p.value for p in Provenance} | {"not stated", "measured: by a later tool"}
     for row in hpu + rnn + system:
         assert len(row) == 6, row
         assert row[4] in how or row[4].startswith("modelled"), row
         assert row[5].startswith("`python benchmarks/"), row
     assert hpu[0][4:] == ["measured: RTL simulation", "`python benchmarks/eff.py --quick`"]
     assert hpu[1][4] == "modelled: a port per channel"
-    assert [r[4] for r in rnn] == ["measured: synthesis (yosys)", "not stated"]
+    assert [r[4] for r in rnn] == [
+        "measured: synthesis (yosys)",
+        "not stated",
+        "measured: by a later tool",
+    ]
     assert rnn[1][5] == "`python benchmarks/old.py --quick`"
+    assert rnn[2][1:3] == ["2 x", "1 (reference) met"]
+    # A figure of a variant of a design goes in the design's table, named with its variant.
+    assert hpu[3][:2] == ["hpu (channels placement): channels touched", "3 channels"]
+    assert len(hpu) == 4
     assert [r[0] for r in system] == ["hpu: speed-up, variant 0", "hpu: speed-up, variant 1"]
     assert [r[5] for r in system] == ["`python benchmarks/perf.py`"] * 2
     # Long assumptions go to one numbered note under the system table, shared by its rows.

@@ -788,6 +788,16 @@ def run(args) -> int:
 
     # Every flag before any work (the model, the cards, the decode).
     integer(args.tokens, "--tokens", 1)
+    for text in args.prompt:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # undecodable bytes of argv arrive as surrogates
+            raise UserError(f"--prompt is not valid UTF-8 (character {exc.start})") from None
+    if args.compare and args.tokens < 2:
+        raise UserError(
+            "--compare needs --tokens 2 or more: it compares the decode steps after the first "
+            "token, which the prefill gives"
+        )
     hpus = integer(args.hpus, "--hpus", 1)
     if args.batch is not None:
         integer(args.batch, "--batch", 1)

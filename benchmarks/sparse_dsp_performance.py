@@ -195,6 +195,7 @@ def main(argv=None) -> int:
             design="sparse-mpe",
             higher_is_better=False,
             note="SmolLM2 q_proj, int8, 16 tokens; pruning included",
+            provenance=Provenance.GOLDEN_REAL_DATA,
         )
     report = {"params": params.to_dict(), "figures": figures}
     if args.synth:

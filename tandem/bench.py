@@ -2,7 +2,7 @@
 
 Every script in ``benchmarks/`` prints its figures as a table and, given ``--figures PATH``,
 also writes them as JSON in one shape (:class:`Figures`), so that the suite can gather them.
-A figure is a measured number with its unit; most are ratios measured in the same run
+A figure is a number with its unit, measured or modelled; most are ratios measured in one run
 (efficiency, utilization, speed-up against a named baseline, error against a float
 reference), and a figure with a published reference or a target carries it, so the summary
 can show the ratio to it.
@@ -95,7 +95,7 @@ class Provenance(enum.StrEnum):
 
 @dataclass
 class Figure:
-    """One measured figure.
+    """One figure: measured, or modelled from measured ones (:attr:`provenance` says which).
 
     Attributes
     ----------

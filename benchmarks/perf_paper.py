@@ -4,13 +4,14 @@ Run: ``python benchmarks/perf_paper.py [--out DIR]``
 
 Projects decode for the paper's setup (:data:`tandem.host.system.perf.PAPER`) with
 :func:`tandem.host.system.perf.decode_projection` at batches 1..128 and prints, next to the paper's
-measured claims (up to 4.1x tokens/s over the GPU alone, which runs out of memory at large
-batches; 4.6x tokens/s/W), the model's best-against-best ratios, and how they move with the
-assumptions the model states: the read latency of the measured stream efficiency (2 or 100
-cycles), the engine clock (as shipped: the timing estimate of the synthesized engine,
-``tandem synth``; 200 MHz and the board's 300 MHz for an engine pipelined that far), engines
-per card, and a fixed PCIe latency per transfer. Nothing is fitted to the paper. Writes
-``perf_paper.json`` and ``perf_paper.png`` into ``--out`` (default ``build/benchmarks``).
+measured claims (up to 4.1x tokens/s over the GPU alone, which runs out of memory at large batches;
+4.6x tokens/s/W), the model's best-against-best ratios, and how they move with the assumptions the
+model states: the read latency of the measured stream efficiency (2 or 100 cycles), the engine
+clock (as shipped: the timing estimate of the synthesized engine, ``tandem synth``; 200 MHz and the
+board's 300 MHz for an engine pipelined that far), engines per card, a fixed PCIe latency per
+transfer and where the cards place KV regions (by pseudo-channel, as shipped, or one sequence's
+regions one after another). Nothing is fitted to the paper. Writes ``perf_paper.json`` and
+``perf_paper.png`` into ``--out`` (default ``build/benchmarks``).
 """
 
 import argparse
@@ -31,6 +32,7 @@ VARIANTS = (
     ("8 engines/card", {"engines": 8}),
     ("32 engines/card", {"engines": 32}),
     ("PCIe latency 5 us per transfer", {"pcie_latency_us": 5.0}),
+    ("contiguous KV placement (a call reads a few pseudo-channels)", {"placement": "contiguous"}),
 )
 
 # What the projection rests on, each with the file its numbers come from (the formulas are

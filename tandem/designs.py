@@ -9,6 +9,7 @@ from tandem.host.common.arith import AdderTreeParams, MacParams, adder_tree_gold
 from tandem.host.common.exp2 import Exp2Params, exp2_golden
 from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_golden
 from tandem.host.hpu import HpuParams, hpu_golden
+from tandem.host.hpu.card import HpuCardParams, hpu_card_golden
 from tandem.host.rnn import RnnParams, rnn_golden
 from tandem.host.sparse_dsp import (
     SparseDspChainParams,
@@ -26,6 +27,7 @@ from tandem.hw.common.adder_tree import AdderTree
 from tandem.hw.common.exp2 import Exp2
 from tandem.hw.common.mac import Mac
 from tandem.hw.common.reciprocal import Reciprocal
+from tandem.hw.hpu.card import HpuCard
 from tandem.hw.hpu.engine import Hpu
 from tandem.hw.rnn.engine import Rnn
 from tandem.hw.sparse_dsp.chain import SparseDspChain
@@ -54,6 +56,28 @@ NM_PACKER = Tool(
 HPU_SERVER = "tandem.sim.cosim.hpu_server"
 # Serves any design with stream ports; the host encodes every beat.
 STREAM_SERVER = "tandem.sim.cosim.stream_server"
+
+
+# `hpu`'s proof parameters (see its registration), shared by `hpu-card`.
+_HPU_PROVE_PARAMS = {
+    "lanes": 16,
+    "mem_data_bits": 128,
+    "kv_bits": 8,
+    "head_dim": 32,
+    "gqa_group": 1,
+    "max_seq_len": 64,
+    "max_outstanding": 2,
+    "max_burst_beats": 2,
+    "addr_bits": 16,
+    "q_bits": 8,
+    "score_int_bits": 4,
+    "score_frac_bits": 4,
+    "prob_frac_bits": 8,
+    "weight_bits": 10,
+    "weight_frac_bits": 8,
+    "out_bits": 8,
+    "out_frac_bits": 0,
+}
 
 
 def _per_cycle(figures: dict) -> float:
@@ -141,24 +165,31 @@ register(
         # Induction does not close, and a BMC of the defaults reaches cycle 3 (docs/formal.md):
         # the same gateware with 16 lanes, one query, 64 tokens and narrow number formats
         # raises its first result in cycle 37; each output is checked 3 cycles past its first.
+        prove_params=_HPU_PROVE_PARAMS,
+        prove_depth=40,
+        prove_mode="bmc",
+        prove_margin=3,
+    )
+)
+
+register(
+    Design(
+        name="hpu-card",
+        summary="several hpu engines behind one descriptor stream: requests routed by KV "
+        "address to the engine owning its HBM channels, results merged per request",
+        params=HpuCardParams,
+        generator=HpuCard,
+        # Per engine, its requests' results in descriptor order (docs/hpu.md, "The card").
+        golden=hpu_card_golden,
+        testbench="tandem.sim.hpu.card_tb",
+        board="u55c",  # the HPU paper's card
+        docs="docs/hpu.md",
+        # The engine's proof parameters (see hpu), two engines over a 64 KiB memory.
         prove_params={
-            "lanes": 16,
-            "mem_data_bits": 128,
-            "kv_bits": 8,
-            "head_dim": 32,
-            "gqa_group": 1,
-            "max_seq_len": 64,
-            "max_outstanding": 2,
-            "max_burst_beats": 2,
-            "addr_bits": 16,
-            "q_bits": 8,
-            "score_int_bits": 4,
-            "score_frac_bits": 4,
-            "prob_frac_bits": 8,
-            "weight_bits": 10,
-            "weight_frac_bits": 8,
-            "out_bits": 8,
-            "out_frac_bits": 0,
+            **_HPU_PROVE_PARAMS,
+            "engines": 2,
+            "channels": 2,
+            "memory_bytes": 1 << 16,
         },
         prove_depth=40,
         prove_mode="bmc",

@@ -32,7 +32,7 @@ needs_yices = pytest.mark.skipif(find_yices() is None, reason=NO_YICES)
 # Where a BMC step of the proof parameters is slow, the suite checks the first cycles only (the
 # harness finds and checks every channel and buffer); `tandem prove hpu` and `tandem prove
 # sparse-mpe` run the registry's depths, past every output's first beat (docs/formal.md).
-SUITE_DEPTH = {"sparse-mpe": 8, "hpu": 4}
+SUITE_DEPTH = {"sparse-mpe": 8, "hpu": 4, "hpu-card": 4}
 
 
 @pytest.fixture(params=ENGINES)

@@ -25,6 +25,7 @@ BUILTIN = (
     "adder-tree",
     "exp2",
     "hpu",
+    "hpu-card",
     "mac",
     "reciprocal",
     "rnn",

@@ -29,6 +29,9 @@ RESOURCE_KEYS = ("lut", "ff", "dsp", "bram36", "uram")
 #: holds each design's board: the board its paper used).
 DEFAULT_BOARD = "vck190"
 
+#: yosys synthesis pass by :attr:`Board.architecture`, where it is not ``synth_xilinx``.
+_SYNTH_PASSES = {"ecp5": "synth_ecp5"}
+
 
 @dataclass(frozen=True)
 class Board:
@@ -45,6 +48,12 @@ class Board:
     default_clock_mhz: float
     power_w: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def synth_pass(self) -> str:
+        """The yosys pass that maps onto the part: ``synth_ecp5`` for Lattice ECP5 (no family
+        option), else ``synth_xilinx`` (with :attr:`yosys_family` as its ``-family``)."""
+        return _SYNTH_PASSES.get(self.architecture, "synth_xilinx")
 
     def capacity(self, resource: str) -> int | None:
         """How many ``resource`` cells (lut, ff, dsp, bram36, uram) the part has, if known."""

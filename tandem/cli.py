@@ -1,5 +1,5 @@
-"""``tandem`` command line: designs, generate, sim, synth, map, pack, model, cosim, perf, bench,
-sweep, setup, doctor, cache.
+"""``tandem`` command line: designs, generate, sim, synth, pnr, map, pack, model, cosim, perf,
+bench, sweep, setup, doctor, cache.
 
 Exit status: 0 success, 1 verification failure, 2 user error (one line on stderr, no
 traceback).
@@ -155,6 +155,12 @@ def _cmd_synth(args) -> int:
     return 0
 
 
+def _cmd_pnr(args) -> int:
+    from . import pnr
+
+    return pnr.run(args, *_resolve(args))
+
+
 def _cmd_prove(args) -> int:
     from . import prove
 
@@ -258,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-o", "--output", metavar="DIR", help="also write the JSON report here")
     p.set_defaults(func=_cmd_synth, extras=("synth",))
+
+    from . import pnr  # light: the tools run inside place_and_route()
+
+    p = sub.add_parser("pnr", help="place and route on an ECP5 board: post-route Fmax, utilization")
+    _add_params(p)
+    pnr.add_arguments(p)
+    p.set_defaults(func=_cmd_pnr, extras=("synth",))
 
     from . import prove  # light: amaranth and yosys load inside prove()
 

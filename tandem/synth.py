@@ -308,6 +308,11 @@ def synthesize(
     """
     if isinstance(board, str):
         board = load_board(board)
+    if board.synth_pass != "synth_xilinx":  # the cell counts below are AMD primitives
+        raise UserError(
+            f"tandem synth counts AMD cells; {board.name} is {board.architecture}: "
+            f"run tandem pnr {design.name} --board {board.name}"
+        )
     family = board.yosys_family or "xcup"
     note = ""
     if board.yosys_family is None:

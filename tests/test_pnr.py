@@ -119,6 +119,19 @@ def test_a_design_that_does_not_fit_is_one_line(monkeypatch, capsys, tmp_path):
     assert "exp2 does not fit ulx3s-85f" in err and "the part has 100" in err
 
 
+@needs_tools
+@pytest.mark.synth
+def test_more_port_bits_than_pins_is_placed_out_of_context(tmp_path):
+    board = load_board(BOARD)
+    few_pins = {**board.extra["place_and_route"], "user_io": 16}  # exp2 has 40 port bits
+    board = replace(board, extra={**board.extra, "place_and_route": few_pins})
+    design = get_design("exp2")
+    report = pnr.place_and_route(design, design.params(), board, cache_dir=tmp_path)
+    assert report.mode == "out-of-context" and "40 port bits" in report.mode_note
+    assert report.bitstream_sha256 == "" and report.fmax_mhz > 0
+    assert report.critical_path is not None and report.used["lut4"] > 0
+
+
 def test_critical_path_splits_logic_from_routing():
     step = {"cell": "a", "port": "Q"}
     report = {

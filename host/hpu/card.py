@@ -15,7 +15,7 @@ depends on timing, so :func:`hpu_card_golden` returns one list per engine and a 
 compares each engine's results in order.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import numpy as np
@@ -183,6 +183,7 @@ def hpu_card_golden(
     for e in range(p.engines):
         backend = GoldenHpuBackend(p.engine, BLOCK_BYTES, kernel="numpy")
         backend.memory = _CardMemory(memory)
-        chosen = np.flatnonzero(engines == e)
-        out.append(backend.run([batch[int(i)] for i in chosen]).results)
+        chosen = engines == e
+        mine = HpuBatch(**{f.name: getattr(batch, f.name)[chosen] for f in fields(HpuBatch)})
+        out.append(backend.run(mine).results)
     return out

@@ -46,14 +46,14 @@ def write(tmp_path, name, content):
     return path
 
 
-def outcome(path, walk=False):
+def outcome(path, walk=False, threads=1):
     """``("ok", indptr, indices, data bytes)`` or ``("error", message)``: no warning allowed."""
     patches = {}
     if walk:  # the fast paths off: every file goes through the line walk
         patches = {
-            "_mtx_fast": lambda path, head, text: None,
-            "_edges_fast": lambda path, text: None,
-            "_metis_fast": lambda text: None,
+            "_mtx_fast": lambda path, head, text, threads=1: None,
+            "_edges_fast": lambda path, text, threads=1: None,
+            "_metis_fast": lambda text, threads=1: None,
         }
     saved = {name: getattr(readers, name) for name in patches}
     try:
@@ -62,7 +62,7 @@ def outcome(path, walk=False):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             try:
-                m = read_graph(path)
+                m = read_graph(path, threads=threads)
             except GraphError as exc:
                 message = str(exc)
                 assert "\n" not in message and message.startswith(str(path)), message
@@ -254,12 +254,15 @@ BAD_FILES = [
     ("noexp.mtx", HEADER + "2 2 1\n2 2 1e\n", r":3: entry '1e' is not a number"),
     ("hex.mtx", HEADER + "2 2 1\n2 2 0x10\n", r":3: entry '0x10' is not a number"),
     ("extra.mtx", HEADER + "2 2 1\n1 1 1.0 7\n", r":3: expected 3 fields, got '1 1 1.0 7'"),
+    ("glued.mtx", HEADER + "3 3 1\n1 2.5 7\n", r":3: column index 2.5 is not an integer"),
     ("short.mtx", HEADER + "2 2 2\n1 1 1\n1 2.5\n", r":4: expected 3 fields, got '1 2.5'"),
     ("pattern.mtx", HEADER.replace("real", "pattern") + "2 2 1\n1 1 1\n", r":3: expected 2 fields"),
     ("nanw.txt", "1 2 1.0\n2 3 inf\n", r":2: value inf is not finite"),
     ("badw.txt", "1 2 1.0\n2 3 1.0abc\n", r":2: weight '1.0abc' is not a number"),
     ("dotw.txt", "1 2 1.0\n2 3 .\n", r":2: weight '.' is not a number"),
     ("short.txt", "# x\n1 2\n3\n", r":3: expected 'u v' or 'u v weight'"),
+    # three short lines with a blank at their end hold as many numbers as three weighted ones
+    ("trail.txt", "1 2 3\n4 5 \n6 7 \n8 9 \n", r":2: expected 'u v' or 'u v weight', got '4 5'"),
     ("wide.txt", "1 2 3 4\n", r":1: expected 'u v' or 'u v weight'"),
     ("nan.graph", "2 1 1\n2 nan\n1 nan\n", r":2: value nan is not finite"),
     ("word.graph", "2 1\n2\nx\n", r":3: entry 'x' is not a number"),
@@ -467,6 +470,8 @@ def test_fast_paths_take_the_usual_files(tmp_path, monkeypatch):
         weighted = "".join(f"{a} {b} {float(w)!r}\n" for a, b, w in zip(u, v, rng.random(999)))
         read_graph(write(tmp_path, "w.txt" + suffix, weighted))
         read_graph(write(tmp_path, "b.graph" + suffix, gzip.decompress(FOUR_ELT.read_bytes())))
+    windows = _mtx_text(rng, 300, 50_000, "integer", "symmetric", "plain").replace("\n", "\r\n")
+    read_graph(write(tmp_path, "crlf.mtx", windows))
 
 
 def test_errors_past_the_first_block_name_their_line(tmp_path):
@@ -480,6 +485,77 @@ def test_errors_past_the_first_block_name_their_line(tmp_path):
     edges[250_000] = "5 -1"
     path = write(tmp_path, "late.txt", "\n".join(edges) + "\n")
     assert outcome(path)[1] == f"{path}:250001: node id -1 is negative"
+
+
+#: Bodies that ``scipy.io.mmread`` reads without a word, each as something it does not say (it
+#: reads a number's longest prefix and skips the rest of the line), and tandem's one line.
+MMREAD_MISREADS = [
+    ("2 2 1\n1 1 1.0abc\n", ":3: entry '1.0abc' is not a number"),
+    ("2 2 1\n1 1 1.2.3\n", ":3: entry '1.2.3' is not a number"),
+    ("2 2 1\n1 1 1e5e5\n", ":3: entry '1e5e5' is not a number"),
+    ("2 2 1\n1 1 1-2\n", ":3: entry '1-2' is not a number"),
+    ("2 2 1\n1 1 0x10\n", ":3: entry '0x10' is not a number"),
+    ("2 2 1\n1 1 1.0 7\n", ":3: expected 3 fields, got '1 1 1.0 7'"),
+    ("3 3 1\n1 2.5 7\n", ":3: column index 2.5 is not an integer"),
+    ("3 3 2\n1 1 1\n1 2.5\n", ":4: expected 3 fields, got '1 2.5'"),
+    ("3 3 1\n1 1 1.0 % caf\u00e9\n", ":3: not a text file (invalid UTF-8)"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), MMREAD_MISREADS)
+def test_what_mmread_misreads_is_refused(tmp_path, body, message):
+    # What the block checks before mmread are for: none of these makes mmread fail.
+    path = write(tmp_path, "m.mtx", (HEADER + body).encode("latin-1"))
+    assert scipy.io.mmread(path).nnz > 0
+    assert outcome(path) == ("error", f"{path}{message}")
+
+
+def test_what_mmread_reads_otherwise_is_read_as_python_does(tmp_path):
+    # mmread reads 1_0 as 1, Python's float (and so tandem) as 10.
+    path = write(tmp_path, "m.mtx", HEADER + "2 2 1\n1 2 1_0\n")
+    assert scipy.io.mmread(path).data.tolist() == [1.0]
+    assert read_graph(path).toarray().tolist() == [[0, 10], [0, 0]]
+
+
+def test_threads_read_the_same(tmp_path, monkeypatch):
+    # Blocks of 4 KiB: each file is dozens of them, checked and parsed side by side.
+    monkeypatch.setattr(readers, "_BLOCK", 1 << 12)
+    rng = np.random.default_rng(11)
+    edges = "".join(f"{u}\t{v}\n" for u, v in rng.integers(0, 3000, (20_000, 2)))
+    weighted = "".join(
+        f"{u} {v} {w!r}\n" for (u, v), w in zip(rng.integers(0, 99, (999, 2)), rng.random(999))
+    )
+    files = [
+        write(tmp_path, "a.mtx", _mtx_text(rng, 300, 20_000, "real", "general", "plain")),
+        write(tmp_path, "p.mtx", _mtx_text(rng, 300, 20_000, "pattern", "symmetric", "plain")),
+        write(tmp_path, "a.txt", edges),
+        write(tmp_path, "w.txt", weighted),
+        write(tmp_path, "b.graph", gzip.decompress(FOUR_ELT.read_bytes())),
+    ]
+    lines = edges.splitlines()
+    lines[15_000] = "7 x7"
+    files.append(write(tmp_path, "late.txt", "\n".join(lines)))
+    lines = _mtx_text(rng, 300, 20_000, "real", "general", "plain").splitlines()
+    lines[15_000] = "3 3 1e5e5"
+    files.append(write(tmp_path, "late.mtx", "\n".join(lines)))
+    for path in files:
+        expected = outcome(path)
+        for threads in (2, 5):
+            assert outcome(path, threads=threads) == expected, (path.name, threads)
+    assert outcome(files[-1])[1].endswith(":15001: entry '1e5e5' is not a number")
+    assert outcome(files[-2])[0] == "ok"  # string names: the walk reads them
+
+
+def test_integers_are_read_as_python_reads_them():
+    rng = np.random.default_rng(13)
+    # Up to 19 digits (all that uint64 holds for sure), leading zeros among them.
+    tokens = ["".join(map(str, rng.integers(0, 10, rng.integers(1, 20)))) for _ in range(5000)]
+    tokens += ["9" * 19, "0", "00000000", "12345678", "123456789"]
+    text = " ".join(tokens).encode()
+    ends = np.flatnonzero(np.frombuffer(text + b" ", np.uint8) == ord(" "))
+    lengths = np.array([len(t) for t in tokens])
+    assert readers._integers(text, ends, lengths).tolist() == [int(t) for t in tokens]
+    assert readers._integers(b"1" * 20, np.array([20]), np.array([20])) is None
 
 
 def test_memory_scales_with_entries(tmp_path):

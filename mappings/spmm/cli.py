@@ -162,7 +162,7 @@ def run(args) -> int:
     # X (nodes x features) streams from the board's memory: at least one node's row must fit.
     integer(args.features, "--features", 1, memory // feature_bytes, f" ({board.name} memory)")
     model = CostModel(systolic, sparse, board, tile, args.features)
-    graph = read_graph(args.graph, args.format)
+    graph = read_graph(args.graph, args.format, threads=threads)
     nodes = int(graph.shape[0])
     if nodes * args.features * feature_bytes > memory:
         raise UserError(

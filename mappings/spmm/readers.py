@@ -15,16 +15,20 @@ promises more is refused before anything is allocated.
 
 Two paths read a text file:
 
-* **Fast**: the file is read in blocks of about 1 MiB of whole lines. Each block is checked with
-  a few byte-wise passes (``bytes.translate`` and 64-bit word operations, no per-line Python):
-  only digits and the characters of numbers, one space (or, in edge lists, one tab) between
-  fields, markers (``.``, ``e``, signs) only in a value field and in the order of a number.
-  Checked blocks are parsed by C: Matrix Market by ``scipy.io.mmread`` (fast_matrix_market;
-  a plain file with a standard header by its name, anything else through a stream with a
-  canonical header), edge lists and METIS by ``numpy.fromstring``. On its own mmread would read
-  ``1.0abc`` as 1.0, ``1 2 3 4`` as ``1 2 3`` and ``1 2.5`` as row 1, column 2, value .5, and
-  crashes on a NUL byte: the checks keep such lines from it. Memory: a block or two, and the
-  arrays of the result. A pipe is read once into memory (the walk may need it again).
+* **Fast**: the file is read in blocks of about 1 MiB of whole lines. Each block is checked in
+  numpy (no per-line Python; see "fast-path block checks" below): one pass over every byte
+  finds the bytes that are not digits, and the rest runs on that skeleton. Only the standard
+  layout passes: one space (or, in edge lists, one tab) between fields, integers where indices
+  go, numbers written so that C and Python read them alike. Checked blocks are parsed without
+  a Python loop: Matrix Market by ``scipy.io.mmread`` (fast_matrix_market; a plain file with a
+  standard header by its name, anything else through a stream with a canonical header), integer
+  edge lists and METIS by numpy (eight digits a 64-bit word, at the skeleton's positions),
+  weighted edge lists by ``numpy.fromstring``. The checks come before mmread, not after: what it
+  returns gives no sign of what it misread (``1.0abc`` as 1.0, ``1 2 3 4`` as ``1 2 3``, ``1 2.5``
+  as row 1, column 2, value .5), and a NUL byte after a value crashes it. With ``threads`` > 1
+  the blocks are checked (and parsed) on that many threads: numpy releases the GIL in its
+  loops. Memory: a few blocks, and the arrays of the result. A pipe is read once into memory
+  (the walk may need it again).
 * **Walk**: anything the fast path does not accept (other spacing, comments between entries,
   ``1.0`` as an index, NaN, a bad token, a lying header, ...) is read again by walking its
   lines, block by block, with Python's ``float``/``int`` on every token: it either names the
@@ -39,6 +43,8 @@ import re
 import stat
 import zipfile
 import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +52,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from tandem.errors import UserError
+
+from .parallel import check_threads
 
 __all__ = [
     "FORMATS",
@@ -112,6 +120,22 @@ def _check_size(path, line, nodes: int, nonzeros: int) -> None:
 
 
 # ---------------------------------------------------------------------------------- text files
+
+
+_HEAP_PRIMER = 16 << 20  # more than a block's numpy temporaries, at most glibc's 32 MiB cap
+
+
+def _keep_freed_pages() -> None:
+    """Let glibc's malloc keep the memory freed after a block for the next one.
+
+    Each block allocates and frees a few MB of numpy temporaries. Until it adapts, glibc maps
+    an allocation above 128 KiB to fresh pages (every one a page fault) and gives freed memory
+    above 128 KiB back to the kernel: a process's first large read then faults in every block
+    anew. Freeing one mapped allocation raises both thresholds to its size (and twice that), as
+    the first read's own frees do later; with another allocator this is one untouched
+    allocation.
+    """
+    np.empty(_HEAP_PRIMER, np.uint8)  # mapped, never touched, freed at once
 
 
 class _Text:
@@ -206,6 +230,8 @@ class _Text:
 
     def blocks(self):
         """The rest of the file in blocks of whole lines (the last may lack its ``\\n``)."""
+        if self.size > 8 * _BLOCK:  # a few blocks fault in a few MB: not worth it
+            _keep_freed_pages()
         pending = self._buf[self._pos :]
         self._buf, self._pos = b"", 0
         while True:
@@ -253,6 +279,27 @@ def _blocks_or_none(text: _Text):
         yield from text.blocks()
     except _LongLineError:
         yield None
+
+
+def _each(blocks, work, threads: int):
+    """``work(block)`` for each block, in order; with ``threads`` > 1 on that many threads (the
+    checks are numpy loops, which release the GIL), at most two a thread ahead of the caller,
+    who may stop at any result."""
+    if threads == 1:
+        yield from map(work, blocks)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending = deque()
+        try:
+            for block in blocks:
+                pending.append(pool.submit(work, block))
+                if len(pending) > 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def _decode(path, first_line: int, raw: bytes) -> str:
@@ -340,98 +387,196 @@ def _square(path, rows, cols, values, n) -> sp.csr_matrix:
 
 # ------------------------------------------------------------------------ fast-path block checks
 #
-# A block passes when a C parser reads every line of it exactly as Python's int/float read its
-# tokens. Every byte gets a code (bytes.translate): its low nibble says what it is as the first
-# byte of a pair, its high nibble what it is as the second; a pair (x, y) is wrong when
-# x & (y >> 4) is not zero. Roles as first byte: 1 digit or '.', 2 'e' or sign, 4 space or
-# line end, 8 anything else. As second: 1 sign (a sign after a digit or '.'), 2 line end (a line
-# ending in 'e' or a sign), 4 space (two blanks in a row, a line starting with one), 8 digit,
-# '.' or 'e' (after anything else). Words of eight pairs are tested at once.
+# A block passes when the parser after it (fast_matrix_market, numpy.fromstring, the digit
+# parser below) reads every line of it exactly as Python's int/float read its tokens. The C
+# parsers read a number's longest prefix and skip the rest of the line, so ``1.0abc`` is 1.0,
+# ``1 2 3 4`` is ``1 2 3``, ``1 2.5`` is row 1, column 2, value .5 (and a NUL byte after a value
+# crashes mmread): what they return gives no sign of it, so the bytes are checked, with numpy
+# only. One pass over every byte finds the bytes that are not digits; the rest runs on that
+# skeleton, about a sixth of the block: each of its bytes with a flag saying whether a digit
+# comes right before it, which is all the grammar needs to know of the digits.
+
+_SP, _TAB, _NL, _CR, _DOT = 32, 9, 10, 13, 46
 
 
-def _codes(classes: dict[bytes, int]) -> bytes:
-    table = bytearray([0xFF]) * 256
-    for chars, code in classes.items():
-        for ch in chars:
-            table[ch] = code
-    return bytes(table)
+def _skeleton(block: bytes, end: int):
+    """``(skeleton, digit before, positions, next start)`` of ``block[:end]``: its bytes that are
+    not digits, between a line end before the block (position -1) and one after it (position
+    ``end``); a token of digits lies between one's ``next start`` and the next one's position.
+
+    A CR right before its line feed is that line's end (the feed is dropped, the next token
+    starts after it); a lone CR makes the result None: it ends a line for the walk's
+    ``str.splitlines``, not for C.
+    """
+    a = np.frombuffer(block, np.uint8, end)
+    where = np.flatnonzero((a - np.uint8(48)) >= 10)
+    m = where.size
+    s = np.empty(m + 2, np.uint8)
+    s[0] = s[-1] = _NL
+    np.take(a, where, out=s[1:-1])
+    p = np.empty(m + 2, np.int64)
+    p[0], p[1:-1], p[-1] = -1, where, end
+    q = p
+    if block.find(b"\r", 0, end) >= 0:
+        cr = s == _CR
+        feed = np.zeros_like(cr)
+        feed[1:] = cr[:-1]
+        if not (s[feed] == _NL).all() or (p[feed] != p[cr] + 1).any():
+            return None
+        s[cr] = _NL
+        q = p.copy()
+        q[cr] += 1
+        keep = ~feed
+        s, p, q = s[keep], p[keep], q[keep]
+    g = np.empty(s.size, bool)
+    g[0] = False
+    np.greater(p[1:] - q[:-1], 1, out=g[1:])
+    return s, g, p, q
 
 
-_DIGITS = b"0123456789"
-_BLANK = {b" ": 0x44, b"\n\r": 0x24}
-_CODES_REAL = _codes({_DIGITS + b".": 0x81, b"eE": 0x82, b"+-": 0x12, **_BLANK})
-_CODES_INT = _codes({_DIGITS: 0x81, **_BLANK})
-_CODES_REAL_TAB = _codes(
-    {_DIGITS + b".": 0x81, b"eE": 0x82, b"+-": 0x12, b" \t": 0x44, b"\n\r": 0x24}
-)
-_CODES_INT_TAB = _codes({_DIGITS: 0x81, b" \t": 0x44, b"\n\r": 0x24})
-# The markers of a value (digits and blanks deleted): roles as first 1 '.', 2 'e', 4 sign; as
-# second 1|2 '.' (after '.' or 'e'), 2 'e' (after 'e'), 1|4 sign (after '.' or a sign).
-_CODES_MARKERS = _codes({b".": 0x31, b"eE": 0x22, b"+-": 0x54, b"\n\r": 0x00})
-_LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
-_TAB_TO_SPACE = bytes.maketrans(b"\t", b" ")
-_NORMALIZE = bytes.maketrans(b"E+", b"e-")
-
-
-def _pairs_ok(codes: bytes, after_end: int) -> bool:
-    """No wrong pair of neighbouring codes; ``after_end``: the second-byte role past the end."""
-    n = len(codes)
-    if not n:
-        return True
-    words = (n - 1) // 8
-    if words:
-        first = np.frombuffer(codes, np.uint64, words)
-        second = np.frombuffer(codes, np.uint64, words, offset=1)
-        test = second >> np.uint64(4)
-        test &= _LOW_NIBBLES
-        test &= first
-        if test.any():
-            return False
-    for k in range(words * 8, n - 1):
-        if codes[k] & (codes[k + 1] >> 4):
-            return False
-    return not (codes[-1] & after_end)
+def _trimmed(block: bytes) -> int:
+    """The length of ``block`` without the blank lines at its end (both parsers skip them)."""
+    end = len(block)
+    while end and block[end - 1] in b"\r\n":
+        end -= 1
+    return end
 
 
 def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
     """Whether every line of ``block`` is ``fields`` fields, one blank between them, integers
-    but for a last field that is a number written the way C and Python read alike when ``real``.
+    but for a last field that is a number written the way C and Python read alike when ``real``
+    (``[sign] (digits [. [digits]] | . digits) [e [sign] digits]``).
 
     Blank lines are allowed (both parsers skip them) only at the end of the block.
     """
-    if not block:
+    end = _trimmed(block)
+    if not end:
         return True
-    body = block
-    if block.endswith((b"\n\n", b"\n\r\n")):  # (a copy, but only then)
-        body = block.rstrip(b"\r\n")
-        if not body:
-            return True
-    table = (
-        (_CODES_REAL_TAB if tabs else _CODES_REAL)
-        if real
-        else (_CODES_INT_TAB if tabs else _CODES_INT)
-    )
-    if body[0] in b" \t" or not _pairs_ok(body.translate(table), 0x2):
-        return False
-    if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
-        return False
-    # Digits deleted, each line must be `fields - 1` spaces then the value's markers: exactly
-    # that many spaces per line, all of them at its start (so no marker in an index).
-    rest = body.translate(_TAB_TO_SPACE if tabs else None, _DIGITS)
-    lines = rest.count(b"\n") + (not rest.endswith(b"\n"))
-    gap = b" " * (fields - 1)
-    if rest.count(b" ") != len(gap) * lines:
-        return False
-    if rest.startswith(gap) + rest.count(b"\n" + gap) != lines:
-        return False
     if not real:
-        return True
-    # The markers of each value in the order of a number: [sign] ['.'] [e [sign]].
-    markers = rest.translate(None, b" ")
-    if not _pairs_ok(markers.translate(_CODES_MARKERS), 0):
+        return _integer_skeleton(block, end, fields, tabs) is not None
+    found = _skeleton(block, end)
+    if found is None:
         return False
-    markers = markers.translate(_NORMALIZE)
-    return b"e-." not in markers and b"e-e" not in markers
+    s, g = found[:2]
+    if tabs:
+        s[s == _TAB] = _SP
+    sp, nl = s == _SP, s == _NL
+    # Blanks only after a digit, at the start of a line (after its end or another blank), as
+    # many as the lines need: every line then starts with exactly fields - 1 of them, and the
+    # value's markers come after them.
+    if int(np.count_nonzero(sp)) != (fields - 1) * (int(np.count_nonzero(nl)) - 1):
+        return False
+    if (sp & ~g).any() or (sp[1:] & ~(nl[:-1] | sp[:-1])).any():
+        return False
+    starts = nl[:-1]
+    for k in range(1, fields):
+        if starts[starts.size - k + 1 :].any() or (starts[: starts.size - k + 1] & ~sp[k:]).any():
+            return False
+    dot = s == _DOT
+    e = (s | np.uint8(32)) == ord("e")
+    sign = ((s - np.uint8(ord("+"))) & np.uint8(0xFD)) == 0  # '+' or '-'
+    if not (sp | nl | dot | e | sign).all():
+        return False
+    # From the skeleton's third byte on (its first is the line end before the block, its second
+    # the first line's first blank), each marker after what may come before it.
+    prev_sp, prev_e, prev_dot = sp[1:-1], e[1:-1], dot[1:-1]
+    lead_sign = sign[1:-1] & ~e[:-2]
+    digits = g[2:] | (prev_dot & g[1:-1])  # a digit before it, or before the point before it
+    bad = sign[2:] & (g[2:] | ~(prev_sp | prev_e))
+    bad |= dot[2:] & ~(prev_sp | lead_sign)
+    bad |= e[2:] & ~((prev_sp | lead_sign | prev_dot) & digits)
+    bad |= nl[2:] & (nl[1:-1] | ~digits)
+    return not bad.any()
+
+
+def _integer_skeleton(block: bytes, end: int, fields: int, tabs: bool):
+    """The skeleton's positions and next starts (see :func:`_skeleton`) when each line of
+    ``block[:end]`` is ``fields`` integers with one blank between them, else None."""
+    found = _skeleton(block, end)
+    if found is None:
+        return None
+    s, g, p, q = found
+    # Nothing but (fields - 1) blanks and a line end per line, each after a digit.
+    if (s.size - 1) % fields or not g[1:].all():
+        return None
+    lines = s[1:].reshape(-1, fields)
+    blanks = lines[:, :-1]
+    sep = blanks == _SP
+    if tabs:
+        sep |= blanks == _TAB
+    if not (sep.all() and (lines[:, -1] == _NL).all()):
+        return None
+    return p, q
+
+
+def _integer_lines(block: bytes, fields: int, tabs: bool) -> np.ndarray | None:
+    """The lines of ``block`` as a ``(lines, fields)`` uint64 table when each is ``fields``
+    integers with one blank between them (None otherwise, or for more than 19 digits)."""
+    end = _trimmed(block)
+    if not end:
+        return np.zeros((0, fields), np.uint64)
+    found = _integer_skeleton(block, end, fields, tabs)
+    if found is None:
+        return None
+    p, q = found
+    lengths = p[1:] - q[:-1]
+    lengths -= 1
+    values = _integers(block, p[1:], lengths)
+    return None if values is None else values.reshape(-1, fields)
+
+
+# Eight ASCII digits in a little-endian word (the first digit in the lowest byte) become their
+# number in a few multiplications and shifts of the whole array (SWAR: the word as eight lanes).
+_EIGHT_ZEROS = np.uint64(0x3030303030303030)
+_PAIRS = np.uint64(0x000000FF000000FF)
+_HUNDREDS = np.uint64(100 + (1000000 << 32))
+_ONES = np.uint64(1 + (10000 << 32))
+#: The bytes of the last k of a word's eight, for k = 0..8.
+_LAST_BYTES = np.array([(1 << 64) - (1 << (64 - 8 * k)) for k in range(9)], np.uint64)
+_PAD = 24  # zero bytes before the block: a token's last 24 bytes are three words in it
+
+
+def _eight_digits(words: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The numbers that the last ``min(length, 8)`` bytes of each word write in digits (in
+    place: ``words`` becomes the result)."""
+    keep = np.take(_LAST_BYTES, lengths, mode="clip")
+    words &= keep
+    keep &= _EIGHT_ZEROS
+    words -= keep  # the other bytes stay 0: leading zeros of the number
+    np.right_shift(words, np.uint64(8), out=keep)
+    words *= np.uint64(10)
+    words += keep  # two-digit numbers in bytes 0, 2, 4, 6
+    np.right_shift(words, np.uint64(16), out=keep)
+    keep &= _PAIRS
+    keep *= _ONES
+    words &= _PAIRS
+    words *= _HUNDREDS
+    words += keep
+    words >>= np.uint64(32)
+    return words
+
+
+def _integers(block: bytes, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
+    """The integers (uint64) written in digits in ``block[end - length:end]`` for each token,
+    or None when one has more than 19 digits (beyond what a uint64 is sure to hold)."""
+    longest = int(lengths.max()) if lengths.size else 0
+    if longest > 19:
+        return None
+    buffer = bytes(_PAD) + block + bytes(8)
+    value = None
+    for k in range(3):
+        if longest <= 8 * k:
+            break
+        # Every byte offset read as a word: word i holds the 8 bytes before block[i - 8 * k].
+        offset = _PAD - 8 * (k + 1)
+        words = np.ndarray((len(block) + 1,), np.uint64, buffer, offset, (1,))
+        part = _eight_digits(words[ends], lengths if not k else np.maximum(lengths - 8 * k, 0))
+        if value is None:
+            value = part
+        else:
+            part *= np.uint64(10 ** (8 * k))
+            value += part
+    return value if value is not None else np.zeros(0, np.uint64)
 
 
 # ----------------------------------------------------------------------------- Matrix Market
@@ -551,7 +696,7 @@ class _CheckedBody:
         return self.read(size)
 
 
-def _mtx_fast(path: Path, head: _MtxHeader, text: _Text):
+def _mtx_fast(path: Path, head: _MtxHeader, text: _Text, threads: int = 1):
     """``(rows, cols, values)`` (symmetry expanded) by ``scipy.io.mmread``, or None when any
     block fails the layout checks, mmread refuses the file, or a value is not finite.
 
@@ -570,9 +715,12 @@ def _mtx_fast(path: Path, head: _MtxHeader, text: _Text):
         and not path.name.lower().endswith((".gz", ".bz2"))
     )
     if by_name:
-        for block in _blocks_or_none(text):
-            if block is None or not _layout_ok(block, head.width, head.width == 3, False):
-                return None
+
+        def passes(block) -> bool:
+            return block is not None and _layout_ok(block, head.width, head.width == 3, False)
+
+        if not all(_each(_blocks_or_none(text), passes, threads)):
+            return None
         body = None
         source = str(path)
     else:
@@ -639,14 +787,15 @@ def _mtx_entries(path, numbers, lines, width, n):
     return rows_f.astype(np.int64) - 1, cols_f.astype(np.int64) - 1, vals
 
 
-def read_mtx(path) -> sp.csr_matrix:
+def read_mtx(path, *, threads: int = 1) -> sp.csr_matrix:
     """Matrix Market coordinate file (real, integer or pattern; general, symmetric or
-    skew-symmetric): ``scipy.io.mmread`` on checked blocks, the line walk for the rest."""
+    skew-symmetric): ``scipy.io.mmread`` on checked blocks, the line walk for the rest;
+    ``threads`` check the blocks of a plain file."""
     path = Path(path)
     data = _special(path)
     with _Text(path, data=data) as text:
         head = _mtx_header(path, text)
-        fast = _mtx_fast(path, head, text)
+        fast = _mtx_fast(path, head, text, threads)
     if fast is not None:
         rows, cols, vals = fast
     else:
@@ -667,17 +816,18 @@ def read_mtx(path) -> sp.csr_matrix:
 # --------------------------------------------------------------------------------- edge lists
 
 
-def read_edge_list(path) -> sp.csr_matrix:
+def read_edge_list(path, *, threads: int = 1) -> sp.csr_matrix:
     """Edge list: ``u v`` or ``u v weight`` per line, ``#`` or ``%`` comments, undirected.
 
     Node names may be integers or any other token (WormNet uses gene names); they are numbered
     in sorted order of their names (numerically when every name is an integer, which must then
     be non-negative and fit 64 bits). ``u v`` and ``v u`` are one edge; the last weight wins.
+    ``threads`` check and parse the blocks.
     """
     path = Path(path)
     data = _special(path)
     with _Text(path, data=data) as text:
-        edges = _edges_fast(path, text)
+        edges = _edges_fast(path, text, threads)
     if edges is None:
         try:
             with _Text(path, data=data) as text:
@@ -695,32 +845,19 @@ def _first_width(text: _Text) -> int:
     return len(text.peek().split())
 
 
-def _edges_fast(path, text: _Text):
+def _edges_fast(path, text: _Text, threads: int = 1):
     """``(u, v, weights, n)`` with nodes renumbered, or None for the walk."""
     width = _first_width(text)
     if width not in (2, 3):
         return None
     us, vs, ws, count = [], [], [], 0
-    for block in _blocks_or_none(text):
-        if block is None:
+    for table in _each(_blocks_or_none(text), lambda block: _edge_block(block, width), threads):
+        if table is None:
             return None
-        if not _layout_ok(block, width, width == 3, True):
-            return None
-        try:  # a token both checks let through but numpy refuses ("." alone): the walk
-            values = np.fromstring(block, np.int64 if width == 2 else np.float64, sep=" ")
-        except ValueError:
-            return None
-        if values.size % width:
-            return None
-        table = values.reshape(-1, width)
         ends = table[:, :2]
         if width == 3:
-            if ends.size and ends.max() >= _EXACT:
-                return None
             ends = ends.astype(np.int64)
             ws.append(table[:, 2].copy())
-        elif ends.size and ends.max() == _INT64_MAX:  # numpy saturates what does not fit
-            return None
         us.append(ends[:, 0].copy())
         vs.append(ends[:, 1].copy())
         count += len(table)
@@ -736,6 +873,25 @@ def _edges_fast(path, text: _Text):
     names, u, v = _renumber(u, v)
     _check_size(path, None, names, 0)
     return u, v, weights, names
+
+
+def _edge_block(block: bytes | None, width: int) -> np.ndarray | None:
+    """The ``(lines, width)`` table of a block of an edge list (int64 ids, or float64 with the
+    weights), or None when the block is not in the fast path's layout."""
+    if block is None:
+        return None
+    if width == 2:
+        ends = _integer_lines(block, 2, True)
+        if ends is None or (ends.size and ends.max() > _INT64_MAX):
+            return None  # an id beyond 64 bits: the walk names it
+        return ends.view(np.int64)
+    if not _layout_ok(block, 3, True, True):
+        return None
+    table = np.fromstring(block, np.float64, sep=" ")
+    if table.size % 3:
+        return None
+    table = table.reshape(-1, 3)
+    return None if table.size and table[:, :2].max() >= _EXACT else table
 
 
 def _renumber(u: np.ndarray, v: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
@@ -866,10 +1022,10 @@ def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
     ``weights`` None: every edge weighs 1."""
     if weights is None:
         # The pattern of both directions, every value 1: no need to find the last of each edge.
-        rows, cols = np.concatenate([u, v]), np.concatenate([v, u])
-        matrix = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
-        del rows, cols
-        matrix.sum_duplicates()
+        # One direction, then the sum with its transpose: scipy sorts half the entries (rows
+        # of half the length) and merges the two sorted halves.
+        matrix = sp.csr_matrix((np.ones(u.size), (u, v)), shape=(n, n))
+        matrix = matrix + matrix.T.tocsr()
         matrix.data[:] = 1.0
         _check_size(path, None, n, matrix.nnz)
         return matrix
@@ -892,17 +1048,18 @@ def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
 # ------------------------------------------------------------------------------------- METIS
 
 
-def read_metis(path) -> sp.csr_matrix:
+def read_metis(path, *, threads: int = 1) -> sp.csr_matrix:
     """METIS graph: header ``n m [fmt [ncon]]``, then line i lists vertex i's neighbours.
 
     ``fmt`` digits say whether lines carry vertex sizes (100), vertex weights (010, ``ncon``
     of them) and edge weights (001). ``%`` lines are comments. Vertex numbers are 1-based.
+    ``threads`` check and parse the blocks.
     """
     path = Path(path)
     data = _special(path)
     with _Text(path, _MAX_METIS_LINE, data) as text:
         header_at, n, m, fmt, ncon = _metis_header(path, text)
-        lines = _metis_fast(text)
+        lines = _metis_fast(text, threads)
     if lines is None:
         with _Text(path, _MAX_METIS_LINE, data) as text:
             _metis_header(path, text)
@@ -934,36 +1091,45 @@ def _metis_header(path, text: _Text):
     return header_at, n, m, fmt, ncon
 
 
-def _metis_fast(text: _Text):
+def _metis_fast(text: _Text, threads: int = 1):
     """``(line numbers, fields per line, values)`` of the vertex lines when every block is
     integers and blanks only (no comments), else None."""
     first, numbers, counts, values, total = text.lines_read + 1, [], [], [], 0
-    for block in _blocks_or_none(text):
-        if block is None:
+    for parsed in _each(_blocks_or_none(text), _metis_block, threads):
+        if parsed is None:
             return None
-        if block.translate(None, _DIGITS + b" \t\r\n"):
+        per_line, ints = parsed
+        if ints.size and ints.max() >= _EXACT:
             return None
-        if b"\r" in block and block.count(b"\r") != block.count(b"\r\n"):
-            return None  # a lone CR ends a line for the walk (str.splitlines), not for numpy
-        b = np.frombuffer(block, np.uint8)
-        digit = (b - np.uint8(48)) < 10
-        starts = digit.copy()
-        starts[1:] &= ~digit[:-1]
-        starts = np.flatnonzero(starts)
-        ends = np.flatnonzero(b == 10)
-        if not block.endswith(b"\n"):
-            ends = np.append(ends, b.size)
-        per_line = np.diff(np.searchsorted(starts, ends), prepend=0)
-        parsed = np.fromstring(block, np.int64, sep=" ")
-        if parsed.size != starts.size or (parsed.size and parsed.max() >= _EXACT):
-            return None
-        numbers.append(np.arange(first, first + ends.size, dtype=np.int64))
+        numbers.append(np.arange(first, first + per_line.size, dtype=np.int64))
         counts.append(per_line)
-        values.append(parsed.astype(np.float64))
-        first += ends.size
-        total += parsed.size
+        values.append(ints.astype(np.float64))
+        first += per_line.size
+        total += ints.size
         _metis_limit(text.path, total)
     return _metis_arrays(numbers, counts, values)
+
+
+def _metis_block(block: bytes | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(numbers per line, the numbers)`` of a block of integers and blanks (any number of
+    spaces and tabs, blank lines too: a vertex without neighbours), else None."""
+    if block is None:
+        return None
+    found = _skeleton(block, len(block))
+    if found is None:
+        return None
+    s, g, p, q = found
+    nl = s == _NL
+    if not (nl | (s == _SP) | (s == _TAB)).all():
+        return None
+    # A number ends right before each skeleton byte that follows a digit; a line's count is
+    # how many of them come up to its end.
+    count = np.cumsum(g)
+    ends = np.flatnonzero(nl)[1 : None if not block.endswith(b"\n") else -1]
+    per_line = np.diff(count[ends], prepend=0)
+    token = g[1:]
+    values = _integers(block, p[1:][token], (p[1:] - q[:-1])[token] - 1)
+    return None if values is None else (per_line, values)
 
 
 def _metis_limit(path, total: int) -> None:
@@ -1155,8 +1321,9 @@ def _detect(path: Path) -> str:
     return "edges"
 
 
-def read_graph(path, fmt: str | None = None) -> sp.csr_matrix:
-    """Read a graph or sparse matrix; ``fmt`` is one of :data:`FORMATS` or None (by suffix).
+def read_graph(path, fmt: str | None = None, *, threads: int = 1) -> sp.csr_matrix:
+    """Read a graph or sparse matrix; ``fmt`` is one of :data:`FORMATS` or None (by suffix);
+    ``threads`` check and parse the blocks of a text file.
 
     Suffixes: ``.mtx`` Matrix Market, ``.npz`` scipy sparse, ``.graph``/``.mgraph``/``.metis``
     METIS, anything else an edge list (optionally ``.gz`` on text formats).
@@ -1164,7 +1331,9 @@ def read_graph(path, fmt: str | None = None) -> sp.csr_matrix:
     path = Path(path)
     if fmt is None:
         fmt = _detect(path)
-    readers = {"mtx": read_mtx, "edges": read_edge_list, "metis": read_metis, "npz": read_npz}
+    readers = {"mtx": read_mtx, "edges": read_edge_list, "metis": read_metis}
+    if fmt == "npz":
+        return read_npz(path)
     if fmt not in readers:
         raise GraphError(f"unknown graph format {fmt!r}; known: {', '.join(FORMATS)}")
-    return readers[fmt](path)
+    return readers[fmt](path, threads=check_threads(threads))

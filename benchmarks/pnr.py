@@ -10,7 +10,7 @@ sized for an Alveo card: they run at the smaller parameters listed there, which 
 156 18x18 multipliers. A design that does not fit or that a tool fails on is reported and the
 others go on; the exit status is then 1.
 
-``--quick`` places exp2, mac and the adder tree (about a minute). Runs are cached
+``--quick`` places exp2, mac and the adder tree. Runs are cached
 (``~/.cache/tandem/pnr``): a second run of the same designs takes seconds.
 
 Run: ``python benchmarks/pnr.py [--quick] [--designs exp2 mac ...] [--freq MHZ] [--figures FILE]``

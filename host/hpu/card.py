@@ -62,9 +62,9 @@ class HpuCardParams(HpuParams):
         32, "HBM pseudo-channels the card memory is split into (the U55C's 32)", min=1, max=64
     )
     memory_bytes: int = param(
-        1 << 32,
-        "bytes of card memory the channels split (at most 2**addr_bits; the U55C's 16 GiB "
-        "needs addr_bits 34)",
+        64 << 20,
+        "bytes of card memory the channels split, at most 2**addr_bits (default: HpuDevice's "
+        "default memory; the U55C's 16 GiB needs addr_bits 34)",
         min=BLOCK_BYTES,
     )
 

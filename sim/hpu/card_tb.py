@@ -34,7 +34,14 @@ from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory
 from tandem.sim.stream import StreamSink
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational
 
-__all__ = ["CardTestbench", "EngineSide"]
+__all__ = ["CAPACITY", "MODEL_BYTES", "CardTestbench", "EngineSide"]
+
+#: Tokens a sequence may hold (at most ``max_seq_len``): long enough for several pages, short
+#: enough that a regression at the default 4096 stays within minutes in Icarus.
+CAPACITY = 96
+#: The largest card memory the testbench models: every engine's memory model holds the whole
+#: address range, in the testbench's own memory.
+MODEL_BYTES = 256 << 20
 
 
 @dataclass
@@ -86,6 +93,12 @@ class CardTestbench(StreamTestbench):
         self.traffic_rng = np.random.default_rng([self.seed, 1])
         self.card: HpuCardParams = self.params
         self.p = p = self.card.engine
+        if self.card.memory_bytes * self.card.engines > MODEL_BYTES:
+            raise ValueError(
+                f"the testbench models each engine's memory whole: memory_bytes * engines must "
+                f"be at most {MODEL_BYTES}, not {self.card.memory_bytes * self.card.engines}"
+            )
+        self.capacity = min(p.max_seq_len, CAPACITY)
         self.layout = p.layout
         self.desc = self.source("desc_i")
         self.results = StreamSink(dut, "result_o", self.clock, self.reset_signal, signed=False)
@@ -130,12 +143,12 @@ class CardTestbench(StreamTestbench):
     def new_sequence(self, length: int, *, kind: str = "gauss") -> KvSequence:
         """A region whole inside one pseudo-channel, ``length`` random tokens written to it."""
         p = self.p
-        (base,) = self.space.take(self.layout.region_bytes(p.max_seq_len), 1, 1).tolist()
+        (base,) = self.space.take(self.layout.region_bytes(self.capacity), 1, 1).tolist()
         direction = self.rng.standard_normal(p.head_dim)
         direction /= np.linalg.norm(direction)
         k, ks, v, vs = make_tokens(self.rng, p, length, kind, direction)
         seq_id = int(self.rng.integers(0, 1 << 32))
-        seq = KvSequence(seq_id, base, p.max_seq_len, kind, direction, k, ks, v, vs)
+        seq = KvSequence(seq_id, base, self.capacity, kind, direction, k, ks, v, vs)
         self.write(seq, 0, (k, ks, v, vs), host=True)
         self.sequences.append(seq)
         return seq
@@ -271,7 +284,7 @@ async def _start(dut, **traffic) -> CardTestbench:
 
 
 def _sequences(tb: CardTestbench, count: int) -> list[KvSequence]:
-    top = max(2, tb.p.max_seq_len - 4)
+    top = max(2, tb.capacity - 4)
     return [
         tb.new_sequence(int(tb.rng.integers(1, top)), kind=KINDS[i % len(KINDS)])
         for i in range(count)
@@ -305,7 +318,7 @@ async def engines_overlap(dut):
         seq = tb.new_sequence(1)
         by_engine.setdefault(int(route(tb.card, seq.base)), seq)
     long = by_engine[0]
-    long.extend(*make_tokens(tb.rng, tb.p, tb.p.max_seq_len - 2, "gauss", long.direction, 1))
+    long.extend(*make_tokens(tb.rng, tb.p, tb.capacity - 2, "gauss", long.direction, 1))
     tb.write(long, 0, (long.k, long.k_scale, long.v, long.v_scale), host=True)
     specs = [(long, {"append": True})]
     specs += [(by_engine[e], {}) for e in range(1, tb.card.engines) for _ in range(2)]

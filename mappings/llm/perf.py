@@ -17,8 +17,11 @@ once and reads the KV cache of its context. The model walks the decode program
 
 The ops of a step run one after another (batch 1: each needs the previous one's output);
 ``overlap`` hides each matrix op's fill and drain behind the next op's weight stream (the
-runner's "keep the engine busy across ops"). Bandwidth use = bytes the step must stream
-(weights + KV) / (step time x HBM peak): the figure FlightLLM reports as 65.9 % on U280.
+runner's "keep the engine busy across ops"). A pseudo-channel delivers the board's
+``sustained_fraction`` of its peak (``constraints/boards``). Bandwidth use = the bytes the
+decode needs (the weights' values, their indices only where the pattern is sparse, and the KV)
+/ (step time x HBM peak): the figure FlightLLM reports as 65.9 % on U280. The index stream the
+engine also reads for a dense pattern is overhead, counted in ``stream_use`` only.
 """
 
 from dataclasses import dataclass
@@ -38,7 +41,8 @@ class FpgaCard:
     """A card of sparse-mpe and HPU engines on one board.
 
     ``mpe_clock_mhz`` and ``hpu_clock_mhz``: the engines' clocks (their timing estimates, or
-    the board's default); ``hbm_gb_s`` and ``channels``: the board's HBM.
+    the board's default); ``hbm_gb_s`` and ``channels``: the board's HBM; ``sustained_fraction``
+    the share of a pseudo-channel's peak it delivers to sequential reads.
     """
 
     mpe: SparseMpeParams
@@ -49,10 +53,12 @@ class FpgaCard:
     hbm_gb_s: float
     channels: int
     elementwise_lanes: int = 64
+    sustained_fraction: float = 1.0
 
     @property
     def channel_gb_s(self) -> float:
-        return self.hbm_gb_s / self.channels
+        """What one pseudo-channel delivers to an engine streaming from it."""
+        return self.hbm_gb_s * self.sustained_fraction / self.channels
 
     @property
     def mpe_beat_bytes(self) -> float:
@@ -62,8 +68,10 @@ class FpgaCard:
 
 
 def _matrix_cycles(card: FpgaCard, rows: int, cols: int, pattern: NMPattern) -> dict:
-    """One engine's share of a matrix-vector op: cycles, weight bytes, and fill + drain."""
+    """One engine's share of a matrix-vector op: cycles, weight bytes streamed and needed (the
+    indices only where the pattern is sparse), and fill + drain."""
     p = card.mpe
+    sparse = pattern.n < pattern.m
     rows_e = -(-rows // card.mpe_engines)
     units = -(-rows_e // 2)  # row pairs (the compiler prunes pairs to share their columns)
     groups = -(-cols // pattern.m)
@@ -74,6 +82,7 @@ def _matrix_cycles(card: FpgaCard, rows: int, cols: int, pattern: NMPattern) -> 
         "cycles": max(compute, stream + fill),
         "fill": fill,
         "bytes": rows * groups * pattern.n * (1 + p.index_bits / 16),
+        "needed_bytes": rows * groups * pattern.n * (1 + p.index_bits / 16 * sparse),
     }
 
 
@@ -91,7 +100,7 @@ def decode_step(
 
     s = model_shape
     seconds = {"MATMUL": 0.0, "ATTEND": 0.0, "ELEMENTWISE": 0.0}
-    weight_bytes = 0.0
+    weight_bytes = needed_weight_bytes = 0.0
     hidden_fill = 0.0
     previous_matmul, last_rows = False, s.dim
     heads_per_engine = -(-s.n_kv_heads // card.hpu_engines)
@@ -103,12 +112,14 @@ def decode_step(
             m = _matrix_cycles(card, inst.rows, inst.cols // blocks, pattern)
             cycles = blocks * m["cycles"]
             m["bytes"] *= blocks
+            m["needed_bytes"] *= blocks
             # Each pass after the first overlaps the one before, as consecutive ops do.
             hidden = (blocks - 1 + int(previous_matmul)) * m["fill"] if overlap else 0
             cycles -= hidden
             hidden_fill += hidden / (card.mpe_clock_mhz * 1e6)
             seconds["MATMUL"] += cycles / (card.mpe_clock_mhz * 1e6)
             weight_bytes += m["bytes"]
+            needed_weight_bytes += m["needed_bytes"]
             previous_matmul, last_rows = True, inst.rows
             continue
         if inst.op != Op.DEQUANTIZE:  # dequantization follows the results as they drain
@@ -125,14 +136,16 @@ def decode_step(
                 card.mpe_clock_mhz * 1e6
             )
     step = sum(seconds.values())
-    total_bytes = weight_bytes + kv_bytes
+    peak_bytes = step * card.hbm_gb_s * 1e9
     return {
         "context": context,
         "step_s": step,
         "tokens_per_s": 1.0 / step,
         "seconds": seconds,
         "weight_bytes": weight_bytes,
+        "needed_weight_bytes": needed_weight_bytes,
         "kv_bytes": kv_bytes,
-        "bandwidth_use": total_bytes / (step * card.hbm_gb_s * 1e9),
+        "bandwidth_use": (needed_weight_bytes + kv_bytes) / peak_bytes,
+        "stream_use": (weight_bytes + kv_bytes) / peak_bytes,
         "hidden_fill_s": hidden_fill,
     }

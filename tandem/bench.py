@@ -625,13 +625,13 @@ def _package_version(name: str) -> str:
 def tool_versions() -> dict[str, str]:
     """The versions of Python and of the tools the benchmarks use, ``"missing"`` for those
     not installed (what a results page names, so that a reader can rebuild the setup)."""
-    from .doctor import _program_version
+    from .doctor import program_version
 
     tools = {"python": platform.python_version()}
     tools.update((name, _package_version(name)) for name in TOOL_PACKAGES)
     for program, flag in TOOL_PROGRAMS:
         if shutil.which(program):
-            tools[program] = _program_version([program, flag])
+            tools[program] = program_version([program, flag])
         else:
             tools[program] = _package_version(program)
     tools.update((name, _package_version(name)) for name in TOOL_PACKAGES_AFTER)

@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 
 from . import extras
 
-__all__ = ["Check", "checks", "os_install_plan"]
+__all__ = ["Check", "checks", "os_install_plan", "program_version"]
 
 #: What each declared package is for (a package not named here says its extra).
 _NEEDED_BY = {
@@ -103,7 +103,7 @@ def _os_fix(packages: list[str]) -> str:
     return f"install {' and '.join(packages)} with the OS package manager"
 
 
-def _program_version(command: list[str]) -> str:
+def program_version(command: list[str]) -> str:
     """The first version number ``command`` prints (``GNU Make 4.3`` -> ``4.3``)."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -156,7 +156,7 @@ def _program_checks() -> list[Check]:
     rows = []
     for program, command, package, needed in programs:
         found = shutil.which(program) is not None
-        version = _program_version(command) if found else None
+        version = program_version(command) if found else None
         rows.append(
             Check(
                 name=program,

@@ -339,6 +339,12 @@ CASES: list[tuple[list[str], object]] = [
     ([*S, "--set", "lut_bits=99"], None),
     (["sim", "sparse-mpe", "--set", "max_k=1073741824"], None),
     # synth
+    (["pnr", "exp2", "--board", "nosuch"], None),
+    (["pnr", "exp2"], None),
+    (["pnr", "exp2", "--board", "u280"], None),
+    (["pnr", "exp2", "--board", "ulx3s-85f", "--seed", "-1"], None),
+    (["pnr", "exp2", "--board", "ulx3s-85f", "-o", IN + "/afile/sub"], None),
+    (["pnr", "nosuch", "--board", "ulx3s-85f"], None),
     (["synth", "exp2", "--board", "nosuch"], None),
     (["synth", "exp2"], None),
     (["synth", "exp2", "--board", "u280", "-o", IN + "/afile"], None),

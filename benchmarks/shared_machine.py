@@ -16,7 +16,8 @@ Workloads (``--only``): ``compile`` (``tandem compile smollm2-135m``), ``decode`
 cosim decode``, attention on the golden HPU), ``decode-compare`` (the same with ``--compare``:
 torch attention too), ``program`` (``tandem cosim decode --program`` on the compiled
 program), ``decode-speed`` and, with ``--suite``, the test suite (``pytest``; about 20
-minutes each way on a 2-core machine). Every command runs with tandem's default thread budget
+minutes each way on a 2-core machine; with ``--quick`` the tests marked neither ``rtl`` nor
+``synth``). Every command runs with tandem's default thread budget
 (``--threads`` unset), as a user runs it. The SmolLM2 weights are needed (``tandem model
 fetch smollm2-135m``); the script skips without them.
 """
@@ -135,7 +136,18 @@ def main(argv=None) -> int:
             "--program",
             str(program),
         ],
-        "suite": [sys.executable, "-m", "pytest", "-q", "-x"],
+        # --quick: the tests that build no simulator and run no yosys (the others' time is
+        # mostly single-threaded simulator builds and runs).
+        "suite": [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            *(["-m", "not rtl and not synth"] if args.quick else []),
+        ],
     }
     speed_args = ["--new-tokens", "8", "--repeat", "1"] if args.quick else []
     commands["decode-speed"] = [

@@ -26,16 +26,11 @@ there are two, with their provenance:
   RTL: ``python benchmarks/decode_cycles.py`` runs ten batches (1-8 requests, lengths 1-250,
   appends and partial requests) on both backends for two engines (the co-simulation tests'
   ``hd32-g2`` and the default one) and picks the integers that minimize the largest relative
-  error over both: FILL 49, GAP 14, within 5.1 % of Verilator on ``hd32-g2`` and 4.7 % on
-  the default int16 engine. (With the scaling products in fabric, the default, and the
-  scores' products taking turns, FILL 42 and GAP 13 had drifted to 8.8 %; the refit before
-  that: FILL 42, GAP 13, 5.4 %. Before ``DRAIN``, with out_beat_cycles 4 the default, FILL 53
-  and GAP 9 were 25 % off a lone short request, whose results nothing overlaps; refitted
-  after issue 19's pipeline stages: FILL 41, GAP 4 had drifted to 14.5 %; after the 225 MHz
-  retiming, FILL 47 to 7.5 %.) A fit to one engine alone gets
-  7-8 % on it but up to 32 % on the other: what is left is structure the model does not have
+  error over both (it prints that error for each engine). A fit to one engine alone fits it
+  better and the other worse: what is left is structure the model does not have
   (a lone request overlaps its descriptor, reads and results less than ``max(D, R, O)``
-  assumes; the turn-around depends on the pipeline depths). The RTL co-simulation test checks
+  assumes; the turn-around depends on the pipeline depths). Fit them again whenever the
+  engine's pipeline changes; the RTL co-simulation test checks
   the model stays within 15 %.
 * :meth:`Memory.measured` (the performance model, :mod:`tandem.host.system.perf`): a memory
   with a read latency of ``L`` cycles, from the stream efficiency the RTL reached in
@@ -48,9 +43,8 @@ there are two, with their provenance:
   this memory predicts the golden backend's decode-step cycles within 10 %
   (``benchmarks/perf_crosscheck.py``).
 
-The two were separate models before (this module and ``hpu_call_cycles`` of the performance
-model); joining them changed no figure: :func:`call_cycles` gives the integers it gave, and
-the performance model's per-call cycles are the same sums.
+The golden backend and the performance model share this one model, so a decode step's cycles
+from :func:`call_cycles` and the performance model's per-call cycles are the same sums.
 """
 
 from collections.abc import Callable

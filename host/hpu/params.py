@@ -133,8 +133,8 @@ class HpuParams(Params):
         "where the products that scale scores, weights and results go (every product but the "
         "q·k and w·v MACs: q_mant·k_mant, dot·mant, p·v_scale, o'·(1/m) and 1/l's Newton "
         "step): 'fabric' (the default: LUT adder trees, a few stages longer, so DSP48E2s "
-        "serve MACs only; 5.8k LUTs more at default) or 'dsp' (DSP48E2s, where LUTs bound "
-        "the engines per card; docs/hpu.md)",
+        "serve MACs only, for more LUTs) or 'dsp' (DSP48E2s, where LUTs bound the engines "
+        "per card; docs/hpu.md)",
         choices=("dsp", "fabric"),
     )
     out_bits: int = param(24, "width of each signed full-mode output element", min=8, max=32)
@@ -379,12 +379,10 @@ def key_smoothing(
     attention). Compute it once per (layer, KV head) from the cache the prefill produced.
 
     Strength 1 flattens the prefill's channels completely, but later keys that outgrow a
-    channel's prefill maximum then dominate their token's scale; 0.5 leaves headroom. Measured
-    with ``python benchmarks/hpu_accuracy_dense.py --texts execmodel license`` (SmolLM2-135M,
-    every decode step, layer and head of 2 x 1024 teacher-forced steps after a 32-token
-    prompt; relative L2 error against float32 SDPA, mean / p99 / max, and top-1 agreement of
-    the logits): strength 0 1.69 % / 6.3 % / 18.5 %, 98.88 %; strength 1 1.50 % / 6.2 % /
-    29.8 %, 98.44 %; strength 0.5 (default) 1.13 % / 3.69 % / 16.5 %, 98.93 %.
+    channel's prefill maximum then dominate their token's scale; 0.5 leaves headroom, and of
+    0, 0.5 and 1 it gives the lowest error on SmolLM2-135M with int8 K/V.
+    ``python benchmarks/hpu_accuracy_dense.py --texts execmodel license --set kv_bits=8
+    --set lanes=32 --smoothing-strength S`` measures the error at a strength S (docs/results.md).
     """
     if not 0.0 <= strength <= 1.0:
         raise ValueError(f"strength must be in 0..1, not {strength}")

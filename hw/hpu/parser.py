@@ -16,8 +16,8 @@ class Parser(wiring.Component):
     A slot stays full (``desc_i`` waits when the next slot to fill still is) until ``release``
     names it: the K side has read its queries for the last time. The header and the new k and
     v rows stay here, in registers; the query beats leave on ``query_w`` as they arrive, for
-    the K side's query memory (a register per bit, read through a mux of every slot and
-    chunk, took 3.1k LUTs on 512-bit ports; the memory takes 0.9k, as LUTRAM). A request
+    the K side's query memory (a memory maps to LUTRAM, a few times smaller than a register
+    per bit read through a mux of every slot and chunk). A request
     without an append has no k/v rows in its descriptor: its queries go where those of a
     request with one do.
 

@@ -49,7 +49,7 @@ CONFIGS = {
         "budget": 0.01,
     },
 }
-#: Issue 21's target for dense int8.
+#: The target top-1 agreement for dense int8 weights.
 TARGET_DENSE_TOP1 = 0.97
 
 

@@ -32,7 +32,7 @@ set before it. Resident memory rather than ``tracemalloc``: it counts what the C
 reserves with ``calloc`` but never touches; it is what a user's machine has to have. Where
 ``/proc`` is missing, ``ru_maxrss`` (the peak of the whole process) stands in.
 
-Targets (issue 39): every format within 2x of mmread's time, at most 200 MB.
+Targets: every format within 2x of mmread's time, at most 200 MB.
 
     python benchmarks/graph_reader_speed.py [--entries 1000000] [--repeat 5] [--gzip]
         [--threads N] [--figures PATH]

@@ -64,7 +64,7 @@ from tandem.bench import Figures, add_figures_option, skip
 
 #: Error components, in the order they are printed (see the module docstring).
 COMPONENTS = ("total", "K", "V", "q", "q, K, V", "engine")
-#: Targets of issue 20 for the densely sampled relative L2 error.
+#: Targets for the densely sampled relative L2 error (mean, max).
 TARGET_MEAN, TARGET_MAX = 0.01, 0.03
 
 

@@ -39,7 +39,7 @@ from tandem.bench import Figures, Provenance, add_figures_option
 
 #: The card whose memory is modelled.
 BOARD = "u55c"
-#: Every channel's bytes within this share of the mean, in every call (issue 40's target).
+#: Every channel's bytes within this share of the mean, in every call (the target).
 TARGET = 0.10
 #: The bandwidth cap turns counted bytes into a share of bandwidth only under these.
 CAP_ASSUMPTIONS = (

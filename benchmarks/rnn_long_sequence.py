@@ -1,5 +1,5 @@
 """Accuracy of the rnn engine on long sequences of trained LSTMs against float32 torch, and what
-saturates, with the int16 cell state of before issue 20 and the cell state of now.
+saturates, with a 16-bit cell state and with the default 27-bit one.
 
 Run: ``python benchmarks/rnn_long_sequence.py [--steps 1250] [--train-steps 400]``. About a
 minute on two cores, plus half a minute the first time (training; cached after).
@@ -18,8 +18,8 @@ Models (trained weights, realistic inputs):
     (``/usr/share/common-licenses/GPL-3``, Debian's ``base-files``), cached in
     ``$XDG_CACHE_HOME/tandem/rnn/``. Inputs: the embeddings of two held-out passages.
 
-Engine configurations (golden model, bit-exact with the RTL): ``int16 c`` is the cell state
-before issue 20 (``cell_bits=16, cell_frac=12``: +-8), ``default`` the default parameters
+Engine configurations (golden model, bit-exact with the RTL): ``int16 c`` is a 16-bit
+cell state (``cell_bits=16, cell_frac=12``: +-8), ``default`` the default parameters
 (``cell_bits=27, cell_frac=16``: +-1024), ``x +-16`` the default with ``state_frac=11`` (x and h
 to +-16), for inputs beyond +-8. Weights int16. For each: max and mean absolute error of h and c
 against float32 torch over every step, unit and sequence, the largest |c| torch reaches, and

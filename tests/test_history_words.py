@@ -38,7 +38,7 @@ HISTORY = [
         "a development round",
     ),
     (r"\b(this|last|previous|earlier|that|one|a) (session|stop)\b(?! bits?\b)", "a session"),
-    (r"\blast time\b", "last time"),
+    (r"(?<!for the )\blast time\b", "last time"),
     (r"\bissues? #?\d+\b", "an issue number"),
     (r"\bcommit [0-9a-f]{7,40}\b", "a commit hash"),
     (r"\bat commit\b", "a commit"),

@@ -10,10 +10,9 @@ result y * 2**(in_frac_bits - p) is rounded half up into an unsigned output with
 ``out_frac_bits`` fraction bits and saturates at the output's largest value; x = 0 saturates
 too (the unit's answer to a division by zero).
 
-Error against float64 (``python benchmarks/fixed_point_error.py``, default parameters, every
-non-zero input whose reciprocal fits the output): max relative error 1.96e-03 and mean 4.9e-04,
-both set by the 2**-16 output LSB where 1/x is small; where 1/x >= 2 the output LSB is no longer
-the limit and the 16-bit working precision is: max relative error 1.7e-05, mean 5.8e-06.
+Error against float64 (``python benchmarks/fixed_point_error.py`` measures it over every
+non-zero input whose reciprocal fits the output; figures in docs/results.md): set by the 2**-16
+output LSB where 1/x is small, and by the 16-bit working precision where 1/x >= 2.
 """
 
 from dataclasses import dataclass

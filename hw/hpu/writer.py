@@ -147,8 +147,8 @@ class Writer(wiring.Component):
             # A start's fields are registered in its cycle; the state follows the cycle after,
             # from pending (the start itself, out of the scheduler's slot muxes, into the
             # state's next-state logic was the engine's longest path). Every request goes
-            # through PAGE, which ends one without an append (the append flag out of the
-            # header mux, decided on in the start's cycle, was that path before).
+            # through PAGE, which ends one without an append (deciding on the append flag out
+            # of the header mux in the start's cycle would put it on that path).
             with m.State("IDLE"):
                 with m.If(self.start):
                     position = Signal(p.position_bits, name="w_position")

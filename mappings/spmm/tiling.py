@@ -476,7 +476,7 @@ def _scan_run(
         bounds[1::2] = bounds[0:-1:2] + multi_nnz[big[:-1]]
         hi = int(first[big[-1]] + multi_nnz[big[-1]])
         bounds -= lo
-        new_row = flag[lo:hi]  # the tile starts are no longer needed: same buffer
+        new_row = flag[lo:hi]  # the tile starts are not needed past here: same buffer
         new_row[0] = True
         np.greater_equal(change[lo : hi - 1], 1 << s, out=new_row[1:])
         if tile <= 128:  # at most 128 rows per tile: one byte counts them

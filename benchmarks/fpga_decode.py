@@ -105,7 +105,7 @@ def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int
                 hpu_clock_mhz=hpu_clock,
                 hbm_gb_s=float(hbm["bandwidth_gb_s"]),
                 channels=channels,
-                sustained_fraction=float(hbm.get("sustained_fraction", 1.0)),
+                sustained_fraction=float(hbm["sustained_fraction"]),
             )
             step = decode_step(shape, card, pattern, context, hpu, overlap=overlap)
             if best is None or step["tokens_per_s"] > best[0]["tokens_per_s"]:

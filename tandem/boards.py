@@ -109,10 +109,27 @@ def _load(kind: str, name: str) -> dict[str, Any]:
     return yaml.safe_load((_folder(kind) / f"{name}.yaml").read_text())
 
 
+def _check_memory(board: str, memory: list[dict[str, Any]]) -> None:
+    """The first memory (the fastest, the one the performance models read) must say, where it
+    gives a peak bandwidth, what share of it sequential reads sustain: every bandwidth figure
+    the models give is taken at that share, never at the peak."""
+    for entry in memory[:1]:
+        if "bandwidth_gb_s" not in entry:
+            continue
+        fraction = entry.get("sustained_fraction")
+        if not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+            raise UserError(
+                f"constraints/boards/{board}.yaml: memory {entry.get('kind', '?')!r} has a "
+                f"bandwidth_gb_s but sustained_fraction is {fraction!r}; give the measured share "
+                "of the peak that sequential reads sustain, in (0, 1], with its source"
+            )
+
+
 @cache
 def load_board(name: str) -> Board:
     """The board called ``name`` (file stem in ``constraints/boards``)."""
     data = dict(_load("boards", name))
+    _check_memory(name, data.get("memory") or [])
     known = {f for f in Board.__dataclass_fields__ if f != "extra"}
     core = {k: data.pop(k) for k in list(data) if k in known}
     return Board(**core, extra=data)

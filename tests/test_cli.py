@@ -130,6 +130,24 @@ def test_every_board_and_gpu_loads():
         assert gpu.memory_bandwidth_gb_s > 0 and gpu.fp16_dense_tflops > 0
 
 
+@pytest.mark.parametrize("fraction", [None, 0, 1.5, "high"])
+def test_a_memory_with_a_peak_but_no_sustained_share_is_refused(fraction):
+    """No bandwidth figure falls back to the data-sheet peak: a board's first memory, where it
+    gives ``bandwidth_gb_s``, must give its ``sustained_fraction`` too, in (0, 1]."""
+    from tandem.boards import _check_memory
+    from tandem.errors import UserError
+
+    entry = {"kind": "HBM2", "bandwidth_gb_s": 460}
+    if fraction is not None:
+        entry["sustained_fraction"] = fraction
+    with pytest.raises(UserError, match="sustained_fraction is"):
+        _check_memory("card", [entry])
+    _check_memory(
+        "card", [{**entry, "sustained_fraction": 0.91}, {"kind": "DDR4", "bandwidth_gb_s": 38}]
+    )
+    _check_memory("card", [{"kind": "SDRAM"}])
+
+
 def test_every_package_folder_is_listed_in_pyproject():
     import tomllib
 

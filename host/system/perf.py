@@ -478,7 +478,7 @@ def card_kv_bandwidth(
     """
     hbm = board.memory[0]
     peak = float(hbm["bandwidth_gb_s"])
-    sustained = float(hbm.get("sustained_fraction", 1.0))
+    sustained = float(hbm["sustained_fraction"])
     channels = int(hbm["channels"])
     per_channel = peak * sustained / channels
     fit = engine_fit(params, board)
@@ -693,7 +693,7 @@ def call_channel_rates(
     hbm = board.memory[0]
     channels = int(hbm["channels"])
     geometry = ChannelGeometry(channels, round(float(hbm["capacity_gib"]) * GIB) // channels)
-    channel_gb_s = float(hbm["bandwidth_gb_s"]) * float(hbm.get("sustained_fraction", 1.0))
+    channel_gb_s = float(hbm["bandwidth_gb_s"]) * float(hbm["sustained_fraction"])
     channel_gb_s /= channels
     heads = layers * kv_heads
     bases: dict[tuple[int, int], np.ndarray] = {}  # (sequence, slice) -> [heads] region bases
@@ -1040,7 +1040,7 @@ def decode_projection(
         "fmax_mhz": timing["fmax_mhz"],
         "hbm_gb_s": float(hbm["bandwidth_gb_s"]),
         "hbm_channels": int(hbm["channels"]),
-        "sustained_fraction": float(hbm.get("sustained_fraction", 1.0)),
+        "sustained_fraction": float(hbm["sustained_fraction"]),
         "params": params.to_dict(),
         "config_choice": chosen["choice"],
         "config_candidates": chosen["candidates"],

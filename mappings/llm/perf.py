@@ -52,8 +52,8 @@ class FpgaCard:
     hpu_clock_mhz: float
     hbm_gb_s: float
     channels: int
+    sustained_fraction: float
     elementwise_lanes: int = 64
-    sustained_fraction: float = 1.0
 
     @property
     def channel_gb_s(self) -> float:

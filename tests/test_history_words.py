@@ -62,6 +62,7 @@ HISTORY = [
     (r"\(before\)|\b(was|were) ([\w`'.]+ ){0,4}before(?=[,;.)]|\s*\n)", "before (history)"),
     (r"\b(default|history|figure|figures) before\b", "before (history)"),
     (r"\bbefore that[,:;.]", "before that"),
+    (r"\b\d[\d.,]* ?[kM]? ?(MHz|LUTs?|DSPs?|DSP48E2s?|x|%) before\b", "a figure before"),
     (r"\bbecame\b", "became"),
     (r"\bhad (drifted|been|taken|given)\b", "had been"),
     (r"\btook ([\w`'\u00b7]+ ){1,3}from [\d.]+ to\b", "took it from ... to"),
@@ -199,6 +200,7 @@ HISTORICAL = [
     "The last round's cuts moved the FIFO ready.",
     "As measured last time, see issue #12.",
     "The fabric products are the new default.",
+    "Its longest path is the rounding shift (282 MHz before the ROM moved).",
 ]
 
 TECHNICAL = [

@@ -154,7 +154,7 @@ def test_measured_queue_streams_as_one_request():
             assert row["queued"] == pytest.approx(longer["alone"], abs=2e-3), (latency, tokens)
             checked += 1
     assert checked >= 4
-    # The figures the README quotes: 2-cycle latency 0.998 / 0.9995, 100-cycle 0.912 / 0.9765
+    # The figures docs/results.md gives: 2-cycle latency 0.998 / 0.9995, 100-cycle 0.912 / 0.9765
     # (64-byte beats: a page's scale block is one beat, so 1040 beats for 512 tokens where the
     # int8 engine's 32-byte beats make 1056; that engine measures 0.9135 / 0.9769).
     assert rows[(2, 512)]["alone"] == pytest.approx(0.998, abs=5e-4)

@@ -17,6 +17,7 @@ compares each engine's results in order.
 
 from dataclasses import dataclass, fields
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 from tandem.host.backend.backend import ArrayMemory
@@ -30,7 +31,9 @@ from .codec import HpuBatch, HpuRequest, HpuResults, result_fields
 from .params import HpuParams
 
 __all__ = [
+    "CardCycles",
     "HpuCardParams",
+    "card_call_cycles",
     "card_result_fields",
     "card_result_layout",
     "decode_card_result",
@@ -187,3 +190,110 @@ def hpu_card_golden(
         mine = HpuBatch(**{f.name: getattr(batch, f.name)[chosen] for f in fields(HpuBatch)})
         out.append(backend.run(mine).results)
     return out
+
+
+class CardCycles(NamedTuple):
+    """Modelled cycles of one transfer of requests on the card (:func:`card_call_cycles`)."""
+
+    total: float
+    """From the first descriptor beat on ``desc_i`` to the last result beat."""
+    engines: tuple[float, ...]
+    """Per engine, when its last result beat is out (0 for an engine without requests)."""
+    dispatcher: float
+    """When the dispatcher has passed the last descriptor beat on."""
+    read_beats_per_cycle: tuple[float, ...]
+    """Per request, the rate each of its read ports streams at (beats per cycle)."""
+
+
+def card_call_cycles(params: HpuCardParams, requests, hbm) -> CardCycles:
+    """Modelled cycles of one transfer of ``requests`` on the card, its memory ``hbm``.
+
+    Parameters
+    ----------
+    params
+        The card.
+    requests
+        The requests (:class:`~tandem.host.hpu.HpuRequest`) in descriptor order.
+    hbm
+        The pseudo-channels (:class:`tandem.sim.hpu.hbm.HbmParams`): the rate a port gets from
+        a channel it shares with others, and the read latency.
+
+    Returns
+    -------
+    CardCycles
+
+    Notes
+    -----
+    A deterministic walk over the requests in descriptor order, from the engine's cycle model
+    (:mod:`tandem.host.hpu.cycles`, ``FILL``/``GAP`` fitted there; nothing is fitted here):
+
+    * Dispatcher: a request costs ``header_beats`` cycles (header into its register) and then
+      its ``D`` descriptor beats, one a cycle, into its engine; it waits until that engine
+      has a free descriptor slot (``DESCRIPTOR_SLOTS`` = 3: the slot of the request three
+      before on that engine frees when that request's reads end), and every later request
+      waits with it (the dispatcher's head-of-line blocking).
+    * Engine: a request's reads start when its descriptor starts arriving and the previous
+      request's reads are done; they last ``max(D, R / r, O * S) + GAP`` cycles, ``r`` the
+      beats per cycle of each read port: K and V of a page sit in one region, so with two
+      read ports both stream from the channel of the request's base, which no other engine
+      reads (each engine owns its channels), ``r = hbm.port_beats_per_cycle(2)`` (the
+      sustained rate, refresh included, split between the two ports, at most 1); with one
+      port, ``r`` of one port alone. ``FILL`` once per engine, plus the HBM latency beyond
+      the co-simulation memory's (``hbm.latency - MODEL_LATENCY``, the first burst's wait;
+      later bursts' latency is hidden by bursts in flight), and ``DRAIN`` of its last request.
+    * Result merger: round robin at request boundaries, one beat a cycle; it only bounds the
+      total by the sum of all result beats (a collision between engines' results costs
+      nothing extra here).
+    * The card's time is the latest of these.
+    """
+
+    from .cycles import FILL_CYCLES, GAP_CYCLES, drain_cycles, request_beats
+
+    cosim_latency = 2  # the co-simulation memory's read latency the FILL fit includes
+    slots = 3  # the engine's descriptor slots (hw/hpu/beats.py DESCRIPTOR_SLOTS)
+    p = params
+    requests = list(requests)
+    if not requests:
+        return CardCycles(0.0, (0.0,) * p.engines, 0.0, ())
+    contexts = np.array([r.length for r in requests], dtype=np.int64)
+    append = np.array([r.append for r in requests], dtype=np.int64)
+    partial = np.array([r.partial for r in requests], dtype=np.int64)
+    beats = request_beats(p.engine, contexts, append=append, partial=partial)
+    d, reads, o = (np.broadcast_to(x, contexts.shape) for x in beats)
+    owners = route(p, [r.base for r in requests]).tolist()
+    layout = p.layout
+    rates = []
+    for r in requests:
+        if p.read_ports == 2:
+            same = p.geometry.channel_of(r.base) == p.geometry.channel_of(
+                r.base + layout.part_bytes
+            )
+            rates.append(hbm.port_beats_per_cycle(2 if same else 1))
+        else:
+            rates.append(hbm.port_beats_per_cycle(1))
+    t = 0.0  # dispatcher's time
+    reads_end: list[list[float]] = [[] for _ in range(p.engines)]
+    last: list[int | None] = [None] * p.engines
+    for k, e in enumerate(owners):
+        done = reads_end[e]
+        slot_free = done[-slots] if len(done) >= slots else 0.0
+        start = max(t + p.header_beats, slot_free)
+        t = start + float(d[k])
+        begin = max(start, done[-1] if done else 0.0)
+        busy = max(float(d[k]), float(reads[k]) / rates[k], float(o[k]) * p.out_beat_cycles)
+        done.append(begin + busy + GAP_CYCLES)
+        last[e] = k
+    fill = FILL_CYCLES + max(0, hbm.latency - cosim_latency)
+    engines = []
+    for e in range(p.engines):
+        if last[e] is None:
+            engines.append(0.0)
+            continue
+        k = last[e]
+        drain = drain_cycles(
+            p.engine, contexts[k : k + 1], append=append[k : k + 1], partial=partial[k : k + 1]
+        )
+        engines.append(reads_end[e][-1] + fill + drain)
+    merger = float(o.sum())
+    total = max(max(engines), t, merger)
+    return CardCycles(total, tuple(engines), t, tuple(rates))

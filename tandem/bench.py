@@ -24,7 +24,10 @@ provenance of its script's figures, so a script sets it only on figures of anoth
 ``tandem bench --results FILE`` also writes the results page (:func:`results_page`): the
 commit, machine and tool versions the run had, then one table per design and one for the
 system, with every figure's provenance and command; ``--from-json bench.json`` writes it again
-from a saved run, byte for byte the same.
+from a saved run, byte for byte the same. ``tandem bench --only NAME... --update bench.json``
+re-runs some scripts into a saved run: their entries are replaced, the others kept, and the
+page then lists each such re-run; every script's entry has its own start time and the machine's
+load average at its start and end, since figures timed on a shared machine depend on it.
 
 The scripts live in the source tree, not in the installed package: ``tandem bench`` finds them
 next to the package (``<checkout>/benchmarks``) or in ``--benchmarks DIR``.
@@ -492,6 +495,8 @@ def _run_one(
         figures_path = Path(tmp) / "figures.json"
         command = [sys.executable, str(script), *args, "--figures", str(figures_path)]
         entry["command"] = " ".join(["python", f"benchmarks/{bench.script}", *args])
+        entry["started_utc"] = _utc_now()
+        entry["load_start"] = _load_average()
         start = time.perf_counter()
         env = dict(os.environ, MPLBACKEND="Agg")
         try:
@@ -508,6 +513,8 @@ def _run_one(
         except subprocess.TimeoutExpired:
             returncode = None
         entry["seconds"] = round(time.perf_counter() - start, 2)
+        entry["load_end"] = _load_average()
+        entry["cpus"] = os.cpu_count()
         text = log.read_text(errors="replace")
         if figures_path.exists():  # kept even when the script then failed: they were measured
             figures = Figures.read(figures_path)
@@ -537,8 +544,13 @@ def run_suite(
     timeout_s: float = 1800.0,
     progress=None,
     starting=None,
+    update: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the suite and write ``bench.json`` and ``bench.md`` into ``out_dir``.
+
+    With ``update``, a saved run (``bench.json``), the scripts run replace their entries in
+    it and the rest are kept as they were: every entry carries its own start time and machine
+    load, and the summary lists each such re-run under ``"updates"`` (:func:`update_summary`).
 
     Parameters
     ----------
@@ -556,12 +568,21 @@ def run_suite(
         Called with each script's entry as it finishes (for the command line).
     starting
         Called with each :class:`Benchmark` as it starts.
+    update
+        A saved run whose entries for the scripts run here are replaced (give ``only``, and
+        the same ``quick`` as that run).
 
     Returns
     -------
     dict
         What ``bench.json`` holds.
     """
+    if update is not None:
+        if not only:
+            raise UserError("--update replaces some scripts' entries: name them with --only")
+        if bool(update.get("quick")) != quick:
+            mode = "quick" if update.get("quick") else "full"
+            raise UserError(f"the saved run is a {mode} run: re-run its scripts the same way")
     folder = find_benchmarks_dir(benchmarks_dir)
     known = {b.name: b for b in BENCHMARKS}
     if only:
@@ -576,7 +597,7 @@ def run_suite(
         raise UserError(f"benchmarks folder {folder} has no {missing[0]}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    started_utc = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    started_utc = _utc_now()
     load_start = _load_average()
     start = time.perf_counter()
     entries = []
@@ -603,9 +624,40 @@ def run_suite(
         "tools": tool_versions(),
         "benchmarks": entries,
     }
+    if update is not None:
+        summary = update_summary(update, summary)
     (out_dir / "bench.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "bench.md").write_text(markdown_summary(summary))
     return summary
+
+
+def update_summary(saved: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with the entries of ``fresh`` (a run of some of its scripts) in place of its
+    own: entries in :data:`BENCHMARKS` order (scripts no longer listed last, as they were), the
+    rest of ``saved`` kept, and ``fresh``'s run (date, names, commit, load, tools) appended to
+    ``"updates"``, so that a page of the result says which entries come from which run."""
+    order = {b.name: i for i, b in enumerate(BENCHMARKS)}
+    by_name = {e["name"]: e for e in saved["benchmarks"]}
+    by_name.update((e["name"], e) for e in fresh["benchmarks"])
+    kept = [e["name"] for e in saved["benchmarks"]]
+    names = sorted(
+        by_name, key=lambda n: (n not in order, order.get(n, kept.index(n) if n in kept else 0))
+    )
+    merged = dict(saved)
+    merged["benchmarks"] = [by_name[n] for n in names]
+    merged["updates"] = [
+        *saved.get("updates", []),
+        {
+            "started_utc": fresh["started_utc"],
+            "only": fresh["only"],
+            "seconds": fresh["seconds"],
+            "commit": fresh["commit"],
+            "load_start": fresh["machine"]["load_start"],
+            "load_end": fresh["machine"]["load_end"],
+            "tools": fresh["tools"],
+        },
+    ]
+    return merged
 
 
 #: The tools whose versions a run records: Python packages, then programs on ``PATH`` (a
@@ -636,6 +688,10 @@ def tool_versions() -> dict[str, str]:
             tools[program] = _package_version(program)
     tools.update((name, _package_version(name)) for name in TOOL_PACKAGES_AFTER)
     return tools
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _load_average() -> list[float] | None:
@@ -835,18 +891,57 @@ def _run_command(summary: dict[str, Any]) -> str:
     return " ".join([*words, "--results", "FILE"])
 
 
-def _header(summary: dict[str, Any]) -> list[str]:
-    commit = summary.get("commit")
+def _commit_text(commit: dict[str, Any] | None) -> str:
     if commit is None:
-        commit_text = "not recorded (not a git checkout, or a run before it was recorded)"
-    else:
-        state = {True: "with uncommitted changes", False: "clean", None: "state unknown"}
-        commit_text = f"`{commit['hash']}`, working tree {state[commit.get('dirty')]}"
+        return "not recorded (not a git checkout, or a run before it was recorded)"
+    state = {True: "with uncommitted changes", False: "clean", None: "state unknown"}
+    return f"`{commit['hash']}`, working tree {state[commit.get('dirty')]}"
+
+
+def _load_text(value: list[float] | None) -> str:
+    return " / ".join(f"{v:.2f}" for v in value) if value else "not recorded"
+
+
+def _entry_load(entry: dict[str, Any]) -> str:
+    """A script's 1-minute load average at its start and end, and the machine's cores."""
+    start, end = entry.get("load_start"), entry.get("load_end")
+    if not start or not end:
+        return "not recorded"
+    cores = f" of {entry['cpus']}" if entry.get("cpus") else ""
+    return f"{start[0]:.1f} to {end[0]:.1f}{cores}"
+
+
+def _updates_lines(summary: dict[str, Any]) -> list[str]:
+    updates = summary.get("updates") or []
+    if not updates:
+        return []
+    lines = [
+        f"- **Re-runs**: {len(updates)} later run(s) replaced some scripts' entries; each entry "
+        "of the Scripts table has its own start time and load"
+    ]
+    for update in updates:
+        tools = update.get("tools")
+        changed = [
+            f"{k} {v}" for k, v in (tools or {}).items() if summary.get("tools", {}).get(k) != v
+        ]
+        tools_text = f"; tools that differ: {', '.join(changed)}" if changed else ""
+        quick = " --quick" if summary["quick"] else ""
+        command = f"tandem bench{quick} --only {' '.join(update['only'])} --update bench.json"
+        load = _load_text(update.get("load_start"))
+        lines.append(
+            f"  - `{command}`: started {update['started_utc']}, {update['seconds']:.0f} s, "
+            f"commit {_commit_text(update.get('commit'))}, load average {load} at the start"
+            f"{tools_text}"
+        )
+    return lines
+
+
+def _header(summary: dict[str, Any]) -> list[str]:
+    commit_text = _commit_text(summary.get("commit"))
     machine = summary["machine"]
 
     def load(key: str) -> str:
-        value = machine.get(key)
-        return " / ".join(f"{v:.2f}" for v in value) if value else "not recorded"
+        return _load_text(machine.get(key))
 
     tools = summary.get("tools")
     tools_text = ", ".join(f"{k} {v}" for k, v in tools.items()) if tools else "not recorded"
@@ -862,11 +957,13 @@ def _header(summary: dict[str, Any]) -> list[str]:
         "`tandem bench --from-json bench.json --results FILE` writes this page again from the "
         "run's saved bench.json",
         f"- **Commit**: {commit_text}",
-        f"- **Date**: started {summary['started_utc']}, {summary['seconds']:.0f} s in all",
+        f"- **Date**: started {summary['started_utc']}, {summary['seconds']:.0f} s in all"
+        + (" (the first run; see Re-runs)" if summary.get("updates") else ""),
         f"- **Machine**: {machine.get('cpus')} cores, {machine.get('platform', 'unknown')}; "
         f"load average (1, 5, 15 min) {load('load_start')} at the start, "
         f"{load('load_end')} at the end",
         f"- **Tools**: {tools_text}",
+        *_updates_lines(summary),
     ]
 
 
@@ -898,14 +995,18 @@ def results_page(summary: dict[str, Any]) -> str:
         "",
         "## Scripts",
         "",
-        "| script | designs | status | seconds | figures | command |",
-        "|---|---|---|---|---|---|",
+        "Load: the 1-minute load average when the script started and ended, of the machine's",
+        "cores; a figure measured as wall time on a loaded machine is slower than on a quiet one.",
+        "",
+        "| script | designs | status | started (UTC) | seconds | load | figures | command |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for entry in summary["benchmarks"]:
         designs = SYSTEM if entry.get("system") else ", ".join(entry["designs"]) or "all"
+        started = entry.get("started_utc") or "not recorded"
         lines.append(
-            f"| {entry['name']} | {_cell(designs)} | {notes.fit(_status(entry))} | "
-            f"{entry.get('seconds', 0):.0f} | {len(entry['figures'])} | "
+            f"| {entry['name']} | {_cell(designs)} | {notes.fit(_status(entry))} | {started} | "
+            f"{entry.get('seconds', 0):.0f} | {_entry_load(entry)} | {len(entry['figures'])} | "
             f"`{_cell(entry.get('command', entry['script']))}` |"
         )
     lines += notes.lines()
@@ -999,6 +1100,13 @@ def add_arguments(parser) -> None:
         metavar="BENCH_JSON",
         help="run nothing: write --results from this saved bench.json",
     )
+    parser.add_argument(
+        "--update",
+        type=Path,
+        metavar="BENCH_JSON",
+        help="run the --only scripts and replace their entries in this saved bench.json "
+        "(the others are kept; it and bench.md are rewritten in place)",
+    )
 
 
 def _status_line(entry: dict[str, Any]) -> str:
@@ -1033,16 +1141,29 @@ def run(args) -> int:
     if args.from_json is not None:
         if results is None:
             raise UserError("--from-json writes the results page: give --results FILE")
-        if args.quick or args.only:
-            raise UserError("--from-json runs nothing: --quick and --only choose what to run")
+        if args.quick or args.only or args.update is not None:
+            raise UserError(
+                "--from-json runs nothing: --quick, --only and --update choose what to run"
+            )
         summary = read_summary(args.from_json)
         write_results(summary, results)
         print(f"wrote {results} from {args.from_json}")
         return 0
     # A timeout beyond what Python's waits take (threading.TIMEOUT_MAX) is an overflow.
     real(args.timeout, "--timeout", 0.0, threading.TIMEOUT_MAX, above=True)
-    out = default_output("bench") if args.output is None else args.output
-    out = output_dir(out, "--output", BENCH_FILES)
+    update = None
+    if args.update is not None:
+        if args.output is not None:
+            raise UserError("--update rewrites the saved run in its own folder: drop --output")
+        if not args.only:
+            raise UserError("--update replaces some scripts' entries: name them with --only")
+        if args.update.name != "bench.json":
+            raise UserError(f"--update {args.update}: name a bench.json that tandem bench wrote")
+        update = read_summary(args.update)
+        out = output_dir(args.update.parent, "--update", ("bench.md",))
+    else:
+        out = default_output("bench") if args.output is None else args.output
+        out = output_dir(out, "--output", BENCH_FILES)
 
     say = stderr_progress("bench")
     total = len(args.only) if args.only else len(BENCHMARKS)
@@ -1062,18 +1183,22 @@ def run(args) -> int:
         timeout_s=args.timeout,
         progress=lambda entry: finished(_status_line(entry)),
         starting=starting,
+        update=update,
     )
+    # After --update, the outcome is that of the scripts this run ran, not of the kept ones.
+    ran = [e for e in summary["benchmarks"] if update is None or e["name"] in args.only]
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        for entry in summary["benchmarks"]:
+        for entry in ran:
             print(_status_line(entry))
-        print(f"{summary['seconds']:.0f} s; wrote {out / 'bench.json'} and {out / 'bench.md'}")
+        seconds = summary["updates"][-1]["seconds"] if update is not None else summary["seconds"]
+        print(f"{seconds:.0f} s; wrote {out / 'bench.json'} and {out / 'bench.md'}")
     if results is not None:
         write_results(summary, results)
         if not args.json:
             print(f"wrote {results}")
-    bad = [e["name"] for e in summary["benchmarks"] if e["status"] in ("failed", "timeout")]
+    bad = [e["name"] for e in ran if e["status"] in ("failed", "timeout")]
     if bad:
         print(f"not measured: {', '.join(bad)} (see their logs)", file=sys.stderr)
         return 1

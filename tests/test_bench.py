@@ -178,6 +178,80 @@ def test_cli_bench_progress_on_stderr_json_on_stdout(tmp_path, monkeypatch, caps
     assert listed[0]["quick_args"] == ["--small"]
 
 
+def test_update_reruns_some_scripts_into_a_saved_run(tmp_path, monkeypatch, capsys):
+    """--only NAME --update bench.json replaces those entries and keeps the others as they
+    were (their start time and load); the page says which entries a later run replaced."""
+    folder = _fake_suite(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    saved = out / "bench.json"
+    common = ["bench", "--benchmarks", str(folder), "--quick"]
+    assert main([*common, "--only", "good", "bad", "absent", "-o", str(out)]) == 1
+    first = json.loads(saved.read_text())
+    entry = first["benchmarks"][0]
+    assert len(entry["load_start"]) == 3 and len(entry["load_end"]) == 3
+    assert entry["cpus"] >= 1 and entry["started_utc"].endswith("Z")
+    capsys.readouterr()
+
+    # The failing script is fixed and re-run alone; bad.py now writes a figure.
+    (folder / "bad.py").write_text((folder / "good.py").read_text())
+    page = tmp_path / "results.md"
+    update = [*common, "--only", "bad", "slow", "--update", str(saved), "--timeout", "2"]
+    assert main([*update, "--results", str(page)]) == 1  # slow times out
+    captured = capsys.readouterr()
+    assert "good " not in captured.out and "bad " in captured.out and "slow " in captured.out
+    merged = json.loads(saved.read_text())
+    assert [e["name"] for e in merged["benchmarks"]] == ["good", "bad", "absent", "slow"]
+    assert merged["benchmarks"][0] == first["benchmarks"][0]  # kept as it was
+    assert merged["benchmarks"][2] == first["benchmarks"][2]
+    assert [e["status"] for e in merged["benchmarks"]] == ["ok", "ok", "skipped", "timeout"]
+    assert merged["started_utc"] == first["started_utc"]
+    (rerun,) = merged["updates"]
+    assert rerun["only"] == ["bad", "slow"] and len(rerun["load_start"]) == 3
+    assert (out / "bench.md").read_text() == markdown_summary(merged)
+    text = page.read_text()
+    assert text == results_page(merged)
+    assert "**Re-runs**: 1 later run(s)" in text
+    assert "`tandem bench --quick --only bad slow --update bench.json`: started " in text
+    assert "(the first run; see Re-runs)" in text
+    scripts = [_cells(line) for line in text.split("## Scripts")[1].split("\n## ")[0].splitlines()]
+    rows = {row[0]: row for row in scripts if len(row) == 8 and row[0] != "script"}
+    assert rows["good"][3] == first["benchmarks"][0]["started_utc"]
+    assert rows["bad"][3] == merged["benchmarks"][1]["started_utc"]
+    assert re.fullmatch(r"\d+\.\d to \d+\.\d of \d+", rows["good"][5])
+
+    # A second re-run is listed too; a good re-run exits 0 whatever the kept entries say.
+    (folder / "slow.py").write_text((folder / "good.py").read_text())
+    assert main([*common, "--only", "slow", "--update", str(saved)]) == 0
+    assert len(json.loads(saved.read_text())["updates"]) == 2
+
+
+def test_update_refuses_bad_combinations(tmp_path, monkeypatch, capsys):
+    folder = _fake_suite(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    common = ["bench", "--benchmarks", str(folder)]
+    assert main([*common, "--quick", "--only", "good", "-o", str(out)]) == 0
+    saved = str(out / "bench.json")
+    before = (out / "bench.json").read_bytes()
+    capsys.readouterr()
+    refused = {
+        "name them with --only": [*common, "--quick", "--update", saved],
+        "drop --output": [*common, "--quick", "--only", "good", "--update", saved, "-o", "x"],
+        "is a quick run": [*common, "--only", "good", "--update", saved],
+        "--from-json runs nothing": ["bench", "--from-json", saved, "--update", saved,
+                                     "--results", str(tmp_path / "r.md")],
+        "cannot read": [*common, "--quick", "--only", "good", "--update",
+                        str(tmp_path / "none" / "bench.json")],
+        "name a bench.json": [*common, "--quick", "--only", "good", "--update",
+                              str(tmp_path / "r.md")],
+        "unknown benchmark 'nope'": [*common, "--quick", "--only", "nope", "--update", saved],
+    }  # fmt: skip
+    for message, args in refused.items():
+        assert main(args) == 2, message
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert (out / "bench.json").read_bytes() == before
+
+
 def test_every_listed_script_exists_and_takes_figures():
     assert SKIP_EXIT not in (0, 1, 2)
     names = [b.name for b in BENCHMARKS]
@@ -383,7 +457,10 @@ def test_results_page_from_a_saved_run(tmp_path):
         if line.startswith("|"):
             assert max(len(c) for c in _cells(line)) <= MAX_CELL, line
     # The skipped script is listed, with its reason, in the scripts table and its design's.
-    assert "| gguf | hpu | skipped: the SmolLM2 GGUF file is not cached | 3 | 0 |" in page
+    assert (
+        "| gguf | hpu | skipped: the SmolLM2 GGUF file is not cached | not recorded | 3 | "
+        "not recorded | 0 |"
+    ) in page
     hpu_section = page.split("## hpu")[1].split("## rnn")[0]
     assert "Not measured in this run:" in hpu_section
     assert "- gguf (`benchmarks/gguf.py`): skipped: the SmolLM2 GGUF file is not cached" in (

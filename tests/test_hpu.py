@@ -362,6 +362,7 @@ def check_run(params, memory, requests, goldens, **kwargs):
     run = run_hpu(params, memory, requests, **kwargs)
     for index, (request, gold) in enumerate(zip(requests, goldens)):
         beats = run.beats[index]
+        assert run.errors[index] is False, f"request {index}: error flag {run.errors[index]}"
         assert {tag for _, tag, _ in beats} == {request.seq_id}
         assert [last for _, _, last in beats] == [0] * (len(beats) - 1) + [1]
         expected = result_words(params, gold, request.partial)

@@ -86,7 +86,8 @@ def test_engine_params_are_the_card_params_less_its_own():
     assert route(p, [0, (64 << 10) - 64, 64 << 10, 1 << 20]).tolist() == [0, 0, 1, 1]
     fields = card_result_fields(p)
     assert fields[:-1] == result_fields(p.engine) and fields[-1].name == "engine"
-    payload = bits.pack(fields, {"data": [-3] * p.lanes, "tag": 7, "last": 1, "engine": 1})
+    values = {"data": [-3] * p.lanes, "tag": 7, "last": 1, "error": 0, "engine": 1}
+    payload = bits.pack(fields, values)
     assert decode_card_result(p, payload) == ([-3] * p.lanes, 7, 1, 1)
 
 
@@ -224,7 +225,8 @@ def test_merger_keeps_requests_whole_and_each_engines_order(engines):
     p = HpuCardParams(**dict(CARD, engines=engines))
     rng = np.random.default_rng(11)
     layout = result_fields(p.engine)
-    # Per engine, 6 requests of 1..5 beats; each beat's data names (engine, request, beat).
+    # Per engine, 6 requests of 1..5 beats; each beat's data names (engine, request, beat);
+    # every other request carries the error flag.
     sent = []
     for e in range(engines):
         beats = []
@@ -232,6 +234,7 @@ def test_merger_keeps_requests_whole_and_each_engines_order(engines):
             count = int(rng.integers(1, 6))
             for b in range(count):
                 values = {"data": [e, r, b] + [0] * (p.lanes - 3), "tag": 1000 * e + r}
+                values["error"] = r % 2
                 beats.append(bits.pack(layout, dict(values, last=int(b == count - 1))))
         sent.append(beats)
     dut = ResultMerger(p)
@@ -257,7 +260,8 @@ def test_merger_keeps_requests_whole_and_each_engines_order(engines):
                 assert valid and payload == offered, "the merger withdrew or changed a beat"
             offered = None
             if valid and ready:
-                received.append(decode_card_result(p, payload))
+                error = bits.unpack(card_result_fields(p), payload)["error"]
+                received.append((*decode_card_result(p, payload), error))
             elif valid:
                 offered = payload
             for s in sources:
@@ -272,15 +276,16 @@ def test_merger_keeps_requests_whole_and_each_engines_order(engines):
     assert len(received) == total
     per_engine = [[] for _ in range(engines)]
     under_way = None  # the engine whose request has started and not ended
-    for words, tag, last, engine in received:
+    for words, tag, last, engine, error in received:
         assert words[0] == engine and tag // 1000 == engine  # tagged with the right engine
         if under_way is not None:
             assert engine == under_way, "a request's beats were interleaved with another's"
         under_way = None if last else engine
-        per_engine[engine].append(bits.pack(layout, {"data": words, "tag": tag, "last": last}))
+        values = {"data": words, "tag": tag, "last": last, "error": error}
+        per_engine[engine].append(bits.pack(layout, values))
     assert per_engine == sent  # nothing lost, nothing reordered
     # Round robin: with every engine busy, the merger changes engines between requests.
-    engines_in_order = [engine for _, _, last, engine in received if last]
+    engines_in_order = [engine for _, _, last, engine, _ in received if last]
     assert engines == 1 or len(set(engines_in_order[: 2 * engines])) > 1
 
 

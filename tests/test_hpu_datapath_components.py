@@ -644,8 +644,11 @@ def test_output_emits_the_golden_result_words(name):
         ctx.set(dut.snapshot_tag, tag)
         ctx.set(dut.snapshot_valid, valid)
 
+    flags = [r % 2 for r in range(len(cases))]  # each request's error flag, on its beats
+
     async def bench(ctx):
         stats = _Offer(dut.i, normalized, 0.3, control)
+        errors = _Offer(dut.error_i, flags, 0.3, control)
         k, wait = 0, int(control.integers(0, 6))
         for cycle in range(2000):
             if wait == 0 and not ctx.get(dut.snapshot_valid) and k < len(cases):
@@ -654,19 +657,23 @@ def test_output_emits_the_golden_result_words(name):
                 loaded.append(cycle)
             wait = max(wait - 1, 0)
             stats.drive(ctx)
+            errors.drive(ctx)
             ready = control.random() < 0.6
             ctx.set(dut.result_o.ready, ready)
             taken = stats.fire(ctx)
             assert not taken or ctx.get(dut.snapshot_valid), "(m, l) taken without a snapshot"
+            assert taken == errors.fire(ctx), "(m, l) and the error flag taken apart"
             if ready and ctx.get(dut.result_o.valid):
                 out = ctx.get(dut.result_o.payload)
-                beats.append(([int(w) for w in out.data], int(out.tag), int(out.last), cycle))
+                words = [int(w) for w in out.data]
+                beats.append((words, int(out.tag), int(out.last), cycle, int(out.error)))
             released = ctx.get(dut.release)
             if released:
                 releases.append(cycle)
             await ctx.tick()
             if taken:
                 stats.advance()
+                errors.advance()
             if released:  # as the V side: the snapshot is free, and overwritten at once
                 junk = rng.integers(o_lo, o_hi, (g, p.row_elems))
                 load(ctx, junk, int(rng.integers(1 << TAG_BITS)), 0)
@@ -682,6 +689,7 @@ def test_output_emits_the_golden_result_words(name):
         assert [b[0] for b in mine] == words, f"request {r}: result words"
         assert {b[1] for b in mine} == {seq_id}
         assert [b[2] for b in mine] == [0] * (len(words) - 1) + [1]
+        assert {b[4] for b in mine} == {flags[r]}, f"request {r}: error flag"
         # release: once, after the snapshot is loaded and before the last beat leaves
         assert loaded[r] < releases[r] < mine[-1][3]
     assert at == len(beats) and len(releases) == len(cases)

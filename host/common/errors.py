@@ -10,6 +10,7 @@ __all__ = [
     "CosimTimeoutError",
     "DeviceClosedError",
     "DeviceError",
+    "MemoryResponseError",
     "SaturationWarning",
 ]
 
@@ -24,6 +25,11 @@ class CapacityError(DeviceError):
 
 class DeviceClosedError(DeviceError):
     """The device was closed; every backend refuses further calls the same way."""
+
+
+class MemoryResponseError(DeviceError):
+    """The device's memory refused a request's access (an AXI response other than OKAY, or an
+    address the engine will not issue): that request's result is void."""
 
 
 class CosimError(DeviceError):

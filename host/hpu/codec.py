@@ -33,6 +33,7 @@ __all__ = [
     "pack_descriptor",
     "pack_header",
     "read_port_bursts",
+    "result_error",
     "result_fields",
     "result_layout",
     "result_words",
@@ -143,11 +144,14 @@ def unpack_header(params: HpuParams, data: bytes) -> dict:
 
 def result_fields(params: HpuParams) -> tuple[bits.Field, ...]:
     """The ``result_o`` payload: ``data`` (``lanes`` signed words of ``word_bits``, word 0
-    lowest), ``tag`` (u32, the sequence id) and ``last`` (final beat of a request)."""
+    lowest), ``tag`` (u32, the sequence id), ``last`` (final beat of a request) and ``error``
+    (on every beat of a request that failed in memory: a read or write response other than
+    OKAY, or a ``base`` not a multiple of 64 bytes; its data are void)."""
     return (
         bits.Field("data", params.word_bits, True, params.lanes),
         bits.Field("tag", 32),
         bits.Field("last", 1),
+        bits.Field("error", 1),
     )
 
 
@@ -358,6 +362,11 @@ def decode_result(params: HpuParams, payload: int) -> tuple[list[int], int, int]
     """``(words, tag, last)`` of one ``result_o`` payload (:func:`result_fields`)."""
     fields = bits.unpack(result_fields(params), payload)
     return fields["data"], fields["tag"], fields["last"]
+
+
+def result_error(params: HpuParams, payload: int) -> bool:
+    """The ``error`` flag of one ``result_o`` payload (:func:`result_fields`)."""
+    return bool(bits.unpack(result_fields(params), payload)["error"])
 
 
 @dataclass

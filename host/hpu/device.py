@@ -57,7 +57,7 @@ from tandem.host.common.checks import (
     positive_int,
     real_array,
 )
-from tandem.host.common.errors import CapacityError
+from tandem.host.common.errors import CapacityError, MemoryResponseError
 from tandem.host.common.threads import one_blas_thread
 from tandem.mappings.hpu.channels import ChannelGeometry, ChannelSpace, request_channel_bytes
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
@@ -85,6 +85,7 @@ __all__ = [
     "HpuDevice",
     "RtlHpuBackend",
     "SeqAlloc",
+    "check_failed",
     "emitted",
 ]
 
@@ -207,6 +208,20 @@ def emitted(result: HpuResult, request: HpuRequest) -> HpuResult:
     if request.partial:
         return HpuResult(request.seq_id, result.m, result.l, result.o, None)
     return HpuResult(request.seq_id, empty, empty, empty, result.y)
+
+
+def check_failed(requests: list[HpuRequest], failed: list[int]) -> None:
+    """Raise :class:`~tandem.host.common.errors.MemoryResponseError` naming the first of the
+    requests whose result came back with the ``error`` flag (indices in ``failed``)."""
+    if not failed:
+        return
+    first = requests[failed[0]]
+    others = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+    raise MemoryResponseError(
+        f"request {failed[0]} of {len(requests)} (seq_id {first.seq_id}, base {first.base:#x}, "
+        f"length {first.length}){others}: the engine's memory answered an access with an "
+        "error (an AXI RRESP/BRESP other than OKAY); the result is void"
+    )
 
 
 def _check_batch(params: HpuParams, memory_bytes: int, batch: HpuBatch) -> None:
@@ -480,7 +495,8 @@ class RtlHpuBackend(CosimClient, Backend):
         partial = [r.partial for r in requests]
         if not requests:
             return Call(HpuResults.of(p, [], partial), 0, {})
-        beats, cycles = self._receive("run")
+        beats, cycles, failed = self._receive("run")
+        check_failed(requests, failed)
         results = [
             emitted(unpack_results(p, words, r.partial, r.seq_id), r)
             for words, r in zip(beats, requests, strict=True)

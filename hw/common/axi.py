@@ -10,10 +10,13 @@ from amaranth.hdl import unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["BURST_INCR", "AxiReadManager", "AxiWriteManager"]
+__all__ = ["BURST_INCR", "RESP_OKAY", "AxiReadManager", "AxiWriteManager"]
 
 #: ``AxBURST`` encoding of an incrementing burst.
 BURST_INCR = 1
+#: ``RRESP``/``BRESP`` of a transfer that succeeded (EXOKAY needs an exclusive access, which
+#: these managers never make; SLVERR and DECERR are failures).
+RESP_OKAY = 0
 
 
 class AxiReadManager(wiring.Signature):

@@ -16,6 +16,7 @@ from tandem.host.hpu import HpuParams
 __all__ = [
     "DATA_FIFO_DEPTH",
     "DESCRIPTOR_SLOTS",
+    "ERROR_FIFO_DEPTH",
     "REQUEST_QUEUE_DEPTH",
     "ROW_FIFO_DEPTH",
     "TAG_BITS",
@@ -42,6 +43,11 @@ REQUEST_QUEUE_DEPTH = 4
 #: Descriptor slots: the K side's request, the next one, and one more being parsed, so a short
 #: request between two long ones does not leave the read ports waiting for a descriptor.
 DESCRIPTOR_SLOTS = 3
+#: Per-request error flags a reader or the writer holds for the output: a request's flag goes
+#: in once its memory traffic is done, after its reads started, and out as the output takes its
+#: (m, l). Requests between the two hold a descriptor slot or one of the K side's
+#: REQUEST_QUEUE_DEPTH places, so this many never overflow.
+ERROR_FIFO_DEPTH = DESCRIPTOR_SLOTS + REQUEST_QUEUE_DEPTH
 #: A request's tag on the V side and at the output: its ``seq_id`` (32 bits), then ``partial``.
 TAG_BITS = 33
 

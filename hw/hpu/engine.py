@@ -73,8 +73,9 @@ class Hpu(wiring.Component):
         the header beats are read through :func:`tandem.host.hpu.codec.header_layout`.
     result_o : Out(stream.Signature(result_layout))
         :func:`tandem.host.hpu.codec.result_layout`: ``data`` (``lanes`` signed words of
-        ``word_bits``), ``tag`` (the sequence id) and ``last`` (final beat of a request);
-        beats as :func:`tandem.host.hpu.result_words`.
+        ``word_bits``), ``tag`` (the sequence id), ``last`` (final beat of a request) and
+        ``error`` (the request met a memory response other than OKAY or a base not a multiple
+        of 64 bytes: its data are void); beats as :func:`tandem.host.hpu.result_words`.
     k_axi, v_axi : Out(AxiReadManager)
         Read managers for the K and V parts of the pages (``read_ports = 2``).
     kv_axi : Out(AxiReadManager)
@@ -178,6 +179,15 @@ class Hpu(wiring.Component):
         wiring.connect(m, k_side.rows_o, v_side.rows_i)
         wiring.connect(m, k_side.stats_o, normalizer.i)
         wiring.connect(m, normalizer.o, output.i)
+        # Each request's error flags, one from each reader and one from the writer, all in
+        # request order: the output takes one of each with the request's (m, l).
+        flags = [reader.error_o for reader in readers] + [writer.error_o]
+        all_flags = Cat(*(f.valid for f in flags)).all()
+        m.d.comb += [
+            output.error_i.valid.eq(all_flags),
+            output.error_i.payload.eq(Cat(*(f.payload for f in flags)).any()),
+            *(f.ready.eq(output.error_i.ready & all_flags) for f in flags),
+        ]
         wiring.connect(m, output.result_o, wiring.flipped(self.result_o))
         wiring.connect(m, writer.w_axi, wiring.flipped(self.w_axi))
         for reader, port in readers.items():

@@ -22,14 +22,16 @@ __all__ = ["Output", "ResultIssue", "ResultScale", "issued_beat_layout"]
 def issued_beat_layout(params) -> data.StructLayout:
     """A result beat, or with ``out_beat_cycles`` > 1 a part of one, before its division:
     ``out_lanes`` words of ``o`` (or, ``raw``, words that leave as they are: partial mode's
-    ``o``, m and l), the request's sequence id, whether the beat is its last, its query's shift
-    of ``o`` and reciprocal ``1/m``, and (in parts) which part it is."""
+    ``o``, m and l), the request's sequence id, whether the beat is its last, whether its
+    request failed in memory, its query's shift of ``o`` and reciprocal ``1/m``, and (in parts)
+    which part it is."""
     p = params
     fields = {
         "words": data.ArrayLayout(signed(p.o_bits), p.out_lanes),
         "raw": 1,
         "tag": unsigned(32),
         "last": 1,
+        "error": 1,
         "shift": range(p.position_bits + 1),
         "recip": unsigned(p.reciprocal.out_bits),
     }
@@ -59,6 +61,9 @@ class Output(wiring.Component):
         The V side's finished request: ``o`` per query, its sequence id and partial flag.
     i : In(stream.Signature(:func:`.beats.normalized_layout`))
         The same request's (m, l) and reciprocals, from the :class:`~.normalizer.Normalizer`.
+    error_i : In(stream.Signature(1))
+        The same request's error flag (a memory response other than OKAY, a misaligned base),
+        taken with ``i``; every beat of the request carries it.
     release : Out(1)
         The request's last beat is issued: the snapshot may be overwritten.
     result_o : Out(stream.Signature(:func:`tandem.host.hpu.codec.result_layout`))
@@ -72,6 +77,7 @@ class Output(wiring.Component):
                 "snapshot_valid": In(1),
                 "snapshot_tag": In(TAG_BITS),
                 "i": In(stream.Signature(normalized_layout(p))),
+                "error_i": In(stream.Signature(1)),
                 "release": Out(1),
                 "result_o": Out(stream.Signature(result_layout(p))),
             }
@@ -83,6 +89,7 @@ class Output(wiring.Component):
         m.submodules.issue = issue = ResultIssue(p)
         m.submodules.scale = scale = ResultScale(p)
         wiring.connect(m, wiring.flipped(self.i), issue.i)
+        wiring.connect(m, wiring.flipped(self.error_i), issue.error_i)
         wiring.connect(m, issue.o, scale.i)
         wiring.connect(m, scale.o, wiring.flipped(self.result_o))
         m.d.comb += [
@@ -111,7 +118,7 @@ class ResultIssue(wiring.Component):
 
     Attributes
     ----------
-    snapshot, snapshot_valid, snapshot_tag, i, release
+    snapshot, snapshot_valid, snapshot_tag, i, error_i, release
         As :class:`Output`'s.
     o : Out(stream.Signature(:func:`issued_beat_layout`))
     """
@@ -124,6 +131,7 @@ class ResultIssue(wiring.Component):
                 "snapshot_valid": In(1),
                 "snapshot_tag": In(TAG_BITS),
                 "i": In(stream.Signature(normalized_layout(p))),
+                "error_i": In(stream.Signature(1)),
                 "release": Out(1),
                 "o": Out(stream.Signature(issued_beat_layout(p))),
             }
@@ -163,9 +171,11 @@ class ResultIssue(wiring.Component):
         held = Signal(lanes * p.o_bits, name="out_beat")
         head = held if out_part is None else held.word_select(out_part, part_lanes * p.o_bits)
         beat = self.o.payload
+        error = Signal(name="out_error")
         fields = [
             beat.tag.eq(self.snapshot_tag[:32]),
             beat.last.eq(last),
+            beat.error.eq(error),
             beat.shift.eq(Array(o_shifts)[out_query]),
             beat.recip.eq(Array(recips)[out_query]),
         ]
@@ -191,8 +201,9 @@ class ResultIssue(wiring.Component):
 
         with m.FSM(name="control"):
             with m.State("IDLE"):
-                with m.If(self.snapshot_valid & self.i.valid):
-                    m.d.comb += self.i.ready.eq(1)
+                with m.If(self.snapshot_valid & self.i.valid & self.error_i.valid):
+                    m.d.comb += [self.i.ready.eq(1), self.error_i.ready.eq(1)]
+                    m.d.sync += error.eq(self.error_i.payload)
                     for g in range(groups):
                         stats = self.i.payload.stats[g]
                         # max(msb - (prob_frac_bits - 1), 0) for l's leading one msb: the
@@ -283,7 +294,7 @@ class ResultScale(wiring.Component):
         lanes = p.out_lanes  # the words of a beat's part (of the beat, with one part)
         parts = p.out_beat_cycles
         recip_bits = p.reciprocal.out_bits
-        keys = ("valid", "raw", "tag", "last") + (("part",) if parts > 1 else ())
+        keys = ("valid", "raw", "tag", "last", "error") + (("part",) if parts > 1 else ())
 
         def stage(name):
             fields = {
@@ -291,6 +302,7 @@ class ResultScale(wiring.Component):
                 "raw": Signal(name=f"{name}_raw"),
                 "tag": Signal(32, name=f"{name}_tag"),
                 "last": Signal(name=f"{name}_last"),
+                "error": Signal(name=f"{name}_error"),
                 "words": [Signal(signed(p.o_bits), name=f"{name}_word{i}") for i in range(lanes)],
             }
             if parts > 1:
@@ -353,6 +365,7 @@ class ResultScale(wiring.Component):
                 *([result.valid.eq(mul["valid"])] if whole else []),
                 result.payload.tag.eq(mul["tag"]),
                 result.payload.last.eq(mul["last"]),
+                result.payload.error.eq(mul["error"]),
                 *([result.payload.data.eq(Cat(*words))] if whole else []),
                 pre["valid"].eq(0),  # unless PRE takes a beat this cycle (later wins)
             ]
@@ -373,6 +386,7 @@ class ResultScale(wiring.Component):
                 pre["raw"].eq(beat.raw),
                 pre["tag"].eq(beat.tag),
                 pre["last"].eq(beat.last),
+                pre["error"].eq(beat.error),
                 pre_shift.eq(beat.shift),
                 pre_recip.eq(beat.recip),
                 *(reg.eq(word) for reg, word in zip(pre["words"], beat.words, strict=True)),

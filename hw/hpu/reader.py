@@ -1,13 +1,13 @@
 """``hpu`` reader: burst addresses and read data of a request's pages, for one read port."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import header_layout
-from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, BLOCK_BYTES, PAGE_TOKENS
 
-from ..common.axi import BURST_INCR, AxiReadManager
-from .beats import DATA_FIFO_DEPTH, V_DATA_FIFO_DEPTH, checked
+from ..common.axi import BURST_INCR, RESP_OKAY, AxiReadManager
+from .beats import DATA_FIFO_DEPTH, ERROR_FIFO_DEPTH, V_DATA_FIFO_DEPTH, checked
 
 __all__ = ["Reader"]
 
@@ -21,6 +21,13 @@ class Reader(wiring.Component):
     and at the part's end; at most ``max_outstanding`` are in flight. A queue of burst
     destinations routes the R beats (AXI returns the bursts of one ID in order) into one FIFO
     per part, whose read side is the part's stream.
+
+    A request whose ``base`` is not a multiple of 64 bytes is read from ``base`` rounded down
+    to one (the :class:`~.writer.Writer` flags it): its bursts keep their beat counts (the
+    sequencers wait for every row, so reading nothing would stall the engine) and none
+    crosses 4 KiB, which a burst from a misaligned address could. Every request puts one bit
+    on ``error_o`` once its last data beat is in: set when any of its R beats carried a
+    response other than OKAY (the beats go on as they came; the flag marks the result void).
 
     Parameters
     ----------
@@ -40,8 +47,12 @@ class Reader(wiring.Component):
     k_o, v_o : Out(stream.Signature(unsigned(mem_data_bits)))
         The page beats of each part read (scale block first, then the rows), one stream per
         part in ``parts``.
+    error_o : Out(stream.Signature(1))
+        Each request's error flag, in request order, once its reads are done (a request with
+        no stored rows: once the bursts before it are). Holds up to ``ERROR_FIFO_DEPTH``.
     busy : Out(1)
-        Bursts of the current request remain to be issued.
+        Bursts of the current request remain to be issued (or, for a request with no stored
+        rows, the bursts before it are not done).
     """
 
     def __init__(self, params, *, parts: tuple[bool, ...], name: str):
@@ -54,6 +65,7 @@ class Reader(wiring.Component):
                 "start": In(1),
                 "header": In(header_layout(p)),
                 **{f"{'v' if value else 'k'}_o": Out(beats) for value in self.parts},
+                "error_o": Out(stream.Signature(1)),
                 "busy": Out(1),
             }
         )
@@ -127,7 +139,11 @@ class Reader(wiring.Component):
             axi.arburst.eq(BURST_INCR),
             axi.araddr.eq(addr),
             axi.arlen.eq(beats - 1),
-            axi.arvalid.eq(active & planned & (outstanding < p.max_outstanding)),
+            # Low while reset is high, as AXI4 asks of a manager (A3.1.2), whatever the
+            # registers held before it.
+            axi.arvalid.eq(
+                active & planned & (outstanding < p.max_outstanding) & ~ResetSignal("sync")
+            ),
         ]
         ar_fire = axi.arvalid & axi.arready
         r_last = axi.rvalid & axi.rready & axi.rlast
@@ -139,12 +155,21 @@ class Reader(wiring.Component):
                 # span_left == length, without the mux chain of length in front of it.
                 span_end.eq((span_left <= p.max_burst_beats) & (span_left <= to_boundary)),
             ]
+        # The request's last burst: the end of its last part of its last page.
+        request_end = span_end & (part == len(parts) - 1) & (next_rows == 0)
+        # A request with no stored rows issues no burst; its flag follows the bursts before it.
+        empty = Signal(name=f"{name}_empty")
+        # The flag of the request whose R beats arrive (the oldest in flight) so far.
+        failed = Signal(name=f"{name}_failed")
         with m.If(start):
             rows = header.length - header.append
-            base = header.base[: p.addr_bits]
+            # Rounded down to 64 bytes, so every burst starts on a beat and stops at 4 KiB.
+            block_bits = (BLOCK_BYTES - 1).bit_length()
+            base = Cat(Const(0, block_bits), header.base[block_bits : p.addr_bits])
             m.d.sync += [
                 planned.eq(0),
                 active.eq(header.length != header.append),  # rows != 0, without the subtraction
+                empty.eq(header.length == header.append),
                 rows_left.eq(rows),
                 page_addr.eq(base),
                 addr.eq(base + offsets[0]),
@@ -185,8 +210,27 @@ class Reader(wiring.Component):
                         part.eq(0),
                         span_left.eq(next_span),
                     ]
-        self._route_read_data(m, fifos, ar_fire, r_last, part)
-        m.d.comb += self.busy.eq(active)
+        ends = self._route_read_data(m, fifos, ar_fire, r_last, part, request_end)
+        m.submodules[f"{name}_errors"] = errors = fifo.SyncFIFO(width=1, depth=ERROR_FIFO_DEPTH)
+        beat_failed = axi.rvalid & axi.rready & (axi.rresp != RESP_OKAY)
+        # The oldest request's last beat, or an empty request once no burst is in flight
+        # (never in one cycle: a burst in flight keeps outstanding above 0).
+        burst_done = r_last & ends
+        empty_done = empty & (outstanding == 0)
+        m.d.comb += [
+            errors.w_en.eq(burst_done | empty_done),
+            errors.w_data.eq(~empty_done & (failed | beat_failed)),
+            self.error_o.valid.eq(errors.r_rdy),
+            self.error_o.payload.eq(errors.r_data),
+            errors.r_en.eq(self.error_o.ready),
+        ]
+        with m.If(burst_done):
+            m.d.sync += failed.eq(0)
+        with m.Elif(beat_failed):
+            m.d.sync += failed.eq(1)
+        with m.If(empty_done):  # a start comes only while not busy: never in this cycle
+            m.d.sync += empty.eq(0)
+        m.d.comb += self.busy.eq(active | empty)
         return m
 
     def _data_fifos(self, m) -> list[fifo.SyncFIFOBuffered]:
@@ -207,28 +251,24 @@ class Reader(wiring.Component):
             ]
         return fifos
 
-    def _route_read_data(self, m, fifos, ar_fire, r_last, part) -> None:
-        """R beats into their part's FIFO: ``ar_fire`` issues a burst of part ``part``,
-        ``r_last`` ends the oldest burst in flight."""
+    def _route_read_data(self, m, fifos, ar_fire, r_last, part, request_end):
+        """R beats into their part's FIFO: ``ar_fire`` issues a burst of part ``part`` (the
+        request's last when ``request_end``), ``r_last`` ends the oldest burst in flight.
+        Returns whether that burst is its request's last."""
         axi = self.axi
-        if len(fifos) == 1:
-            (data_fifo,) = fifos
-            m.d.comb += [
-                axi.rready.eq(data_fifo.w_rdy),
-                data_fifo.w_en.eq(axi.rvalid),
-                data_fifo.w_data.eq(axi.rdata),
-            ]
-            return
-        # One entry per burst in flight: which FIFO its beats go to (AXI returns the bursts of
-        # one ID in order).
+        # One entry per burst in flight: which FIFO its beats go to and whether it ends its
+        # request (AXI returns the bursts of one ID in order).
         m.submodules.destinations = destinations = fifo.SyncFIFO(
-            width=1, depth=self.params.max_outstanding
+            width=len(fifos), depth=self.params.max_outstanding
         )
-        target = destinations.r_data[0]
-        room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
+        if len(fifos) == 1:
+            target, room = 0, fifos[0].w_rdy
+        else:
+            target = destinations.r_data[1]
+            room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
         m.d.comb += [
             destinations.w_en.eq(ar_fire),
-            destinations.w_data.eq(part),
+            destinations.w_data.eq(Cat(request_end, part)),
             axi.rready.eq(destinations.r_rdy & room),
             destinations.r_en.eq(r_last),
         ]
@@ -237,3 +277,4 @@ class Reader(wiring.Component):
                 data_fifo.w_en.eq(axi.rvalid & axi.rready & (target == index)),
                 data_fifo.w_data.eq(axi.rdata),
             ]
+        return destinations.r_data[0]

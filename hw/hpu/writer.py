@@ -1,14 +1,14 @@
 """``hpu`` writer: the appended token's k and v rows and scales into the KV cache."""
 
-from amaranth.hdl import Array, Const, Module, Signal, unsigned
-from amaranth.lib import data, wiring
+from amaranth.hdl import Array, Cat, Const, Module, ResetSignal, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import header_layout
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES
 
-from ..common.axi import BURST_INCR, AxiWriteManager
+from ..common.axi import BURST_INCR, RESP_OKAY, AxiWriteManager
 from ..common.fixed import constant_product
-from .beats import checked
+from .beats import ERROR_FIFO_DEPTH, checked
 
 __all__ = ["Writer"]
 
@@ -21,6 +21,11 @@ class Writer(wiring.Component):
     the header's append flag is set (it takes two cycles either way: the flag is registered
     with the slot's fields at ``start``, the state moves on the next cycle, and the flag is
     decided the cycle after, as the page's offset is formed; the page's address follows).
+
+    Every request puts one bit on ``error_o`` once its writes are acknowledged: set when its
+    ``base`` is not a multiple of 64 bytes or a write response was not OKAY. A misaligned
+    request writes nothing (its rows would land beside the region the host meant, and a row's
+    burst could cross 4 KiB); the readers read it rounded down, and the flag voids its result.
 
     Parameters
     ----------
@@ -38,6 +43,8 @@ class Writer(wiring.Component):
         No start is pending: a ``start`` can be taken.
     idle : Out(1)
         No write is pending or unacknowledged.
+    error_o : Out(stream.Signature(1))
+        Each request's error flag, in request order (up to ``ERROR_FIFO_DEPTH`` held).
     """
 
     def __init__(self, params):
@@ -50,6 +57,7 @@ class Writer(wiring.Component):
                 "body": In(unsigned(2 * p.row_elems * p.kv_bits)),
                 "ready": Out(1),
                 "idle": Out(1),
+                "error_o": Out(stream.Signature(1)),
             }
         )
 
@@ -69,15 +77,40 @@ class Writer(wiring.Component):
         scales = Signal(data.StructLayout({"k": 16, "v": 16}), name="w_scales")
         outstanding = Signal(range(8), name="w_outstanding")
         beat = Signal(range(p.row_beats + 1), name="w_beat")
+        aw_valid = Signal(name="w_aw_valid")
+        w_valid = Signal(name="w_w_valid")
         m.d.comb += [
             axi.awid.eq(0),
             axi.awsize.eq((beat_bytes - 1).bit_length()),
             axi.awburst.eq(BURST_INCR),
             axi.bready.eq(1),
+            # Low while reset is high, as AXI4 asks of a manager (A3.1.2), whatever state the
+            # FSM held before it.
+            axi.awvalid.eq(aw_valid & ~ResetSignal("sync")),
+            axi.wvalid.eq(w_valid & ~ResetSignal("sync")),
         ]
         aw_fire = axi.awvalid & axi.awready
         b_fire = axi.bvalid & axi.bready
         m.d.sync += outstanding.eq(outstanding + aw_fire - b_fire)
+        # The request's flag: set by a misaligned base at its start and by any failed write
+        # response; it goes out once the request's last write is answered (``due``). The next
+        # request starts only after its reads, which wait for the writer to be idle: never
+        # while one is due.
+        failed = Signal(name="w_failed")
+        due = Signal(name="w_due")
+        push = due & (outstanding == 0)
+        m.submodules.errors = errors = fifo.SyncFIFO(width=1, depth=ERROR_FIFO_DEPTH)
+        m.d.comb += [
+            errors.w_en.eq(push),
+            errors.w_data.eq(failed),
+            self.error_o.valid.eq(errors.r_rdy),
+            self.error_o.payload.eq(errors.r_data),
+            errors.r_en.eq(self.error_o.ready),
+        ]
+        with m.If(push):
+            m.d.sync += [due.eq(0), failed.eq(0)]
+        with m.If(b_fire & (axi.bresp != RESP_OKAY)):
+            m.d.sync += failed.eq(1)
         row_strobes = Array(
             Const(
                 sum(1 << j for j in range(beat_bytes) if b * beat_bytes + j < row_used_bytes),
@@ -96,7 +129,7 @@ class Writer(wiring.Component):
         def row_states(name, next_state, part, data_row):
             with m.State(name + "_AW"):
                 m.d.comb += [
-                    axi.awvalid.eq(1),
+                    aw_valid.eq(1),
                     axi.awaddr.eq(row_addr + part),
                     axi.awlen.eq(p.row_beats - 1),
                 ]
@@ -105,7 +138,7 @@ class Writer(wiring.Component):
                     m.next = name + "_W"
             with m.State(name + "_W"):
                 m.d.comb += [
-                    axi.wvalid.eq(1),
+                    w_valid.eq(1),
                     axi.wdata.eq(data_row.word_select(beat, p.mem_data_bits)),
                     axi.wstrb.eq(row_strobes[beat]),
                     axi.wlast.eq(beat == p.row_beats - 1),
@@ -118,7 +151,7 @@ class Writer(wiring.Component):
         def scale_states(name, next_state, part, half):
             with m.State(name + "_AW"):
                 m.d.comb += [
-                    axi.awvalid.eq(1),
+                    aw_valid.eq(1),
                     axi.awaddr.eq(scale_beat_addr + part),
                     axi.awlen.eq(0),
                 ]
@@ -126,7 +159,7 @@ class Writer(wiring.Component):
                     m.next = name + "_W"
             with m.State(name + "_W"):
                 m.d.comb += [
-                    axi.wvalid.eq(1),
+                    w_valid.eq(1),
                     axi.wdata.eq(half << (in_beat * 8)),
                     axi.wstrb.eq(Const(3, beat_bytes) << in_beat),
                     axi.wlast.eq(1),
@@ -134,7 +167,7 @@ class Writer(wiring.Component):
                 with m.If(axi.wready):
                     m.next = next_state
                     if next_state == "IDLE":
-                        m.d.sync += pending.eq(0)
+                        m.d.sync += [pending.eq(0), due.eq(1)]
 
         # The slot's fields are registered first, the page's offset formed the next cycle and
         # its address the one after (a header mux, a multiply and an add in one cycle was the
@@ -153,16 +186,19 @@ class Writer(wiring.Component):
                 with m.If(self.start):
                     position = Signal(p.position_bits, name="w_position")
                     m.d.comb += position.eq(header.length - 1)
+                    block_bits = (BLOCK_BYTES - 1).bit_length()
+                    misaligned = header.base[:block_bits].any()
                     m.d.sync += [
                         pending.eq(1),
+                        failed.eq(misaligned),
                         offset.eq(position[:5]),
-                        base.eq(header.base[: p.addr_bits]),
+                        base.eq(Cat(Const(0, block_bits), header.base[block_bits : p.addr_bits])),
                         page.eq(position[5:]),
                         data_k.eq(body[0 : p.row_elems * p.kv_bits]),
                         data_v.eq(body[p.row_elems * p.kv_bits : 2 * p.row_elems * p.kv_bits]),
                         scales.k.eq(header.new_k_scale),
                         scales.v.eq(header.new_v_scale),
-                        append.eq(header.append),
+                        append.eq(header.append & ~misaligned),
                     ]
                 with m.If(pending):
                     m.next = "PAGE"
@@ -171,7 +207,7 @@ class Writer(wiring.Component):
                 with m.If(append):
                     m.next = "PAGE_BASE"
                 with m.Else():
-                    m.d.sync += pending.eq(0)
+                    m.d.sync += [pending.eq(0), due.eq(1)]
                     m.next = "IDLE"
             with m.State("PAGE_BASE"):
                 m.d.sync += page_base.eq(base + page_offset)

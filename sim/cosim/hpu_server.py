@@ -10,10 +10,11 @@ its transactions until the host says ``close`` or goes away. Messages are pickle
     Host write into device memory (the PCIe copy of the KV cache after prefill).
 ``("read", address, size)`` -> ``("ok", data)``
     Host read of device memory.
-``("run", [descriptor bytes, ...])`` -> ``("ok", [[beat words, ...], ...], cycles)``
+``("run", [descriptor bytes, ...])`` -> ``("ok", [[beat words, ...], ...], cycles, failed)``
     The descriptors of one batch go to ``desc_i`` back to back; each request's result beats
     are collected up to its ``last`` beat; then the engine's writes are waited for. ``cycles``
-    counts from the first descriptor beat offered to the last result beat taken.
+    counts from the first descriptor beat offered to the last result beat taken; ``failed``
+    lists the requests (indices into the batch) whose result carried the ``error`` flag.
 ``("latency", cycles)`` -> ``("ok",)``
     Cycles from each AR handshake to its first R beat from now on (2: the model's minimum).
 ``("records",)`` -> ``("ok", {port: {"r_beats", "first_ar", "last_r", "bursts"}})``
@@ -31,7 +32,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
 from tandem.host.hpu import decode_result
-from tandem.host.hpu.codec import unpack_header
+from tandem.host.hpu.codec import result_error, unpack_header
 from tandem.sim.hpu.memory import DeviceMemory
 from tandem.sim.stream import StreamSink
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational
@@ -82,7 +83,7 @@ class _Server(StreamTestbench):
             length = unpack_header(p, data)["length"]
             work += len(beats) + p.layout.region_bytes(length) // step + p.gqa_group * p.row_beats
         start = self.now_cycles()
-        results = []
+        results, failed = [], []
         budget = 5000 + 40 * work
         for index in range(len(descriptors)):
             words_of_request = []
@@ -98,6 +99,8 @@ class _Server(StreamTestbench):
                 words, _tag, last = decode_result(p, raw)
                 words_of_request.append(words)
                 if last:
+                    if result_error(p, raw):
+                        failed.append(index)
                     break
             results.append(words_of_request)
         cycles = self.now_cycles() - start
@@ -120,7 +123,7 @@ class _Server(StreamTestbench):
         self.memory.clear_records()  # also after errors: reported once, not on every request
         if errors:
             raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
-        return results, cycles
+        return results, cycles, failed
 
 
 @cocotb.test()

@@ -8,11 +8,13 @@ write subordinate, all over one ``numpy`` byte array.
 """
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from amaranth.sim import Simulator
 from tandem.host.hpu import HpuParams, HpuRequest, decode_result, descriptor_beats
+from tandem.host.hpu.codec import result_error
 from tandem.hw.hpu.engine import Hpu
 
 __all__ = ["AmaranthRun", "run_hpu"]
@@ -31,6 +33,8 @@ class AmaranthRun:
     #: Cycles in which each read port accepted a data beat, by port name without ``_axi``
     #: ("k", "v", or "kv" with one read port); ``read_bursts`` uses the same keys.
     read_cycles: dict[str, list[int]] = field(default_factory=dict)
+    #: Each request's ``error`` flag, or None where its beats disagreed (a fault).
+    errors: list[bool | None] = field(default_factory=list)
 
 
 def run_hpu(
@@ -42,19 +46,29 @@ def run_hpu(
     result_backpressure: float = 0.0,
     seed: int = 0,
     max_cycles: int = 200_000,
+    descriptors: list[list[int]] | None = None,
+    rresp: Callable[[str, int], int] | None = None,
+    bresp: Callable[[int], int] | None = None,
 ) -> AmaranthRun:
     """Send the descriptors of ``requests`` and collect every request's result beats.
 
-    ``memory`` (uint8, byte-addressed) is read and written in place.
+    ``memory`` (uint8, byte-addressed) is read and written in place. ``descriptors`` replaces
+    the requests' descriptor beats (one list per request; ``requests`` then only counts
+    them), to send what the host would refuse. ``rresp(port, address)`` and
+    ``bresp(address)`` give the response of a read beat and of a write burst (OKAY, 0, where
+    not given).
     """
     p = params
     dut = Hpu(p)
     rng = np.random.default_rng(seed)
     beat_bytes = p.beat_bytes
-    desc_beats = deque(beat for r in requests for beat in descriptor_beats(p, r))
+    if descriptors is None:
+        descriptors = [descriptor_beats(p, r) for r in requests]
+    desc_beats = deque(beat for beats in descriptors for beat in beats)
     port_names = [name.removesuffix("_axi") for name in p.read_port_names]
     run = AmaranthRun(
         beats=[[] for _ in requests],
+        errors=[None for _ in requests],
         read_bursts={name: [] for name in port_names},
         read_cycles={name: [] for name in port_names},
     )
@@ -64,7 +78,8 @@ def run_hpu(
         pending = {name: deque() for name in ports}  # (ready_cycle, address, beats)
         write_bursts = deque()
         write_beat = 0
-        b_pending = 0
+        b_pending = deque()  # each answered burst's response
+        flags = []  # the error flags of the running request's beats
         request = 0
         for cycle in range(max_cycles):
             # Drive this cycle's outputs of the peers.
@@ -85,16 +100,23 @@ def run_hpu(
                     word = memory[address : address + beat_bytes]
                     ctx.set(port.rdata, int.from_bytes(word, "little"))
                     ctx.set(port.rlast, int(beats == 1))
+                    ctx.set(port.rresp, rresp(name, address) if rresp else 0)
             ctx.set(dut.w_axi.awready, 1)
             ctx.set(dut.w_axi.wready, int(bool(write_bursts)))
-            ctx.set(dut.w_axi.bvalid, int(b_pending > 0))
+            ctx.set(dut.w_axi.bvalid, int(bool(b_pending)))
+            if b_pending:
+                ctx.set(dut.w_axi.bresp, b_pending[0])
             # Sample the engine's side of every handshake.
             desc_fire = bool(desc_beats) and ctx.get(dut.desc_i.ready)
             result_fire = sink_ready and ctx.get(dut.result_o.valid)
             if result_fire:
-                words, tag, last = decode_result(p, ctx.get(dut.result_o.payload.as_value()))
+                payload = ctx.get(dut.result_o.payload.as_value())
+                words, tag, last = decode_result(p, payload)
                 run.beats[request].append((words, tag, last))
+                flags.append(result_error(p, payload))
                 if last:
+                    run.errors[request] = flags[0] if len(set(flags)) == 1 else None
+                    flags = []
                     request += 1
             ar = {}
             r_fire = {}
@@ -110,7 +132,7 @@ def run_hpu(
                 w_data = ctx.get(dut.w_axi.wdata)
                 w_strb = ctx.get(dut.w_axi.wstrb)
                 w_last = ctx.get(dut.w_axi.wlast)
-            b_fire = b_pending > 0 and ctx.get(dut.w_axi.bready)
+            b_fire = bool(b_pending) and ctx.get(dut.w_axi.bready)
             await ctx.tick()
             # Apply the handshakes that happened at this edge.
             if desc_fire:
@@ -139,11 +161,11 @@ def run_hpu(
                 write_beat += 1
                 if write_beat == write_bursts[0][1]:
                     assert w_last, "wlast missing on the last beat of a write burst"
-                    write_bursts.popleft()
+                    burst_address = write_bursts.popleft()[0]
                     write_beat = 0
-                    b_pending += 1
+                    b_pending.append(bresp(burst_address) if bresp else 0)
             if b_fire:
-                b_pending -= 1
+                b_pending.popleft()
             if request == len(requests):
                 run.cycles = cycle + 1
                 return

@@ -42,6 +42,7 @@ from tandem.host.hpu import (
     score_scale,
     unpack_results,
 )
+from tandem.host.hpu.codec import result_error
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
 from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory
 from tandem.sim.stream import StreamSink, random_pause
@@ -373,7 +374,12 @@ class HpuTestbench(StreamTestbench):
     async def _receive(self, expected: Expected) -> None:
         limit = len(expected.words) + 4
         while True:
-            words, tag, last = decode_result(self.p, await self.results.recv())
+            payload = await self.results.recv()
+            words, tag, last = decode_result(self.p, payload)
+            # Every access of this testbench's memory answers OKAY at an aligned base.
+            assert not result_error(self.p, payload), (
+                f"{self.origin}: request {expected.index} came back with its error flag set"
+            )
             expected.beats.append((words, tag, last))
             if last or len(expected.beats) >= limit:
                 break

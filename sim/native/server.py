@@ -153,7 +153,7 @@ class HpuServer:
 
     def run(self, descriptors: list[bytes]):
         from tandem.host.hpu import decode_result
-        from tandem.host.hpu.codec import unpack_header
+        from tandem.host.hpu.codec import result_error, unpack_header
 
         model, p = self.model, self.p
         step = p.beat_bytes
@@ -176,11 +176,13 @@ class HpuServer:
             )
         cycles = model.cycle - start
         raw = words_to_ints(model.take("result_o"))
-        results, request = [], []
+        results, request, failed = [], [], []
         for payload in raw:
             words, _tag, last = decode_result(p, payload)
             request.append(words)
             if last:
+                if result_error(p, payload):
+                    failed.append(len(results))
                 results.append(request)
                 request = []
         if request or len(results) != len(descriptors):
@@ -201,7 +203,7 @@ class HpuServer:
         errors = model.errors()
         if errors:
             raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
-        return results, cycles
+        return results, cycles, failed
 
     def handle(self, message) -> tuple:
         op = message[0]

@@ -10,12 +10,13 @@ can show the ratio to it.
 ``tandem bench`` runs the scripts listed in :data:`BENCHMARKS` one after the other, each in its
 own Python process with a time limit, and writes ``bench.json`` (every figure, every script's
 status, time and log) and ``bench.md`` (the same as Markdown tables) into the output folder.
-``--quick`` gives every script its small arguments: the whole suite then takes under ten
-minutes on the 2-core CI machine once the simulator builds are cached (they are cached under
-``~/.cache/tandem/sim``, see :mod:`tandem.sim.runner`). A script that fails or runs out of
+``--quick`` gives every script its small arguments; how long the suite takes depends mostly on
+whether the simulator builds are cached (under ``~/.cache/tandem/sim``, see
+:mod:`tandem.sim.runner`) and on the machine's load, which the results page records.
+``bench.json`` is rewritten after every script, so a run stopped part-way keeps what it
+measured and names the scripts it did not reach ("not run"). A script that fails or runs out of
 time is reported with the last line of its log and does not stop the others; a script whose
-inputs are missing (a simulator, the SmolLM2 GGUF file) is reported as skipped with the
-reason.
+inputs are missing (a simulator, the SmolLM2 GGUF file) is reported as skipped with the reason.
 
 Every figure says how it was obtained (:class:`Provenance`: measured in RTL simulation, by
 synthesis, on the golden model, as host wall time, ... or modelled, then with the assumptions
@@ -600,40 +601,69 @@ def run_suite(
     started_utc = _utc_now()
     load_start = _load_average()
     start = time.perf_counter()
-    entries = []
+    commit, tools = _commit(folder.parent), tool_versions()
+
+    def write(entries: list[dict[str, Any]]) -> dict[str, Any]:
+        # Written after every script, so that a run stopped part-way keeps what it measured:
+        # the scripts still to run are "not run" (after --update: the saved entries stay).
+        done = {e["name"] for e in entries}
+        pending = [b for b in selected if b.name not in done]
+        summary = {
+            "quick": quick,
+            "only": list(only or []) if update is None else [e["name"] for e in entries],
+            "started_utc": started_utc,
+            "seconds": round(time.perf_counter() - start, 1),
+            "commit": commit,
+            "machine": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "load_start": load_start,
+                "load_end": _load_average(),
+            },
+            "tools": tools,
+            "benchmarks": entries if update else entries + [_not_run(b) for b in pending],
+        }
+        if update is not None:
+            summary = update_summary(update, summary)
+        tmp = out_dir / "bench.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.replace(out_dir / "bench.json")
+        (out_dir / "bench.md").write_text(markdown_summary(summary))
+        return summary
+
+    entries: list[dict[str, Any]] = []
     for bench in selected:
         if starting is not None:
             starting(bench)
         entry = _run_one(bench, folder, out_dir, quick, timeout_s)
         entries.append(entry)
+        if len(entries) < len(selected):
+            write(entries)
         if progress is not None:
             progress(entry)
-    summary = {
-        "quick": quick,
-        "only": list(only or []),
-        "started_utc": started_utc,
-        "seconds": round(time.perf_counter() - start, 1),
-        "commit": _commit(folder.parent),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_start": load_start,
-            "load_end": _load_average(),
-        },
-        "tools": tool_versions(),
-        "benchmarks": entries,
+    return write(entries)
+
+
+def _not_run(bench: Benchmark) -> dict[str, Any]:
+    """The entry of a script a stopped run did not reach."""
+    return {
+        "name": bench.name,
+        "script": f"benchmarks/{bench.script}",
+        "designs": list(bench.designs),
+        "what": bench.what,
+        "provenance": str(bench.provenance),
+        "system": bench.system,
+        "figures": [],
+        "status": "not run",
+        "seconds": 0.0,
+        "reason": "the run stopped before this script",
     }
-    if update is not None:
-        summary = update_summary(update, summary)
-    (out_dir / "bench.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out_dir / "bench.md").write_text(markdown_summary(summary))
-    return summary
 
 
 def update_summary(saved: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     """``saved`` with the entries of ``fresh`` (a run of some of its scripts) in place of its
-    own: entries in :data:`BENCHMARKS` order (scripts no longer listed last, as they were), the
+    own: entries in :data:`BENCHMARKS` order (scripts the suite does not list last), the
     rest of ``saved`` kept, and ``fresh``'s run (date, names, commit, load, tools) appended to
     ``"updates"``, so that a page of the result says which entries come from which run."""
     order = {b.name: i for i, b in enumerate(BENCHMARKS)}

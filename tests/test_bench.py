@@ -225,6 +225,25 @@ def test_update_reruns_some_scripts_into_a_saved_run(tmp_path, monkeypatch, caps
     assert len(json.loads(saved.read_text())["updates"]) == 2
 
 
+def test_a_stopped_run_keeps_what_it_measured(tmp_path, monkeypatch):
+    """bench.json is written after every script: stopped after the second, it holds the two
+    and lists the rest as not run, and its page says so."""
+    folder = _fake_suite(tmp_path, monkeypatch)
+
+    def stop(entry):
+        if entry["name"] == "bad":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(quick=True, out_dir=tmp_path, benchmarks_dir=folder, progress=stop)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    status = [(e["name"], e["status"]) for e in saved["benchmarks"]]
+    assert status == [("good", "ok"), ("bad", "failed"), ("absent", "not run"), ("slow", "not run")]
+    assert "- absent (`benchmarks/absent.py`): not run: the run stopped before this script" in (
+        results_page(saved)
+    )
+
+
 def test_update_refuses_bad_combinations(tmp_path, monkeypatch, capsys):
     folder = _fake_suite(tmp_path, monkeypatch)
     out = tmp_path / "out"

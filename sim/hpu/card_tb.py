@@ -15,6 +15,14 @@ gives each engine's results in its descriptors' order, and the scoreboard takes 
 (:class:`~tandem.sim.hpu.hpu_tb.HpuTestbench`): each port's read bursts exactly as the layout
 gives them, in order, and memory equal to the expected image after the run.
 
+With ``hbm=True`` (the test ``hbm_decode``) the engines' read ports draw on one shared
+HBM timing model (:mod:`tandem.sim.hpu.hbm`, the card's pseudo-channels at the U55C's rates
+scaled to the simulated port width) instead of each memory answering a beat a cycle: the
+test runs one decode step's requests and records the card's cycles, the model's
+(:func:`~tandem.host.hpu.card.card_call_cycles`) and the KV bytes per channel. Plusargs
+:data:`HBM_LENGTHS` and :data:`HBM_HEADS` set the step's sequences (``benchmarks/
+hpu_card_rtl.py``).
+
 Stimulus and timing are drawn from cocotb's seed as in :mod:`tandem.sim.hpu.hpu_tb`.
 """
 
@@ -25,16 +33,17 @@ import cocotb
 import numpy as np
 from cocotb.triggers import SimTimeoutError, with_timeout
 from tandem.host.hpu import HpuParams, HpuRequest, descriptor_beats, read_port_bursts
-from tandem.host.hpu.card import HpuCardParams, decode_card_result, route
+from tandem.host.hpu.card import HpuCardParams, card_call_cycles, decode_card_result, route
 from tandem.host.hpu.codec import result_words
 from tandem.mappings.hpu.channels import ChannelSpace
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
+from tandem.sim.hpu.hbm import HbmModel, HbmParams
 from tandem.sim.hpu.hpu_tb import KINDS, Expected, HpuTestbench, KvSequence, make_query, make_tokens
-from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory
+from tandem.sim.hpu.memory import MODEL_LATENCY, DeviceMemory, HbmMemory
 from tandem.sim.stream import StreamSink
 from tandem.sim.tb import CLOCK_PERIOD_NS, StreamTestbench, evaluate_combinational
 
-__all__ = ["CAPACITY", "MODEL_BYTES", "CardTestbench", "EngineSide"]
+__all__ = ["CAPACITY", "HBM_HEADS", "HBM_LENGTHS", "MODEL_BYTES", "CardTestbench", "EngineSide"]
 
 #: Tokens a sequence may hold (at most ``max_seq_len``): long enough for several pages, short
 #: enough that a regression at the default 4096 stays within minutes in Icarus.
@@ -42,6 +51,10 @@ CAPACITY = 96
 #: The largest card memory the testbench models: every engine's memory model holds the whole
 #: address range, in the testbench's own memory.
 MODEL_BYTES = 256 << 20
+#: Plusarg: the token counts of the decode step's sequences in ``hbm_decode`` (comma list).
+HBM_LENGTHS = "tandem_card_hbm_lengths"
+#: Plusarg: KV heads per sequence in ``hbm_decode`` (one region, one request each).
+HBM_HEADS = "tandem_card_hbm_heads"
 
 
 @dataclass
@@ -86,7 +99,7 @@ class _Memories:
 class CardTestbench(StreamTestbench):
     """Clock, reset, descriptor source, result sink, each engine's memory, the host's state."""
 
-    def __init__(self, dut):
+    def __init__(self, dut, *, hbm: bool = False, capacity: int | None = None):
         super().__init__(dut)
         evaluate_combinational(dut)
         self.origin = f"seed {cocotb.RANDOM_SEED} (test seed {self.seed})"
@@ -98,7 +111,7 @@ class CardTestbench(StreamTestbench):
                 f"the testbench models each engine's memory whole: memory_bytes * engines must "
                 f"be at most {MODEL_BYTES}, not {self.card.memory_bytes * self.card.engines}"
             )
-        self.capacity = min(p.max_seq_len, CAPACITY)
+        self.capacity = min(p.max_seq_len, capacity or CAPACITY)
         self.layout = p.layout
         self.desc = self.source("desc_i")
         self.results = StreamSink(dut, "result_o", self.clock, self.reset_signal, signed=False)
@@ -106,7 +119,18 @@ class CardTestbench(StreamTestbench):
         fill = np.random.default_rng([self.seed, 2])
         self.sequences: list[KvSequence] = []
         self.engines = []
+        #: The card's HBM (one set of channels for every engine), or None.
+        self.hbm: HbmMemory | None = None
+        if hbm:
+            hbm_params = HbmParams.of_board(self.card.geometry, p.beat_bytes)
+            self.hbm = HbmMemory(
+                HbmModel(hbm_params), self.clock, self.reset_signal, CLOCK_PERIOD_NS
+            )
+        geometry, bases = self.card.geometry, (*self.card.engine_bases, self.card.memory_bytes)
         for e in range(self.card.engines):
+            own = range(
+                bases[e] // geometry.channel_bytes, -(-bases[e + 1] // geometry.channel_bytes)
+            )
             memory = DeviceMemory(
                 dut,
                 self.clock,
@@ -118,6 +142,8 @@ class CardTestbench(StreamTestbench):
                 read_ports=[f"{name}_{e}" for name in p.read_port_names],
                 write_port=f"w_axi_{e}",
                 period_ns=CLOCK_PERIOD_NS,
+                hbm=self.hbm,
+                channels=own,
             )
             memory.hold_in_reset(True)  # until the first reset (HpuTestbench does the same)
             self.engines.append(EngineSide(e, p, memory, self.origin, self.clock, self.sequences))
@@ -140,10 +166,14 @@ class CardTestbench(StreamTestbench):
                 bursts.clear()
 
     # --- host side -----------------------------------------------------------------------
-    def new_sequence(self, length: int, *, kind: str = "gauss") -> KvSequence:
-        """A region whole inside one pseudo-channel, ``length`` random tokens written to it."""
+    def new_sequence(
+        self, length: int, *, kind: str = "gauss", base: int | None = None
+    ) -> KvSequence:
+        """A region whole inside one pseudo-channel (at ``base``, else allocated), ``length``
+        random tokens written to it."""
         p = self.p
-        (base,) = self.space.take(self.layout.region_bytes(self.capacity), 1, 1).tolist()
+        if base is None:
+            (base,) = self.space.take(self.layout.region_bytes(self.capacity), 1, 1).tolist()
         direction = self.rng.standard_normal(p.head_dim)
         direction /= np.linalg.norm(direction)
         k, ks, v, vs = make_tokens(self.rng, p, length, kind, direction)
@@ -357,3 +387,70 @@ async def random_traffic(dut):
         if specs:
             await _run_batch(tb, specs)
     await tb.finish("random_traffic")
+
+
+def _plusarg_ints(name: str, default: list[int]) -> list[int]:
+    if name not in cocotb.plusargs:
+        return default
+    return [int(item) for item in str(cocotb.plusargs[name]).split(",")]
+
+
+@cocotb.test()
+async def hbm_decode(dut):
+    """One decode step on the card's shared HBM model: results as the golden model's, no
+    channel faster than its sustained rate, and the figures the card benchmark prints."""
+    lengths = _plusarg_ints(HBM_LENGTHS, [])
+    heads = _plusarg_ints(HBM_HEADS, [1])[0]
+    tb = CardTestbench(dut, hbm=True, capacity=max(lengths) + 1 if lengths else None)
+    hbm = tb.hbm.params
+    tb.set_traffic(latency=hbm.latency)
+    await tb.reset()
+    if not lengths:  # the regression's own: two sequences per channel, of random lengths
+        top = max(2, tb.capacity - 4)
+        count = 2 * tb.card.geometry.channels
+        lengths = [int(tb.rng.integers(top // 2, top)) for _ in range(count)]
+    region = tb.layout.region_bytes(tb.capacity)
+    specs = []
+    for i, n in enumerate(lengths):
+        # One sequence's KV heads of one layer: the runtime's call group.
+        for base in tb.space.take(region, heads, heads).tolist():
+            specs.append((tb.new_sequence(n, kind=KINDS[i % len(KINDS)], base=base), {}))
+    for side in tb.engines:
+        side.memory.clear_records()
+    tb.hbm.clear_counters()
+    for spec in specs:
+        spec[1]["append"] = True
+    expected = tb.submit(specs)
+    await tb.check_results()
+    requests = [e.request for e in expected]
+    model = card_call_cycles(tb.card, requests, hbm)
+    windows = [w for side in tb.engines if (w := side.memory.read_window()) is not None]
+    first, last = min(w[0] for w in windows), max(w[1] for w in windows)
+    read_cycles = last - first + 1
+    channel_bytes = tb.hbm.channel_bytes()
+    touched = int((channel_bytes > 0).sum())
+    kv_bytes = int(channel_bytes.sum())
+    assert kv_bytes == sum(side.memory.read_bytes() for side in tb.engines)
+    peak = hbm.sustained_bytes_per_cycle
+    # Each channel's share of the read window can never pass its sustained rate by more than
+    # the bucket it starts with (the model paces it).
+    bound = peak * read_cycles + hbm.bucket_beats * hbm.beat_bytes + hbm.beat_bytes
+    worst = int(np.argmax(channel_bytes))
+    assert channel_bytes[worst] <= bound, (
+        f"{tb.origin}: channel {worst} served {int(channel_bytes[worst])} bytes in "
+        f"{read_cycles} cycles, more than its sustained {peak:.3f} bytes per cycle allows"
+    )
+    await tb.finish(
+        "hbm_decode",
+        lengths=lengths,
+        heads=heads,
+        model_cycles=round(model.total, 1),
+        model_engine_cycles=[round(c, 1) for c in model.engines],
+        read_cycles=read_cycles,
+        kv_bytes=kv_bytes,
+        channel_bytes=channel_bytes.tolist(),
+        touched_channels=touched,
+        sustained_bytes_per_cycle=peak,
+        bandwidth_fraction=kv_bytes / (read_cycles * touched * peak),
+        hbm={k: v for k, v in vars(hbm).items() if k != "sources"},
+    )

@@ -30,6 +30,17 @@ Expected image
     :attr:`DeviceMemory.image` is what memory must hold: the initial fill plus everything
     the host wrote and everything the engine is expected to write; :meth:`first_difference`
     compares it with the real buffer ("nothing lost, nothing stray").
+HBM timing (optional)
+    With an :class:`HbmMemory` (a shared :class:`~tandem.sim.hpu.hbm.HbmModel` and the
+    cocotb process that serves it), the read ports are not cocotbext-axi models: its read
+    process queues a whole burst's beats at once and has no per-beat hook, so an R beat could
+    not wait for its pseudo-channel. Instead one process serves every read port attached to
+    the :class:`HbmMemory`, of every :class:`DeviceMemory` sharing it (the card's engines):
+    each cycle it takes the AR handshakes (``arready`` high apart from pauses), and offers the
+    model the next beat of every port whose burst's latency has passed; a granted beat is
+    driven with its data from the buffer and held until ``rready``. Bursts of a port return
+    in order (all IDs are 0), any number in flight. Off by default: the cocotbext-axi models
+    and their timing stay as they are.
 Reset
     The models watch the design's reset: cocotbext-axi then kills its read and write
     processes and drops queued beats, and the latency line drops the addresses it holds
@@ -37,6 +48,7 @@ Reset
 """
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -48,10 +60,13 @@ from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiRamRead, AxiRamWrite, AxiReadBus, AxiWriteBus
 from tandem.sim.stream import random_pause
 
+from .hbm import HbmModel
+
 __all__ = [
     "MODEL_LATENCY",
     "ArRecord",
     "DeviceMemory",
+    "HbmMemory",
     "ReadPort",
     "WritePort",
 ]
@@ -155,6 +170,145 @@ class _LatencyLine:
         self.sink.set_pause_generator(generator)
 
 
+class _HbmPort:
+    """One read port served by an :class:`HbmMemory`: its bursts waiting and the beat it drives."""
+
+    def __init__(self, bus, mem, beat_bytes: int, index: int, latency: int):
+        self.ar, self.r = bus.ar, bus.r
+        self.mem = mem
+        self.beat_bytes = beat_bytes
+        self.index = index
+        self.latency: Callable[[], int] = lambda: latency
+        self.bursts: deque[list[int]] = deque()  # [next beat address, beats left, due cycle]
+        self.presenting = False
+        self.arready = 0
+        self.rng = None
+        self.ar_pause = self.r_pause = 0.0
+        self.r.rvalid.value = 0
+        self.ar.arready.value = 0
+
+    def clear(self) -> None:
+        self.bursts.clear()
+        self.presenting = False
+        self.r.rvalid.value = 0
+        self.arready = 0
+        self.ar.arready.value = 0
+
+    def sample(self, cycle: int) -> None:
+        """The handshakes of the edge at ``cycle``."""
+        if self.presenting and _high(self.r.rready):
+            self.presenting = False
+            burst = self.bursts[0]
+            burst[0] += self.beat_bytes
+            burst[1] -= 1
+            if not burst[1]:
+                self.bursts.popleft()
+        if self.arready and _high(self.ar.arvalid):
+            address, beats = int(self.ar.araddr.value), int(self.ar.arlen.value) + 1
+            # Same ID: data returns in address order, so a burst waits for the one before.
+            due = cycle + max(1, self.latency()) - 1
+            if self.bursts:
+                due = max(due, self.bursts[-1][2])
+            self.bursts.append([address, beats, due])
+
+    def want(self, cycle: int) -> int | None:
+        """Address of the beat this port would drive now, None when none is due."""
+        if self.presenting or not self.bursts or self.bursts[0][2] > cycle:
+            return None
+        if self.r_pause and self.rng.random() < self.r_pause:
+            return None
+        return self.bursts[0][0]
+
+    def drive(self, granted: bool) -> None:
+        """Drive the next beat (granted) or nothing; set ``arready`` for the next edge."""
+        if granted:
+            address, beats, _ = self.bursts[0]
+            beat = self.mem[address : address + self.beat_bytes]
+            self.r.rdata.value = int.from_bytes(beat, "little")
+            self.r.rlast.value = int(beats == 1)
+            if hasattr(self.r, "rresp"):
+                self.r.rresp.value = 0
+            if hasattr(self.r, "rid"):
+                self.r.rid.value = 0
+            self.r.rvalid.value = 1
+            self.presenting = True
+        elif not self.presenting:
+            self.r.rvalid.value = 0
+        pause = self.ar_pause and self.rng.random() < self.ar_pause
+        self.arready = 0 if pause else 1
+        self.ar.arready.value = self.arready
+
+
+class HbmMemory:
+    """The card's HBM for cocotb memories: an :class:`~tandem.sim.hpu.hbm.HbmModel` and the one
+    process that paces every attached read port by it (module docstring).
+
+    Give the same object to every :class:`DeviceMemory` of a card, so their ports draw on one
+    set of pseudo-channels.
+
+    Parameters
+    ----------
+    model
+        The channels' state (shared, deterministic).
+    clock, reset
+        The design's clock and active-high reset.
+    period_ns
+        Clock period.
+    """
+
+    def __init__(self, model: HbmModel, clock, reset, period_ns: float = 10.0):
+        self.model = model
+        self.params = model.params
+        self.clock = clock
+        self.reset = reset
+        self.period_ns = period_ns
+        self.ports: list[_HbmPort] = []
+        self.held = False
+        self.first_cycle: int | None = None
+        cocotb.start_soon(self._run())
+
+    def attach(self, bus, mem, beat_bytes: int, channels) -> _HbmPort:
+        """Serve the read port ``bus`` from ``mem``; its own channels are ``channels``."""
+        if beat_bytes != self.params.beat_bytes:
+            raise ValueError(
+                f"the HBM model has {self.params.beat_bytes}-byte beats, the port {beat_bytes}"
+            )
+        port = _HbmPort(bus, mem, beat_bytes, self.model.port(channels), self.params.latency)
+        self.ports.append(port)
+        return port
+
+    def channel_bytes(self):
+        """Bytes each channel served since the last :meth:`clear_counters` (int64 [channels])."""
+        return self.model.bytes.copy()
+
+    def clear_counters(self) -> None:
+        self.model.bytes[:] = 0
+        self.model.beats = 0
+
+    async def _run(self) -> None:
+        edge = RisingEdge(self.clock)
+        while True:
+            await edge
+            if self.held or _high(self.reset):
+                for port in self.ports:
+                    port.clear()
+                continue
+            cycle = _cycle(self.period_ns)
+            wants, asking = [], []
+            for port in self.ports:
+                port.sample(cycle)
+                address = port.want(cycle)
+                if address is not None:
+                    wants.append((port.index, address))
+                    asking.append(port)
+            granted = dict.fromkeys(asking, False)
+            if wants:
+                for port, ok in zip(asking, self.model.grant(cycle, wants), strict=True):
+                    granted[port] = ok
+            for port in self.ports:
+                port.drive(granted.get(port, False))
+
+
 @dataclass
 class _PortStats:
     ar: list[ArRecord] = field(default_factory=list)
@@ -182,9 +336,23 @@ class ReadPort:
         Bytes per data beat (``arsize`` must be its log2).
     period_ns
         Clock period, to count cycles from simulation time.
+    hbm, channels
+        When given, the port is served by ``hbm`` (:class:`HbmMemory`) instead of a
+        cocotbext-axi model, its own channels ``channels``.
     """
 
-    def __init__(self, dut, name: str, clock, reset, mem, beat_bytes: int, period_ns: float):
+    def __init__(
+        self,
+        dut,
+        name: str,
+        clock,
+        reset,
+        mem,
+        beat_bytes: int,
+        period_ns: float,
+        hbm: "HbmMemory | None" = None,
+        channels=(),
+    ):
         self.name = name
         self.clock = clock
         self.reset = reset
@@ -193,11 +361,14 @@ class ReadPort:
         self.size = len(mem)
         bus = AxiReadBus.from_prefix(dut, name, bus_separator="__")
         _quiet(f"cocotb.{dut._name}.{name}")
-        self.model = AxiRamRead(bus, clock, reset, mem=mem)
-        self.line = _LatencyLine(self.model.ar_channel, clock, period_ns)
-        # The read process looks its AR channel up on every burst, so the swap takes effect
-        # before it takes the first address (it starts at the next scheduling point).
-        self.model.ar_channel = self.line
+        self.hbm = hbm.attach(bus, mem, beat_bytes, channels) if hbm is not None else None
+        if self.hbm is None:
+            self.model = AxiRamRead(bus, clock, reset, mem=mem)
+            self.line = _LatencyLine(self.model.ar_channel, clock, period_ns)
+            # The read process looks its AR channel up on every burst, so the swap takes
+            # effect before it takes the first address (it starts at the next scheduling
+            # point).
+            self.model.ar_channel = self.line
         self.ar, self.r = bus.ar, bus.r
         self.stats = _PortStats()
         self._rng: np.random.Generator | None = None
@@ -207,8 +378,18 @@ class ReadPort:
     def set_latency(self, latency: int | tuple[int, int], rng=None) -> None:
         """Cycles from each AR handshake to its first R beat: fixed, or ``(lo, hi)`` uniform.
 
-        Values below :data:`MODEL_LATENCY` mean "as fast as the model answers".
+        Values below :data:`MODEL_LATENCY` mean "as fast as the model answers" (with an HBM
+        model: below 1).
         """
+        if self.hbm is not None:
+            if isinstance(latency, tuple):
+                if rng is None:
+                    raise ValueError("a random latency needs a numpy Generator")
+                lo, hi = latency
+                self.hbm.latency = lambda: int(rng.integers(lo, hi + 1))
+            else:
+                self.hbm.latency = lambda: int(latency)
+            return
         if isinstance(latency, tuple):
             lo, hi = (max(0, v - MODEL_LATENCY) for v in latency)
             if rng is None:
@@ -220,6 +401,9 @@ class ReadPort:
 
     def set_backpressure(self, rng, ar: float = 0.0, r: float = 0.0) -> None:
         """Pause ``arready`` and ``rvalid`` randomly with the given probabilities per cycle."""
+        if self.hbm is not None:
+            self.hbm.rng, self.hbm.ar_pause, self.hbm.r_pause = rng, ar, r
+            return
         self.line.set_pause_generator(random_pause(rng, ar) if ar else None)
         self.model.r_channel.set_pause_generator(random_pause(rng, r) if r else None)
 
@@ -372,6 +556,10 @@ class DeviceMemory:
         Port prefixes.
     period_ns
         Clock period.
+    hbm, channels
+        Pace the read ports by a shared HBM model (:class:`HbmMemory`; None: cocotbext-axi's
+        models, one beat a cycle after the latency), ``channels`` being the ports' own
+        pseudo-channels (reading others pays the lateral penalty).
 
     Attributes
     ----------
@@ -396,6 +584,8 @@ class DeviceMemory:
         read_ports: Iterable[str] = ("k_axi", "v_axi"),
         write_port: str = "w_axi",
         period_ns: float = 10.0,
+        hbm: HbmMemory | None = None,
+        channels=(),
     ):
         self.rng = rng
         self.beat_bytes = beat_bytes
@@ -404,8 +594,9 @@ class DeviceMemory:
         if fill_rng is not None:
             self.view[:] = fill_rng.integers(0, 256, size, dtype=np.uint8)
         self.image = self.view.copy()
+        self.hbm = hbm
         self.read = {
-            name: ReadPort(dut, name, clock, reset, self.data, beat_bytes, period_ns)
+            name: ReadPort(dut, name, clock, reset, self.data, beat_bytes, period_ns, hbm, channels)
             for name in read_ports
         }
         self.write = WritePort(dut, write_port, clock, reset, self.data, beat_bytes, period_ns)
@@ -424,8 +615,11 @@ class DeviceMemory:
         over; later resets come through the reset signal itself.
         """
         models = []
+        if self.hbm is not None:
+            self.hbm.held = held
         for port in self.read.values():
-            models += [port.model, port.line.sink, port.model.r_channel]
+            if port.hbm is None:
+                models += [port.model, port.line.sink, port.model.r_channel]
         w = self.write.model
         models += [w, w.aw_channel, w.w_channel, w.b_channel]
         for model in models:

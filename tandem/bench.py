@@ -306,15 +306,6 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         provenance=Provenance.RTL,
     ),
     Benchmark(
-        "hpu-card-rtl",
-        "hpu_card_rtl.py",
-        ("hpu-card",),
-        "HPU card in RTL on the HBM model (N = 2, 4): KV bandwidth over the touched channels' "
-        "sustained peak, card cycle model against RTL",
-        quick_args=("--engines", "2", "--tokens", "512", "768"),
-        provenance=Provenance.RTL,
-    ),
-    Benchmark(
         "sparse-dsp",
         "sparse_dsp_performance.py",
         ("sparse-dsp-chain", "sparse-mpe"),
@@ -1003,6 +994,18 @@ def _header(summary: dict[str, Any]) -> list[str]:
         f"{load('load_end')} at the end",
         f"- **Tools**: {tools_text}",
         *_updates_lines(summary),
+        *_not_run_lines(summary),
+    ]
+
+
+def _not_run_lines(summary: dict[str, Any]) -> list[str]:
+    names = [e["name"] for e in summary["benchmarks"] if e["status"] == "not run"]
+    if not names:
+        return []
+    return [
+        f"- **Not run**: the run stopped before {len(names)} of its "
+        f"{len(summary['benchmarks'])} scripts: {', '.join(names)}; their figures are not on "
+        "this page (`tandem bench --only NAME... --update bench.json` adds them)"
     ]
 
 

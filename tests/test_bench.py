@@ -239,9 +239,9 @@ def test_a_stopped_run_keeps_what_it_measured(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "bench.json").read_text())
     status = [(e["name"], e["status"]) for e in saved["benchmarks"]]
     assert status == [("good", "ok"), ("bad", "failed"), ("absent", "not run"), ("slow", "not run")]
-    assert "- absent (`benchmarks/absent.py`): not run: the run stopped before this script" in (
-        results_page(saved)
-    )
+    page = results_page(saved)
+    assert "- absent (`benchmarks/absent.py`): not run: the run stopped before this script" in page
+    assert "**Not run**: the run stopped before 2 of its 4 scripts: absent, slow;" in page
 
 
 def test_update_refuses_bad_combinations(tmp_path, monkeypatch, capsys):

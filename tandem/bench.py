@@ -306,6 +306,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         provenance=Provenance.RTL,
     ),
     Benchmark(
+        "hpu-card-rtl",
+        "hpu_card_rtl.py",
+        ("hpu-card",),
+        "HPU card in RTL on the HBM model (N = 2, 4): KV bandwidth over the touched channels' "
+        "sustained peak, card cycle model against RTL",
+        quick_args=("--engines", "2", "--tokens", "512", "768"),
+        provenance=Provenance.RTL,
+    ),
+    Benchmark(
         "sparse-dsp",
         "sparse_dsp_performance.py",
         ("sparse-dsp-chain", "sparse-mpe"),

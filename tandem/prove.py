@@ -5,10 +5,16 @@ k-induction, that
 
 ``hold``
     every output channel keeps ``valid`` high and its payload unchanged from the cycle it
-    raises ``valid`` until the cycle ``ready`` takes the beat;
+    raises ``valid`` until the cycle ``ready`` takes the beat or ``rst`` rises;
 ``reset``
     no output channel has ``valid`` high in the initial state or in any cycle that follows a
     cycle with ``rst`` high (the synchronous reset has acted);
+``axi-reset``
+    every AXI manager channel (``ar``, ``aw``, ``w``) has ``valid`` low in every cycle that
+    ``rst`` is high (AXI4 A3.1.2), not only after it;
+``axi-4k``
+    no AXI burst the design offers (``ar``, ``aw``: ``<x>addr``, ``<x>len``, ``<x>size``)
+    crosses a 4 KiB boundary;
 ``no-overflow``
     no write into an internal buffer is lost: every :class:`amaranth.lib.fifo.FIFOInterface`
     FIFO the design instantiates sees each write offered while it is full held, data
@@ -90,6 +96,8 @@ __all__ = [
 PROPERTIES = {
     "hold": "valid and payload held until ready",
     "reset": "no valid in the cycles after a reset",
+    "axi-reset": "no AXI manager valid while reset is high",
+    "axi-4k": "no AXI burst crosses 4 KiB",
     "no-overflow": "no write into a full buffer is lost",
 }
 
@@ -360,6 +368,29 @@ def _axi_pairs(component) -> list[tuple[str, tuple, tuple, Any]]:
     return pairs
 
 
+def _axi_managers(component) -> list[tuple[str, Any, tuple | None]]:
+    """``(name, valid, burst)`` of every AXI manager channel the design drives (``ar``, ``aw``,
+    ``w``): ``burst`` is ``(addr, len, size)`` where the channel has all three, else None."""
+    from amaranth.hdl import Value
+    from amaranth.lib import wiring
+
+    groups: dict[tuple, dict[str, tuple[Any, Any]]] = {}
+    for path, member, value in component.signature.flatten(component):
+        groups.setdefault(tuple(path[:-1]), {})[path[-1]] = (member, Value.cast(value))
+    managers = []
+    for parent, leaves in groups.items():
+        for prefix in ("ar", "aw", "w"):
+            names = (f"{prefix}valid", f"{prefix}ready")
+            if not all(n in leaves for n in names) or leaves[names[0]][0].flow != wiring.Out:
+                continue
+            fields = [f"{prefix}{field}" for field in ("addr", "len", "size")]
+            burst = None
+            if prefix != "w" and all(f in leaves for f in fields):
+                burst = tuple(leaves[f][1] for f in fields)
+            managers.append((".".join(map(str, (*parent, prefix))), leaves[names[0]][1], burst))
+    return managers
+
+
 def _buffers(fragment, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, Any]]:
     """``(name, kind, object)`` of every FIFO and result serializer below ``fragment``."""
     from amaranth.lib.fifo import FIFOInterface
@@ -428,7 +459,9 @@ def _harness(component):
     def held(valid, ready, payload, name):
         """``(pending, kept)``: a beat was offered and not taken last cycle; it still is."""
         pending = started & past(valid, f"{name}_valid") & ~past(ready, f"{name}_ready")
-        pending = pending & ~after_reset
+        # A reset abandons the beat: from the cycle rst rises (an AXI manager's valid drops
+        # then) to the cycle after it falls.
+        pending = pending & ~after_reset & ~ResetSignal("sync")
         kept = valid
         if payload is not None:
             payload = Value.cast(payload).as_unsigned()  # a signed one would sign-extend
@@ -451,6 +484,12 @@ def _harness(component):
             check(channel.name, "first-valid", ~channel.valid, into=covers)
         else:
             m.d.comb += Assume(~pending | kept)
+    for name, valid, burst in _axi_managers(component):
+        check(name, "axi-reset", ~ResetSignal("sync") | ~valid)
+        if burst is not None:
+            addr, length, size = burst
+            end = addr[:12] + ((length + 1) << size)  # the burst's last byte + 1, in its 4 KiB
+            check(name, "axi-4k", ~valid | (end <= 4096))
     for name, request, response, last in _axi_pairs(component):
         # An AXI subordinate answers requests: a read data beat (write response) only while a
         # burst is outstanding, counted from the last reset (the subordinate resets with the

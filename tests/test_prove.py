@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from amaranth.hdl import Fragment, Module, Signal
+from amaranth.hdl import Fragment, Module, ResetSignal, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.hw.common.exp2 import Exp2
@@ -254,6 +254,10 @@ class Reader(wiring.Component):
         )
     )
 
+    def __init__(self, *, gated=True):
+        self.gated = gated  # arvalid low while rst is high
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
         axi = self.axi
@@ -262,7 +266,7 @@ class Reader(wiring.Component):
         running = Signal()  # low in the cycle after a reset: nothing is requested then
         m.d.sync += running.eq(1)
         m.d.comb += [
-            axi.arvalid.eq(running & (outstanding < 2)),
+            axi.arvalid.eq(running & (outstanding < 2) & (~ResetSignal() | ~self.gated)),
             axi.araddr.eq(address),
             axi.rready.eq(1),
         ]
@@ -278,11 +282,15 @@ def test_axi_responses_answer_requests(engine, monkeypatch, tmp_path):
     holds its address channel (checked like a stream; the data channel is an input). Without
     that assumption an unsolicited ``rlast`` wraps its count and it is blamed."""
     report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path, engine=engine)
-    assert [(r.target, r.prop) for r in report.results] == [("axi.ar", "hold"), ("axi.ar", "reset")]
+    assert [(r.target, r.prop) for r in report.results] == [
+        ("axi.ar", "hold"),
+        ("axi.ar", "reset"),
+        ("axi.ar", "axi-reset"),
+    ]
     assert report.passed, report.table()
     # k-induction cannot close (from an arbitrary state the harness's count of outstanding
     # bursts and the reader's need not agree), and the properties run together: BMC to depth 8
-    assert [(r.status, r.depth) for r in report.results] == [("passed", 8), ("passed", 8)]
+    assert [(r.status, r.depth) for r in report.results[:2]] == [("passed", 8), ("passed", 8)]
 
     monkeypatch.setattr("tandem.prove._axi_pairs", lambda component: [])
     report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path, engine=engine)
@@ -491,3 +499,58 @@ def test_sigterm_leaves_no_solver_running(engine, tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_axi_manager_valid_under_reset_and_bursts_across_4k(engine, tmp_path):
+    """An ``arvalid`` from registers alone stays high in a cycle with ``rst`` high; bursts of
+    two 16-byte beats from addresses 16 apart reach past a 4 KiB boundary."""
+    report = prove_component(
+        Reader(gated=False), name="reader", depth=4, trace_dir=tmp_path, engine=engine
+    )
+    assert _result(report, "axi.ar", "axi-reset").status == "failed"
+
+    class Bursts(wiring.Component):
+        axi: Out(
+            wiring.Signature(
+                {
+                    "arvalid": Out(1),
+                    "arready": In(1),
+                    "araddr": Out(12),
+                    "arlen": Out(8),
+                    "arsize": Out(3),
+                    "rvalid": In(1),
+                    "rready": Out(1),
+                    "rlast": In(1),
+                }
+            )
+        )
+
+        def __init__(self, *, beats):
+            self.beats = beats
+            super().__init__()
+
+        def elaborate(self, platform):
+            m = Module()
+            axi = self.axi
+            address = Signal(12, init=0xFC0)  # four bursts below 4 KiB
+            outstanding = Signal(2)
+            m.d.comb += [
+                axi.arvalid.eq((outstanding < 2) & ~ResetSignal()),
+                axi.araddr.eq(address),
+                axi.arlen.eq(self.beats - 1),
+                axi.arsize.eq(4),
+                axi.rready.eq(1),
+            ]
+            taken = axi.arvalid & axi.arready
+            m.d.sync += outstanding.eq(outstanding + taken - (axi.rvalid & axi.rlast))
+            with m.If(taken):
+                m.d.sync += address.eq(address + 16)
+            return m
+
+    for beats, status in ((1, "passed"), (2, "failed")):
+        report = prove_component(
+            Bursts(beats=beats), name="bursts", depth=12, trace_dir=tmp_path, engine=engine
+        )
+        assert _result(report, "axi.ar", "axi-4k").status in (
+            (status, "proved") if status == "passed" else (status,)
+        ), report.table()

@@ -34,12 +34,14 @@ The scripts live in the source tree, not in the installed package: ``tandem benc
 next to the package (``<checkout>/benchmarks``) or in ``--benchmarks DIR``.
 """
 
+import contextlib
 import enum
 import importlib.metadata
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -481,6 +483,24 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _run_script(command: list[str], log, timeout_s: float, env: dict, cwd: Path) -> int | None:
+    """Run one script in a session of its own; its exit status, or None when it ran past
+    ``timeout_s``. However it ends (done, out of time, interrupted), what is left of its session
+    is killed: a script's own children (a simulator, a load generator) must not outlive it on a
+    shared machine."""
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+    )
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def _run_one(
     bench: Benchmark, folder: Path, out_dir: Path, quick: bool, timeout_s: float
 ) -> dict[str, Any]:
@@ -509,19 +529,8 @@ def _run_one(
         entry["load_start"] = _load_average()
         start = time.perf_counter()
         env = dict(os.environ, MPLBACKEND="Agg")
-        try:
-            with open(log, "w") as handle:
-                done = subprocess.run(
-                    command,
-                    stdout=handle,
-                    stderr=subprocess.STDOUT,
-                    timeout=timeout_s,
-                    env=env,
-                    cwd=folder.parent,
-                )
-            returncode = done.returncode
-        except subprocess.TimeoutExpired:
-            returncode = None
+        with open(log, "w") as handle:
+            returncode = _run_script(command, handle, timeout_s, env, folder.parent)
         entry["seconds"] = round(time.perf_counter() - start, 2)
         entry["load_end"] = _load_average()
         entry["cpus"] = os.cpu_count()

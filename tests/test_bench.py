@@ -225,6 +225,26 @@ def test_update_reruns_some_scripts_into_a_saved_run(tmp_path, monkeypatch, caps
     assert len(json.loads(saved.read_text())["updates"]) == 2
 
 
+def test_a_script_that_times_out_leaves_no_children(tmp_path, monkeypatch):
+    folder = _fake_suite(tmp_path, monkeypatch)
+    (folder / "slow.py").write_text(
+        textwrap.dedent(
+            """
+            import subprocess, sys, time
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            open(sys.argv[0] + ".pid", "w").write(str(child.pid))
+            time.sleep(60)
+            """
+        )
+    )
+    summary = run_suite(quick=True, only=["slow"], out_dir=tmp_path, benchmarks_dir=folder,
+                        timeout_s=3)  # fmt: skip
+    assert summary["benchmarks"][0]["status"] == "timeout"
+    pid = int((folder / "slow.py.pid").read_text())
+    state = Path(f"/proc/{pid}/stat")
+    assert not state.exists() or state.read_text().split(")")[1].split()[0] == "Z"
+
+
 def test_a_stopped_run_keeps_what_it_measured(tmp_path, monkeypatch):
     """bench.json is written after every script: stopped after the second, it holds the two
     and lists the rest as not run, and its page says so."""

@@ -197,7 +197,7 @@ def main(argv=None) -> int:
             note=note + f", FILL {FILL_CYCLES} GAP {GAP_CYCLES}",
         )
         figures.add(
-            f"largest |joint refit / RTL - 1|, {name}",
+            f"largest |joint fit / RTL - 1|, {name}",
             100 * worst_after,
             "%",
             design="hpu",

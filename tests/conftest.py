@@ -8,6 +8,11 @@ from tandem.host.common.threads import available_cores, configure_threads
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 configure_threads(max(1, available_cores() // _workers))
 
+# The suite's Verilator models run short regressions: built at -O0 they compile in about a fifth
+# of the CPU time and the whole build-and-run of the slowest RTL tests takes less time than at
+# verilated.mk's -Os (docs/benchmarks.md, "Test-suite builds"). Benchmarks keep -Os.
+os.environ.setdefault("TANDEM_VERILATOR_OPT", "-O0")
+
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns "auto" into a count
 def pytest_cmdline_main(config):

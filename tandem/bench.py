@@ -484,10 +484,10 @@ def _last_line(text: str) -> str:
 
 
 def _run_script(command: list[str], log, timeout_s: float, env: dict, cwd: Path) -> int | None:
-    """Run one script as the leader of a new process session; its exit status, or None when it ran past
-    ``timeout_s``. However it ends (done, out of time, interrupted), what is left of its session
-    is killed: a script's own children (a simulator, a load generator) must not outlive it on a
-    shared machine."""
+    """Run one script as the leader of a new process session; its exit status, or None when it
+    ran past ``timeout_s``. However it ends (done, out of time, interrupted), what is left of its
+    session is killed: a script's own children (a simulator, a load generator) must not outlive
+    it on a shared machine."""
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
     )

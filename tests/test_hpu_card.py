@@ -88,7 +88,9 @@ def test_engine_params_are_the_card_params_less_its_own():
     assert fields[:-1] == result_fields(p.engine) and fields[-1].name == "engine"
     values = {"data": [-3] * p.lanes, "tag": 7, "last": 1, "error": 0, "engine": 1}
     payload = bits.pack(fields, values)
-    assert decode_card_result(p, payload) == ([-3] * p.lanes, 7, 1, 1)
+    assert decode_card_result(p, payload) == ([-3] * p.lanes, 7, 1, 1, 0)
+    flagged = bits.pack(fields, {**values, "error": 1})
+    assert decode_card_result(p, flagged) == ([-3] * p.lanes, 7, 1, 1, 1)
 
 
 # --- golden model ----------------------------------------------------------------------------
@@ -260,8 +262,7 @@ def test_merger_keeps_requests_whole_and_each_engines_order(engines):
                 assert valid and payload == offered, "the merger withdrew or changed a beat"
             offered = None
             if valid and ready:
-                error = bits.unpack(card_result_fields(p), payload)["error"]
-                received.append((*decode_card_result(p, payload), error))
+                received.append(decode_card_result(p, payload))
             elif valid:
                 offered = payload
             for s in sources:

@@ -124,10 +124,11 @@ def card_result_layout(params: HpuCardParams):
     return bits.layout(card_result_fields(params))
 
 
-def decode_card_result(params: HpuCardParams, payload: int) -> tuple[list[int], int, int, int]:
-    """``(words, tag, last, engine)`` of one card ``result_o`` payload."""
+def decode_card_result(params: HpuCardParams, payload: int) -> tuple[list[int], int, int, int, int]:
+    """``(words, tag, last, engine, error)`` of one card ``result_o`` payload; ``error`` is the
+    engine's flag for a request that met a non-OKAY AXI response or a misaligned base."""
     fields = bits.unpack(card_result_fields(params), payload)
-    return fields["data"], fields["tag"], fields["last"], fields["engine"]
+    return fields["data"], fields["tag"], fields["last"], fields["engine"], fields["error"]
 
 
 class _CardMemory(ArrayMemory):

@@ -273,9 +273,13 @@ class CardTestbench(StreamTestbench):
                     f"{self.origin}: timeout after {budget} cycles; requests waiting per engine "
                     f"{waiting}; {len(self.desc.queue)} descriptor beats not taken"
                 ) from None
-            words, tag, last, engine = decode_card_result(self.card, payload)
+            words, tag, last, engine, error = decode_card_result(self.card, payload)
             if engine >= len(self.engines) or not self.engines[engine].pending:
                 raise AssertionError(f"{self.origin}: a result beat from engine {engine}, none due")
+            if error:
+                raise AssertionError(
+                    f"{self.origin}: engine {engine} flagged an AXI error on good traffic"
+                )
             if under_way is not None and engine != under_way:
                 raise AssertionError(
                     f"{self.origin}: a beat of engine {engine} inside a request of engine "

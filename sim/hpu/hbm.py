@@ -46,8 +46,8 @@ __all__ = [
     "HbmParams",
 ]
 
-#: The U55C's HBM AXI ports: 256 bits at the user clock (UG1393); the engine's 512-bit ports
-#: at 300 MHz ask for more than a pseudo-channel gives.
+#: The beat of the engine's AXI ports on the U55C (``mem_data_bits`` 512): at 300 MHz one beat a
+#: cycle asks for more than a pseudo-channel gives.
 BOARD_BEAT_BYTES = 64
 #: HBM2 average refresh interval tREFI (JEDEC JESD235, normal temperature range).
 REFRESH_INTERVAL_NS = 3900.0

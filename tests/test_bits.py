@@ -11,6 +11,7 @@ from tandem.host.hpu.codec import (
     HEADER_FIELDS,
     header_layout,
     pack_header,
+    result_error,
     result_fields,
     result_layout,
     unpack_header,
@@ -173,9 +174,13 @@ def test_hpu_header_fields(kw):
 def test_hpu_result_beat():
     p = HpuParams(lanes=8, mem_data_bits=64, kv_bits=8)
     words = [-1, 2, -(1 << (p.word_bits - 1)), (1 << (p.word_bits - 1)) - 1, 0, 5, -6, 7]
-    payload = bits.pack(result_fields(p), [words, 0xFFFFFFFF, 1])
-    assert (
-        payload == result_layout(p).const({"data": words, "tag": 0xFFFFFFFF, "last": 1}).as_bits()
-    )
+    payload = bits.pack(result_fields(p), [words, 0xFFFFFFFF, 1, 0])
+    fields = {"data": words, "tag": 0xFFFFFFFF, "last": 1, "error": 0}
+    assert payload == result_layout(p).const(fields).as_bits()
     assert decode_result(p, payload) == (words, 0xFFFFFFFF, 1)
     assert payload >> (8 * p.word_bits) == (1 << 32) | 0xFFFFFFFF
+    assert not result_error(p, payload)
+    flagged = bits.pack(result_fields(p), [words, 0xFFFFFFFF, 1, 1])
+    assert flagged == result_layout(p).const({**fields, "error": 1}).as_bits()
+    assert flagged >> (8 * p.word_bits) == (1 << 33) | (1 << 32) | 0xFFFFFFFF
+    assert result_error(p, flagged) and decode_result(p, flagged) == (words, 0xFFFFFFFF, 1)

@@ -507,16 +507,7 @@ def _run_one(
     script = folder / bench.script
     log = out_dir / "logs" / f"{bench.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    entry: dict[str, Any] = {
-        "name": bench.name,
-        "script": f"benchmarks/{bench.script}",
-        "designs": list(bench.designs),
-        "what": bench.what,
-        "provenance": str(bench.provenance),
-        "system": bench.system,
-        "log": str(log),
-        "figures": [],
-    }
+    entry: dict[str, Any] = {**_entry_base(bench), "log": str(log)}
     if not script.exists():
         entry.update(status="failed", seconds=0.0, reason=f"{script} does not exist")
         return entry
@@ -663,8 +654,8 @@ def run_suite(
     return write(entries)
 
 
-def _not_run(bench: Benchmark) -> dict[str, Any]:
-    """The entry of a script a stopped run did not reach."""
+def _entry_base(bench: Benchmark) -> dict[str, Any]:
+    """What every entry of ``bench`` in a summary holds, whether it ran or not."""
     return {
         "name": bench.name,
         "script": f"benchmarks/{bench.script}",
@@ -673,6 +664,13 @@ def _not_run(bench: Benchmark) -> dict[str, Any]:
         "provenance": str(bench.provenance),
         "system": bench.system,
         "figures": [],
+    }
+
+
+def _not_run(bench: Benchmark) -> dict[str, Any]:
+    """The entry of a script a stopped run did not reach."""
+    return {
+        **_entry_base(bench),
         "status": "not run",
         "seconds": 0.0,
         "reason": "the run stopped before this script",

@@ -67,3 +67,12 @@ def test_slower_channels_make_slower_steps():
 
 def test_no_requests():
     assert card_call_cycles(P, [], HBM).total == 0
+
+
+def test_the_fit_latency_is_the_cosimulation_memorys():
+    """FILL and GAP were fitted on cocotbext-axi's read model: the card model's extra latency
+    is counted from that model's latency, not from a copy of it."""
+    from tandem.host.hpu.cycles import FIT_LATENCY_CYCLES
+    from tandem.sim.hpu.memory import MODEL_LATENCY
+
+    assert FIT_LATENCY_CYCLES == MODEL_LATENCY

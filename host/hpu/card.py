@@ -248,10 +248,11 @@ def card_call_cycles(params: HpuCardParams, requests, hbm) -> CardCycles:
     * The card's time is the latest of these.
     """
 
-    from .cycles import FILL_CYCLES, GAP_CYCLES, drain_cycles, request_beats
+    # The gateware's own constant: the host side has no copy of it to drift.
+    from tandem.hw.hpu.beats import DESCRIPTOR_SLOTS
 
-    cosim_latency = 2  # the co-simulation memory's read latency the FILL fit includes
-    slots = 3  # the engine's descriptor slots (hw/hpu/beats.py DESCRIPTOR_SLOTS)
+    from .cycles import FILL_CYCLES, FIT_LATENCY_CYCLES, GAP_CYCLES, drain_cycles, request_beats
+
     p = params
     requests = list(requests)
     if not requests:
@@ -277,14 +278,14 @@ def card_call_cycles(params: HpuCardParams, requests, hbm) -> CardCycles:
     last: list[int | None] = [None] * p.engines
     for k, e in enumerate(owners):
         done = reads_end[e]
-        slot_free = done[-slots] if len(done) >= slots else 0.0
+        slot_free = done[-DESCRIPTOR_SLOTS] if len(done) >= DESCRIPTOR_SLOTS else 0.0
         start = max(t + p.header_beats, slot_free)
         t = start + float(d[k])
         begin = max(start, done[-1] if done else 0.0)
         busy = max(float(d[k]), float(reads[k]) / rates[k], float(o[k]) * p.out_beat_cycles)
         done.append(begin + busy + GAP_CYCLES)
         last[e] = k
-    fill = FILL_CYCLES + max(0, hbm.latency - cosim_latency)
+    fill = FILL_CYCLES + max(0, hbm.latency - FIT_LATENCY_CYCLES)
     engines = []
     for e in range(p.engines):
         if last[e] is None:

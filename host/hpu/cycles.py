@@ -60,6 +60,7 @@ from .params import HpuParams
 __all__ = [
     "COSIM_MEMORY",
     "FILL_CYCLES",
+    "FIT_LATENCY_CYCLES",
     "GAP_CYCLES",
     "Memory",
     "RequestBeats",
@@ -75,6 +76,9 @@ __all__ = [
 FILL_CYCLES = 49
 #: Turn-around cycles between two requests of a batch (fitted likewise).
 GAP_CYCLES = 14
+#: Read latency of the memory FILL and GAP were fitted on (the co-simulation memory,
+#: cocotbext-axi's read model: :data:`tandem.sim.hpu.memory.MODEL_LATENCY`).
+FIT_LATENCY_CYCLES = 2
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ def check_result(params, run, index, request, gold):
 
 
 def check_bursts(params, run):
-    """Every read burst starts on a beat and stays within its 4 KiB."""
-    for port, bursts in run.read_bursts.items():
+    """Every read and write burst starts on a beat and stays within its 4 KiB."""
+    for port, bursts in [*run.read_bursts.items(), ("w", run.write_bursts)]:
         for address, beats in bursts:
             assert address % params.beat_bytes == 0, f"{port}: burst at {address:#x}"
             end = address % AXI_BOUNDARY + beats * params.beat_bytes
@@ -114,6 +114,32 @@ def test_misaligned_base_by_4k_is_flagged_and_never_crosses_4k(name):
     check_bursts(p, run)
     assert any(a % AXI_BOUNDARY == 0 for bursts in run.read_bursts.values() for a, _ in bursts)
     assert np.array_equal(memory, expected)
+
+
+@pytest.mark.parametrize("base", [0x0, 0x1000, 0x2FC0])
+def test_appended_row_across_4k_is_written_in_two_bursts(base):
+    """128-byte rows on 16-byte beats: at base 0x0 (and 0x1000) the K row of a page's last
+    token sits at bytes 4032-4159 of the region, across a 4 KiB boundary; at 0x2FC0 the V row
+    of the first page's token 30 does. Each is written as two bursts split at the boundary,
+    and lands as the host's layout puts it."""
+    p = HpuParams(head_dim=64, lanes=8, mem_data_bits=128, kv_bits=16, max_seq_len=256)
+    assert p.layout.row_bytes == 128
+    rng = np.random.default_rng(45)
+    memory = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    requests, expected = [], memory.copy()
+    for i, n in enumerate([32, 31, 64]):
+        seq = make_sequence(p, n, rng)
+        region = base + 0x3000 * i
+        store(p, memory, region, seq, n - 1)
+        store(p, expected, region, seq, n)
+        requests.append((request_for(seq, seq_id=i, base=region, n=n), golden_for(p, seq, n)))
+    run = run_hpu(p, memory, [r for r, _ in requests], read_latency=2)
+    for i, (request, gold) in enumerate(requests):
+        check_result(p, run, i, request, gold)
+    check_bursts(p, run)
+    assert np.array_equal(memory, expected)
+    split = [a for a, beats in run.write_bursts if a % AXI_BOUNDARY == 0 and beats < p.row_beats]
+    assert split, "no row was split at a 4 KiB boundary"
 
 
 def test_check_failed_names_the_request():

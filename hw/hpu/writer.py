@@ -1,10 +1,10 @@
 """``hpu`` writer: the appended token's k and v rows and scales into the KV cache."""
 
-from amaranth.hdl import Array, Cat, Const, Module, ResetSignal, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.codec import header_layout
-from tandem.mappings.hpu.kv_layout import BLOCK_BYTES
+from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY, BLOCK_BYTES
 
 from ..common.axi import BURST_INCR, RESP_OKAY, AxiWriteManager
 from ..common.fixed import constant_product
@@ -126,27 +126,51 @@ class Writer(wiring.Component):
         row_addr = page_base + BLOCK_BYTES + constant_product(offset, layout.row_bytes)
         pending = Signal(name="w_pending")
 
+        # A row's beats go out in bursts that stop at a 4 KiB boundary (AXI4 A3.4.1): a row
+        # wider than a beat can straddle one (128-byte rows, offset 31 of a page at 0: bytes
+        # 4032-4159). ``beat`` counts the row's beats written, ``burst_last`` is the last
+        # beat of the burst in flight.
+        burst_last = Signal(range(p.row_beats), name="w_burst_last")
+        beat_shift = (beat_bytes - 1).bit_length()
+
         def row_states(name, next_state, part, data_row):
             with m.State(name + "_AW"):
+                address = Signal(p.addr_bits, name=f"w_{name.lower()}_addr")
+                m.d.comb += address.eq(row_addr + part + (beat << beat_shift))
+                if p.row_beats > 1:
+                    to_boundary = Signal(
+                        range(AXI_BOUNDARY // beat_bytes + 1), name=f"w_{name.lower()}_to_boundary"
+                    )
+                    left = Signal(range(p.row_beats + 1), name=f"w_{name.lower()}_left")
+                    m.d.comb += [
+                        to_boundary.eq((AXI_BOUNDARY - address[:12]) >> beat_shift),
+                        left.eq(p.row_beats - beat),
+                    ]
+                    length = Mux(to_boundary < left, to_boundary, left)
+                else:
+                    length = 1
                 m.d.comb += [
                     aw_valid.eq(1),
-                    axi.awaddr.eq(row_addr + part),
-                    axi.awlen.eq(p.row_beats - 1),
+                    axi.awaddr.eq(address),
+                    axi.awlen.eq(length - 1),
                 ]
                 with m.If(axi.awready):
-                    m.d.sync += beat.eq(0)
+                    m.d.sync += burst_last.eq(beat + length - 1)
                     m.next = name + "_W"
             with m.State(name + "_W"):
                 m.d.comb += [
                     w_valid.eq(1),
                     axi.wdata.eq(data_row.word_select(beat, p.mem_data_bits)),
                     axi.wstrb.eq(row_strobes[beat]),
-                    axi.wlast.eq(beat == p.row_beats - 1),
+                    axi.wlast.eq(beat == burst_last),
                 ]
                 with m.If(axi.wready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(beat == p.row_beats - 1):
+                        m.d.sync += beat.eq(0)
                         m.next = next_state
+                    with m.Elif(beat == burst_last):
+                        m.next = name + "_AW"
 
         def scale_states(name, next_state, part, half):
             with m.State(name + "_AW"):
@@ -210,7 +234,7 @@ class Writer(wiring.Component):
                     m.d.sync += [pending.eq(0), due.eq(1)]
                     m.next = "IDLE"
             with m.State("PAGE_BASE"):
-                m.d.sync += page_base.eq(base + page_offset)
+                m.d.sync += [page_base.eq(base + page_offset), beat.eq(0)]
                 m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
             row_states("V", "KS_AW", layout.part_bytes, data_v)

@@ -35,6 +35,8 @@ class AmaranthRun:
     read_cycles: dict[str, list[int]] = field(default_factory=dict)
     #: Each request's ``error`` flag, or None where its beats disagreed (a fault).
     errors: list[bool | None] = field(default_factory=list)
+    #: The write bursts, ``(address, beats)`` in the order their addresses were taken.
+    write_bursts: list[tuple[int, int]] = field(default_factory=list)
 
 
 def run_hpu(
@@ -152,6 +154,7 @@ def run_hpu(
                         pending[name].appendleft((ready_at, address + beat_bytes, beats - 1))
             if aw is not None:
                 write_bursts.append(list(aw))
+                run.write_bursts.append(aw)
             if w_fire:
                 address = write_bursts[0][0] + write_beat * beat_bytes
                 chunk = w_data.to_bytes(beat_bytes, "little")

@@ -292,7 +292,7 @@ def test_axi_responses_answer_requests(engine, monkeypatch, tmp_path):
     # bursts and the reader's need not agree), and the properties run together: BMC to depth 8
     assert [(r.status, r.depth) for r in report.results[:2]] == [("passed", 8), ("passed", 8)]
 
-    monkeypatch.setattr("tandem.prove._axi_pairs", lambda component: [])
+    monkeypatch.setattr("tandem.prove.harness._axi_pairs", lambda component: [])
     report = prove_component(Reader(), name="reader", depth=8, trace_dir=tmp_path, engine=engine)
     assert _result(report, "axi.ar", "hold").status == "failed"
 
@@ -335,7 +335,7 @@ def test_the_engines_agree_on_a_small_design(tmp_path):
 
 
 def test_without_yices_the_sat_engine_runs_with_a_note(monkeypatch, tmp_path):
-    monkeypatch.setattr("tandem.prove.find_yices", lambda: None)
+    monkeypatch.setattr("tandem.prove.engines.find_yices", lambda: None)
     report = prove(get_design("exp2"), trace_dir=tmp_path)
     assert report.engine == "yosys sat -tempinduct (MiniSat)" and report.passed
     (note,) = report.notes
@@ -395,7 +395,7 @@ def test_cli_failure_exits_1(monkeypatch, tmp_path, capsys):
     from tandem.design import Design
 
     # not XDG_CACHE_HOME: YoWASP keeps its compiled yosys there, and compiling it takes minutes
-    monkeypatch.setattr("tandem.prove.default_trace_dir", lambda: tmp_path)
+    monkeypatch.setattr("tandem.prove.proof.default_trace_dir", lambda: tmp_path)
     exp2 = get_design("exp2")
     mutant = Design(
         name="test-dropper",
@@ -441,7 +441,7 @@ def test_cli_unknown_engine_is_one_line(capsys):
 
 
 def test_cli_smt_engine_without_yices_is_one_line(monkeypatch, capsys):
-    monkeypatch.setattr("tandem.prove.find_yices", lambda: None)
+    monkeypatch.setattr("tandem.prove.engines.find_yices", lambda: None)
     assert main(["prove", "exp2", "--engine", "smtbmc"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line == "tandem: error: --engine smtbmc needs yices-smt2; install it with: " + (

@@ -43,7 +43,7 @@ VARIANTS = (
 )
 
 # What the projection rests on, each with the file its numbers come from (the formulas are
-# host/system/perf.py's docstring); a variant's label names the one it changes.
+# host/system/perf/__init__.py's docstring); a variant's label names the one it changes.
 ASSUMPTIONS = (
     f"{PAPER['model']}'s shape (constraints/models/{PAPER['model']}.yaml)",
     f"the GPU at its data-sheet bandwidth and FP16 peak over the decode efficiency its file "
@@ -58,7 +58,7 @@ ASSUMPTIONS = (
     "hpu_resources.yaml)",
     "tokens/s/W over nameplate power (GPU TDP + boards), not measured power",
     "prefill and the KV transfer after it left out; no PCIe latency per transfer unless named",
-    "the formulas of host/system/perf.py's docstring",
+    "the formulas of host/system/perf/__init__.py's docstring",
 )
 
 

@@ -1,4 +1,4 @@
-"""Performance model (host/perf.py, ``tandem perf decode``): formulas on hand-computed cases,
+"""Performance model (host/system/perf/, ``tandem perf decode``): formulas on hand-computed cases,
 memory boundaries, the ping-pong schedule, JSON schema, CLI errors, the runtime cross-check."""
 
 import json
@@ -314,6 +314,7 @@ def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
     """Given clock > the synthesized configuration's estimate (when below the board's default)
     > the board's default; every choice names its source."""
     from tandem.host.system import perf
+    from tandem.host.system.perf import cards
 
     from tandem.boards import load_board
 
@@ -322,7 +323,7 @@ def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
     entry = dict(perf.synthesized_engine(params))
     for fmax, clock, source in ((212.5, 212.5, "timing estimate"), (412.0, 300.0, "board default")):
         entry["timing"] = {"fmax_mhz": fmax}
-        monkeypatch.setattr(perf, "load_engine_resources", lambda e=dict(entry): [e])
+        monkeypatch.setattr(cards, "load_engine_resources", lambda e=dict(entry): [e])
         chosen = perf.engine_clock(params, board)
         assert chosen["clock_mhz"] == clock and chosen["clock_source"].startswith(source)
         assert chosen["fmax_mhz"] == fmax
@@ -330,7 +331,7 @@ def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
         assert row["hpu"]["clock_mhz"] == clock and row["hpu_kv"]["clock_mhz"] == clock
         assert row["hpu"]["clock_source"].startswith(source)
     assert perf.engine_clock(params, board, 150.0)["clock_source"] == "given"
-    monkeypatch.setattr(perf, "load_engine_resources", lambda: [])
+    monkeypatch.setattr(cards, "load_engine_resources", lambda: [])
     assert "no timing estimate" in perf.engine_clock(params, board)["clock_source"]
 
 

@@ -321,7 +321,7 @@ NOT_A_RESULT = re.compile(
 #: their source, published figures with their paper, workloads, parameters and tolerances.
 ALLOWED = {
     ("host/common/threads.py", "5 ms"): "a sampling interval, a parameter",
-    ("host/system/perf.py", "80 %"): "a utilization ceiling the model assumes, a parameter",
+    ("host/system/perf/cards.py", "80 %"): "a utilization ceiling the model assumes, a parameter",
     ("sim/hpu/hbm.py", "300 MHz"): "the U55C HBM clock the model is built for (data sheet)",
     ("sim/hpu/hpu_tb.py", "3x"): "the margin a tolerance leaves, derived in the comment",
     ("sim/hpu/hpu_tb.py", "10 %"): "a testbench tolerance",

@@ -6,12 +6,14 @@ Usage: ``python benchmarks/hpu_card_rtl.py [--engines 2 4] [--tokens LO HI] [--s
 
 For each engine count N, builds ``hpu-card`` (N engines of the small ``hpu`` configuration:
 head_dim 32, int8 K and V on 128-bit ports, two queries; ``C * N`` pseudo-channels, C = 2 as
-on the U55C, 32 channels for 16 engines) in Verilator and runs the cocotb test ``hbm_decode``
-of :mod:`tandem.sim.hpu.card_tb`: one decode step of ``S`` sequences of ``H`` KV heads each,
-their stored lengths drawn from ``LO..HI`` tokens (512-2047 by default, 513-2048 with the
-appended token), each (sequence, head) region placed by the runtime's channel-aware allocator
-(:class:`~tandem.mappings.hpu.channels.ChannelSpace`) and its request routed to the engine
-that owns it, one token appended per request, every result compared with the golden model.
+on the U55C, 32 channels for 16 engines: each engine's K port streams from one channel and its
+V port from another, the card's split KV layout) in Verilator and runs the cocotb test
+``hbm_decode`` of :mod:`tandem.sim.hpu.card_tb`: one decode step of ``S`` sequences of ``H``
+KV heads each, their stored lengths drawn from ``LO..HI`` tokens (512-2047 by default, 513-2048
+with the appended token), each (sequence, head) region sized for its tokens and placed, longest
+sequence first, by the runtime's channel-aware allocator
+(:class:`~tandem.mappings.hpu.channels.ChannelSpace`), its request routed to the engine that
+owns it, one token appended per request, every result compared with the golden model.
 Every engine's read ports draw on one shared HBM model (:mod:`tandem.sim.hpu.hbm`: the
 U55C's per-channel rate scaled to the port width, 0.91 sustained with refresh, 32-cycle
 latency).
@@ -44,9 +46,10 @@ TESTCASE = "hbm_decode"
 
 
 def card_params(design, engines: int, per_engine: int, max_seq_len: int, regions: int):
-    """The card of ``engines`` engines, ``per_engine`` channels each, room for ``regions``
-    regions of ``max_seq_len`` tokens per channel (plus one, the allocator's slack)."""
-    probe = design.params(**ENGINE, max_seq_len=max_seq_len, engines=1, channels=1)
+    """The card of ``engines`` engines, ``per_engine`` channels each (half of them for K spans,
+    half for V spans), room for ``regions`` regions of ``max_seq_len`` tokens per K channel
+    (plus one, the allocator's slack)."""
+    probe = design.params(**ENGINE, max_seq_len=max_seq_len, engines=1, channels=2)
     region = probe.layout.region_bytes(max_seq_len + 1)
     channels = engines * per_engine
     channel = -(-(region * (regions + 1)) // (1 << 16)) << 16
@@ -104,9 +107,15 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    if min(args.engines) < 1 or args.heads < 1 or args.channels_per_engine < 1:
+    if (
+        min(args.engines) < 1
+        or args.heads < 1
+        or args.channels_per_engine < 2
+        or args.channels_per_engine % 2
+    ):
         print(
-            "hpu_card_rtl: error: --engines, --heads and --channels-per-engine must be >= 1",
+            "hpu_card_rtl: error: --engines and --heads must be >= 1 and --channels-per-engine "
+            "a positive even number (K and V channels)",
             file=sys.stderr,
         )
         return 2
@@ -130,7 +139,7 @@ def main(argv=None) -> int:
     for n in args.engines:
         channels = n * args.channels_per_engine
         sequences = args.sequences or max(1, 2 * channels // args.heads)
-        regions = -(-sequences * args.heads // channels) + 1
+        regions = -(-sequences * args.heads // (channels // 2)) + 1
         params = card_params(design, n, args.channels_per_engine, args.max_seq_len, regions)
         lengths = rng.integers(lo, hi + 1, sequences).tolist()
         print(

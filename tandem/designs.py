@@ -184,13 +184,14 @@ register(
         testbench="tandem.sim.hpu.card_tb",
         board="u55c",  # the HPU paper's card
         docs="docs/hpu.md",
-        # The engine's proof parameters (see hpu), two engines over a 64 KiB memory. The
+        # The engine's proof parameters (see hpu), two engines over a 64 KiB memory of four
+        # channels (each engine's K spans in one, its V spans in the next). The
         # dispatcher holds each header for its header_beats cycles and the result slice adds
         # one: the depth leaves room past hpu's first result for both.
         prove_params={
             **_HPU_PROVE_PARAMS,
             "engines": 2,
-            "channels": 2,
+            "channels": 4,
             "memory_bytes": 1 << 16,
         },
         prove_depth=46,

@@ -27,7 +27,7 @@ def request(base, length, append=False):
 def alone(length):
     """The model's cycles of one request alone, written out from the engine's model."""
     d, reads, o = request_beats(P.engine, [length], append=False)
-    rate = HBM.port_beats_per_cycle(2)  # K and V share the request's channel
+    rate = HBM.port_beats_per_cycle(1)  # split layout: K and V each stream from a channel
     busy = max(int(d[0]), reads[0] / rate, int(o[0]) * P.out_beat_cycles)
     fill = FILL_CYCLES + HBM.latency - 2
     drain = drain_cycles(P.engine, [length], append=False)
@@ -38,7 +38,7 @@ def test_one_request_is_the_engine_model_behind_the_dispatcher():
     got = card_call_cycles(P, [request(0, 60)], HBM)
     assert got.total == pytest.approx(alone(60))
     assert got.engines[1] == 0
-    assert got.read_beats_per_cycle == (pytest.approx(HBM.port_beats_per_cycle(2)),)
+    assert got.read_beats_per_cycle == (pytest.approx(HBM.port_beats_per_cycle(1)),)
 
 
 def test_engines_overlap():

@@ -30,7 +30,7 @@ from tandem.host.hpu.card import (
 )
 from tandem.host.hpu.codec import HpuResults, result_fields
 from tandem.hw.hpu.card import Dispatcher, HpuCard, ResultMerger
-from tandem.mappings.hpu.channels import ChannelGeometry, engine_bases, engine_of
+from tandem.mappings.hpu.channels import ChannelGeometry, ChannelSpace, engine_bases, engine_of
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES
 
 from tandem.config import ParamError
@@ -38,8 +38,22 @@ from tandem.config import ParamError
 from .test_hpu import SMALL, golden_for, make_sequence, request_for, store
 from .test_hpu_components import _Source
 
-#: A small card: 2 engines over 4 channels of 32 KiB (engine 0: channels 0 and 1).
+#: A small card: 2 engines over 4 channels of 32 KiB (engine 0: channels 0 and 1, its K spans
+#: in channel 0 and its V spans 32 KiB above, in channel 1).
 CARD = dict(SMALL, gqa_group=2, max_seq_len=64, engines=2, channels=4, memory_bytes=128 << 10)
+
+
+def card(**overrides):
+    """:data:`CARD` with ``overrides``; ``engines`` brings two channels of 32 KiB per engine."""
+    engines = overrides.get("engines", CARD["engines"])
+    sized = {"channels": 2 * engines, "memory_bytes": 2 * engines * (32 << 10)}
+    return HpuCardParams(**{**CARD, **sized, **overrides})
+
+
+def key_channels(p):
+    """The channels that hold K spans (regions start there)."""
+    space = ChannelSpace(p.geometry, p.layout.value_offset)
+    return [c for c in range(p.geometry.channels) if space.holds_keys(c)]
 
 
 def _run(dut, bench):
@@ -70,8 +84,14 @@ def test_engine_counts_are_checked():
     geometry = ChannelGeometry(4, 4096)
     with pytest.raises(ValueError, match=r"engines must be in 1..4 \(the channels\), not 5"):
         engine_bases(geometry, 5)
-    with pytest.raises(ParamError, match="engines must be at most the 2 channels of 128 bytes"):
-        HpuCardParams(memory_bytes=128, channels=4, engines=3)
+    with pytest.raises(ParamError, match=r"channels must be a multiple of 2 \* engines \(6: "):
+        HpuCardParams(memory_bytes=1 << 16, channels=4, engines=3)
+    with pytest.raises(ParamError, match=r"memory_bytes must be a multiple of 256 \(64 bytes per"):
+        HpuCardParams(memory_bytes=128, channels=4, engines=2)
+    with pytest.raises(ParamError, match=r"half an engine's channels \(32768 bytes; 0 says"):
+        HpuCardParams(**dict(CARD, value_offset=4096))
+    with pytest.raises(ParamError, match=r"room for one region of max_seq_len tokens \(4224 "):
+        HpuCardParams(**dict(CARD, memory_bytes=4 * 4096))
     with pytest.raises(ParamError, match=r"at most 2\*\*addr_bits \(65536\), not 131072"):
         HpuCardParams(addr_bits=16, memory_bytes=1 << 17)
     with pytest.raises(ParamError, match="engines must be between 1 and 32, not 0"):
@@ -81,7 +101,10 @@ def test_engine_counts_are_checked():
 def test_engine_params_are_the_card_params_less_its_own():
     p = HpuCardParams(**CARD)
     assert type(p.engine).__name__ == "HpuParams"
-    assert p.engine.to_dict() == {k: v for k, v in p.to_dict().items() if k in p.engine.to_dict()}
+    own = {k: v for k, v in p.to_dict().items() if k in p.engine.to_dict()}
+    assert p.engine.to_dict() == {**own, "value_offset": 32 << 10}  # the split layout
+    assert HpuCardParams(**dict(CARD, value_offset=32 << 10)).engine == p.engine
+    assert p.layout == p.engine.layout and p.layout.split
     assert p.engine_bases == (0, 64 << 10)
     assert route(p, [0, (64 << 10) - 64, 64 << 10, 1 << 20]).tolist() == [0, 0, 1, 1]
     fields = card_result_fields(p)
@@ -99,9 +122,10 @@ def _requests(p, rng, count, memory=None):
     their sequences stored in ``memory``; ``(requests, [(seq, n)])``."""
     region = p.layout.region_bytes(p.max_seq_len)
     channel = p.geometry.channel_bytes
+    keys = key_channels(p)
     requests, used = [], []
     for i in range(count):
-        c = i % p.geometry.channels  # every channel, so every engine, gets requests
+        c = keys[i % len(keys)]  # every K channel, so every engine, gets requests
         base = c * channel + int(rng.integers(0, (channel - region) // BLOCK_BYTES)) * BLOCK_BYTES
         n = int(rng.integers(1, p.max_seq_len + 1))
         seq = make_sequence(p, n, rng)
@@ -123,7 +147,9 @@ def test_golden_is_each_engines_hpu_golden_in_descriptor_order():
     # Regions placed apart so that no request reads another's (each its own region).
     requests, used = [], []
     region = p.layout.region_bytes(p.max_seq_len)
-    for i, base in enumerate(range(0, p.memory_bytes - region, 4 * region)):
+    channel = p.geometry.channel_bytes
+    starts = [c * channel + offset for c in key_channels(p) for offset in (0, 3 * region)]
+    for i, base in enumerate(starts):
         n = int(rng.integers(1, p.max_seq_len + 1))
         seq = make_sequence(p, n, rng)
         append = i % 2 == 0
@@ -160,9 +186,9 @@ def test_golden_refuses_a_region_past_its_engines_channels():
     p = HpuCardParams(**CARD)
     memory = np.zeros(p.memory_bytes, dtype=np.uint8)
     seq = make_sequence(p, 40, np.random.default_rng(1))
-    base = (64 << 10) - BLOCK_BYTES  # engine 0's last block: 40 tokens run into engine 1's
+    base = (32 << 10) - BLOCK_BYTES  # engine 0's last K block: 40 tokens run into its V channel
     request = request_for(seq, seq_id=1, base=base, n=40, append=False)
-    with pytest.raises(ValueError, match="past engine 0's channels"):
+    with pytest.raises(ValueError, match="past engine 0's K channels"):
         hpu_card_golden(p, memory, [request])
 
 
@@ -176,7 +202,7 @@ def test_golden_refuses_a_region_past_its_engines_channels():
     ],
 )
 def test_dispatcher_routes_every_descriptor_whole_to_the_owner_of_its_base(overrides):
-    p = HpuCardParams(**dict(CARD, **overrides))
+    p = card(**overrides)
     rng = np.random.default_rng(7)
     requests, _ = _requests(p, rng, 14)
     owners = route(p, [r.base for r in requests])
@@ -224,7 +250,7 @@ def test_dispatcher_routes_every_descriptor_whole_to_the_owner_of_its_base(overr
 # --- merger ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("engines", [1, 3])
 def test_merger_keeps_requests_whole_and_each_engines_order(engines):
-    p = HpuCardParams(**dict(CARD, engines=engines))
+    p = card(engines=engines)
     rng = np.random.default_rng(11)
     layout = result_fields(p.engine)
     # Per engine, 6 requests of 1..5 beats; each beat's data names (engine, request, beat);
@@ -295,9 +321,9 @@ def test_card_has_one_set_of_ports_per_engine():
         ({"engines": 3}, ("k_axi", "v_axi", "w_axi")),
         ({"read_ports": 1}, ("kv_axi", "w_axi")),
     ):
-        p = HpuCardParams(**dict(CARD, **overrides))
-        card = HpuCard(p)
-        names = set(card.signature.members)
-        Fragment.get(card, None)  # elaborated: no UnusedElaboratable warning
+        p = card(**overrides)
+        gateware = HpuCard(p)
+        names = set(gateware.signature.members)
+        Fragment.get(gateware, None)  # elaborated: no UnusedElaboratable warning
         want = {f"{port}_{e}" for port in ports for e in range(p.engines)}
         assert names == want | {"desc_i", "result_o"}

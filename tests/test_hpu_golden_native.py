@@ -158,13 +158,22 @@ def test_kernel_option_is_checked():
     assert auto.kernel == "native" and auto.kernel_note == ""
 
 
+@pytest.mark.parametrize("value_offset", [0, 1 << 19])
 @pytest.mark.parametrize("kv_bits", [8, 16])
-def test_twin_reads_regions_in_place_as_read_regions_does(kv_bits):
+def test_twin_reads_regions_in_place_as_read_regions_does(kv_bits, value_offset):
     """Random bytes as device memory (garbage beyond each region's length included): the
-    twin's in-place read gives what ``read_regions`` then the numpy model give."""
+    twin's in-place read gives what ``read_regions`` then the numpy model give, in the
+    interleaved layout and the split one (V spans ``value_offset`` above the K spans)."""
     from tandem.host.hpu.golden_native import hpu_golden_regions_native
 
-    p = HpuParams(head_dim=64, gqa_group=3, max_seq_len=512, kv_bits=kv_bits, lanes=256 // kv_bits)
+    p = HpuParams(
+        head_dim=64,
+        gqa_group=3,
+        max_seq_len=512,
+        kv_bits=kv_bits,
+        lanes=256 // kv_bits,
+        value_offset=value_offset,
+    )
     layout, rng = p.layout, np.random.default_rng(14)
     memory = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
     # random binary16 scale patterns everywhere would hold inf and NaN: finite ones instead
@@ -174,7 +183,8 @@ def test_twin_reads_regions_in_place_as_read_regions_does(kv_bits):
     for trial in range(6):
         count = int(rng.integers(1, 7))
         lengths = rng.integers(1, 300, count)
-        bases = rng.integers(0, (memory.size - layout.region_bytes(300)) // 64, count) * 64
+        top = memory.size - int(layout.region_end(0, 300))
+        bases = rng.integers(0, top // 64, count) * 64
         q = rng.integers(-(1 << 15), 1 << 15, (count, 3, 64))
         score_scale = np.abs(rng.normal(0, 1e-4, (count, 3))).astype(np.float16)
         k, ks, v, vs = layout.read_regions(memory, bases, lengths)

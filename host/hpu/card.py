@@ -23,7 +23,7 @@ import numpy as np
 from tandem.host.backend.backend import ArrayMemory
 from tandem.host.common import bits
 from tandem.mappings.hpu.channels import ChannelGeometry, engine_bases, engine_of
-from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
+from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
 
 from tandem.config import ParamError, param
 
@@ -50,6 +50,12 @@ class HpuCardParams(HpuParams):
     ``memory_bytes`` and ``channels`` give the card's pseudo-channels
     (:meth:`ChannelGeometry.scaled`, as :class:`~tandem.host.hpu.device.HpuDevice` builds
     them), which decide the engine a request goes to.
+
+    The engines store their KV cache in the split layout: each engine owns ``2 k`` channels
+    (``k = channels / (2 engines)``), the K spans of its regions in the first ``k`` and the
+    V spans in the last ``k``, so its K port and its V port stream from channels of their
+    own. ``value_offset`` is therefore ``k`` channels (:attr:`card_value_offset`); 0, the
+    default, means that.
     """
 
     design = "hpu-card"
@@ -72,25 +78,54 @@ class HpuCardParams(HpuParams):
     )
 
     def check(self) -> None:
-        super().check()
-        if self.memory_bytes % BLOCK_BYTES or self.memory_bytes > 1 << self.addr_bits:
+        # The card's own fields first: they decide the value_offset the engines check.
+        full = self.channels * BLOCK_BYTES
+        if self.memory_bytes % full or self.memory_bytes > 1 << self.addr_bits:
             raise ParamError(
                 "memory_bytes",
-                f"memory_bytes must be a multiple of {BLOCK_BYTES} of at most 2**addr_bits "
-                f"({1 << self.addr_bits}), not {self.memory_bytes!r}",
+                f"memory_bytes must be a multiple of {full} (64 bytes per channel, every "
+                f"channel the same size) of at most 2**addr_bits ({1 << self.addr_bits}), "
+                f"not {self.memory_bytes!r}",
             )
-        if self.engines > self.geometry.channels:
+        if self.channels % (2 * self.engines):
             raise ParamError(
-                "engines",
-                f"engines must be at most the {self.geometry.channels} channels of "
-                f"{self.memory_bytes} bytes, not {self.engines!r}",
+                "channels",
+                f"channels must be a multiple of 2 * engines ({2 * self.engines}: each engine's "
+                f"K port and V port own as many channels), not {self.channels!r}",
             )
+        if self.value_offset not in (0, self.card_value_offset):
+            raise ParamError(
+                "value_offset",
+                f"value_offset of a card is half an engine's channels ({self.card_value_offset} "
+                f"bytes; 0 says the same), not {self.value_offset!r}",
+            )
+        span = KvLayout(self.head_dim, self.kv_bits // 8).region_bytes(self.max_seq_len) // 2
+        if self.card_value_offset < span:
+            raise ParamError(
+                "memory_bytes",
+                f"memory_bytes must give each engine's K channels room for one region of "
+                f"max_seq_len tokens ({span} bytes; they have {self.card_value_offset}), "
+                f"not {self.memory_bytes!r}",
+            )
+        super().check()
+
+    @property
+    def card_value_offset(self) -> int:
+        """Bytes from a K span to its V span: half of an engine's channels."""
+        return self.channels // (2 * self.engines) * (self.memory_bytes // self.channels)
 
     @cached_property
     def engine(self) -> HpuParams:
-        """The parameters of each engine (every field but the card's own)."""
+        """The parameters of each engine (every field but the card's own; the split layout's
+        ``value_offset``)."""
         own = {"engines", "channels", "memory_bytes"}
-        return HpuParams(**{k: v for k, v in self.to_dict().items() if k not in own})
+        fields = {k: v for k, v in self.to_dict().items() if k not in own}
+        return HpuParams(**{**fields, "value_offset": self.card_value_offset})
+
+    @property
+    def layout(self):
+        """The engines' KV layout (split: :attr:`card_value_offset`)."""
+        return self.engine.layout
 
     @cached_property
     def geometry(self) -> ChannelGeometry:
@@ -173,14 +208,15 @@ def hpu_card_golden(
     if memory.dtype != np.uint8 or memory.ndim != 1:
         raise ValueError(f"memory must be a 1-D uint8 array, not {memory.dtype} {memory.shape}")
     engines = route(p, batch.base)
-    ends = batch.base + -(-batch.length // PAGE_TOKENS) * p.layout.page_bytes
-    limits = np.asarray((*p.engine_bases[1:], memory.size), dtype=np.int64)
+    # A region's K span must end within its engine's K channels (its V span mirrors it).
+    ends = batch.base + -(-batch.length // PAGE_TOKENS) * p.layout.page_stride
+    limits = np.asarray(p.engine_bases, dtype=np.int64) + p.card_value_offset
     outside = ends > limits[engines]
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         raise ValueError(
             f"request {i} (base {int(batch.base[i]):#x}, {int(batch.length[i])} tokens) ends at "
-            f"{int(ends[i]):#x}, past engine {int(engines[i])}'s channels "
+            f"{int(ends[i]):#x}, past engine {int(engines[i])}'s K channels "
             f"(up to {int(limits[engines[i]]):#x})"
         )
     out = []
@@ -235,11 +271,12 @@ def card_call_cycles(params: HpuCardParams, requests, hbm) -> CardCycles:
       waits with it (the dispatcher's head-of-line blocking).
     * Engine: a request's reads start when its descriptor starts arriving and the previous
       request's reads are done; they last ``max(D, R / r, O * S) + GAP`` cycles, ``r`` the
-      beats per cycle of each read port: K and V of a page sit in one region, so with two
-      read ports both stream from the channel of the request's base, which no other engine
-      reads (each engine owns its channels), ``r = hbm.port_beats_per_cycle(2)`` (the
-      sustained rate, refresh included, split between the two ports, at most 1); with one
-      port, ``r`` of one port alone. ``FILL`` once per engine, plus the HBM latency beyond
+      beats per cycle of each read port. In the card's split layout the K port streams from
+      the K channel of the request's base and the V port from its V channel, which no other
+      engine reads (each engine owns its channels), so ``r = hbm.port_beats_per_cycle(1)``
+      (a channel's sustained rate, refresh included, at most 1); where K and V share a
+      channel (an interleaved layout), ``hbm.port_beats_per_cycle(2)``; with one port, ``r``
+      of one port alone. ``FILL`` once per engine, plus the HBM latency beyond
       the co-simulation memory's (``hbm.latency - MODEL_LATENCY``, the first burst's wait;
       later bursts' latency is hidden by bursts in flight), and ``DRAIN`` of its last request.
     * Result merger: round robin at request boundaries, one beat a cycle; it only bounds the
@@ -268,7 +305,7 @@ def card_call_cycles(params: HpuCardParams, requests, hbm) -> CardCycles:
     for r in requests:
         if p.read_ports == 2:
             same = p.geometry.channel_of(r.base) == p.geometry.channel_of(
-                r.base + layout.part_bytes
+                r.base + layout.value_shift
             )
             rates.append(hbm.port_beats_per_cycle(2 if same else 1))
         else:

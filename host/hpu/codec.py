@@ -314,8 +314,10 @@ def read_port_bursts(params: HpuParams, base: int, rows: int) -> dict[str, list]
     if p.read_ports == 2:
         return {"k_axi": k_bursts, "v_axi": v_bursts}
     by_page: dict[int, list] = {}
-    for burst in k_bursts + v_bursts:  # K before V within each page
-        by_page.setdefault((burst.address - base) // layout.page_bytes, []).append(burst)
+    for bursts, shift in ((k_bursts, 0), (v_bursts, layout.value_shift)):  # K, then V
+        for burst in bursts:
+            page = (burst.address - base - shift) // layout.page_stride
+            by_page.setdefault(page, []).append(burst)
     return {"kv_axi": [b for page in sorted(by_page) for b in by_page[page]]}
 
 

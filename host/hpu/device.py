@@ -234,7 +234,7 @@ def _check_batch(params: HpuParams, memory_bytes: int, batch: HpuBatch) -> None:
     misaligned = (bases < 0) | (bases % BLOCK_BYTES != 0)
     if misaligned.any():
         p.layout.check_base(int(bases[misaligned][0]))
-    ends = bases + -(-lengths // PAGE_TOKENS) * p.layout.page_bytes
+    ends = p.layout.region_end(bases, lengths)
     outside = ends > memory_bytes
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
@@ -256,7 +256,8 @@ def _waves(params: HpuParams, batch: HpuBatch) -> list[slice]:
     do (a head's later request appends beyond what the earlier ones read), raw batches may.
     """
     lengths, bases, count = batch.length, batch.base, len(batch)
-    region = -(-lengths // PAGE_TOKENS) * params.layout.page_bytes
+    # A region's K span (its V span, in the split layout, mirrors it and overlaps alike).
+    region = -(-lengths // PAGE_TOKENS) * params.layout.page_stride
     order = np.argsort(bases, kind="stable")
     if np.all(bases[order][1:] >= (bases + region)[order][:-1]):
         return [slice(0, count)]  # disjoint regions: nothing to order
@@ -482,7 +483,7 @@ class RtlHpuBackend(CosimClient, Backend):
         if isinstance(requests, HpuBatch):
             requests = requests.requests()
         for r in requests:
-            check_span(self.memory.size, r.base, p.layout.region_bytes(r.length))
+            check_span(self.memory.size, r.base, int(p.layout.region_end(0, r.length)))
         descriptors = [pack_descriptor(p, r) for r in requests]
         self._requests = requests
         if descriptors:
@@ -582,11 +583,9 @@ class HpuDevice(Device):
             raise ValueError(
                 f"memory_bytes must be a multiple of {BLOCK_BYTES}, not {memory_bytes}"
             )
-        if memory_bytes < params.layout.page_bytes:
-            raise ValueError(
-                f"memory_bytes must hold one page ({params.layout.page_bytes} bytes), "
-                f"not {memory_bytes}"
-            )
+        page = int(params.layout.region_end(0, 1))
+        if memory_bytes < page:
+            raise ValueError(f"memory_bytes must hold one page ({page} bytes), not {memory_bytes}")
         integer(memory_bytes, "memory_bytes", hi=1 << params.addr_bits, what=" (2**addr_bits)")
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
@@ -600,7 +599,14 @@ class HpuDevice(Device):
         super().__init__(params, backend=backend, name=name, options=options)
         self._free: list[tuple[int, int]] = [(0, self.capacity_bytes)]  # (start, size)
         #: The channel-aware allocator (``placement="channels"``), else None.
-        self._space = ChannelSpace(self.geometry) if placement == "channels" else None
+        if params.layout.split and placement != "channels":
+            raise ValueError(
+                f"a split KV layout (value_offset {params.value_offset}) needs "
+                f"placement='channels', not {placement!r}"
+            )
+        self._space = None
+        if placement == "channels":
+            self._space = ChannelSpace(self.geometry, params.value_offset)
         #: Bytes read per pseudo-channel, int64 [channels]: the last call's and every call's.
         self.last_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
         self.total_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
@@ -767,12 +773,18 @@ class HpuDevice(Device):
         base = seq.base(head)
         # Read-modify-write of the touched pages: writes land in bytes (rows, scales) the
         # layout owns and leave the rest of each page as it was.
-        first = (start // PAGE_TOKENS) * layout.page_bytes
+        first = (start // PAGE_TOKENS) * layout.page_stride
         last = layout.region_bytes(start + n)
-        span = self.backend.memory.read(base + first, last - first)
-        layout.write_rows(span, -first, start, k, k_scale, value=False)
-        layout.write_rows(span, -first, start, v, v_scale, value=True)
-        self.backend.memory.write(base + first, span)
+        # One span (K and V parts of each page), or the K span and the V span of the split
+        # layout, each read, written into and written back.
+        parts = [(0, ((k, k_scale, False), (v, v_scale, True)))]
+        if layout.split:
+            parts = [(0, parts[0][1][:1]), (layout.value_offset, parts[0][1][1:])]
+        for shift, rows in parts:
+            span = self.backend.memory.read(base + shift + first, last - first)
+            for x, x_scale, value in rows:
+                layout.write_rows(span, -first - shift, start, x, x_scale, value=value)
+            self.backend.memory.write(base + shift + first, span)
         seq.lengths[head] = max(seq.lengths[head], start + n)
 
     def append(self, seq: SeqAlloc, head: int, k, k_scale, v, v_scale) -> None:
@@ -795,7 +807,13 @@ class HpuDevice(Device):
         head = self._head(seq, head)
         layout = self.params.layout
         n = int(seq.lengths[head])
-        span = self.backend.memory.read(seq.base(head), layout.region_bytes(max(n, 1)))
+        base, size = seq.base(head), layout.region_bytes(max(n, 1))
+        if layout.split:
+            k, ks = layout.read_rows(self.backend.memory.read(base, size), 0, 0, n, value=False)
+            v_span = self.backend.memory.read(base + layout.value_offset, size)
+            v, vs = layout.read_rows(v_span, -layout.value_offset, 0, n, value=True)
+            return k, ks, v, vs
+        span = self.backend.memory.read(base, size)
         k, ks = layout.read_rows(span, 0, 0, n, value=False)
         v, vs = layout.read_rows(span, 0, 0, n, value=True)
         return k, ks, v, vs

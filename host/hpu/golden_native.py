@@ -152,15 +152,15 @@ class _View(ctypes.Structure):
 
 @cache
 def _memory_view(layout: KvLayout) -> _View:
-    """The device memory's KV layout: pages of a K part and a V part (a scale block, rows)."""
+    """The device memory's KV layout: per page a K part and a V part (a scale block, rows)."""
     return _View(
         page_tokens=PAGE_TOKENS,
-        page_stride=layout.page_bytes,
+        page_stride=layout.page_stride,
         row_stride=layout.row_bytes,
         k_rows=BLOCK_BYTES,
         k_scales=0,
-        v_rows=layout.part_bytes + BLOCK_BYTES,
-        v_scales=layout.part_bytes,
+        v_rows=layout.value_shift + BLOCK_BYTES,
+        v_scales=layout.value_shift,
     )
 
 
@@ -213,7 +213,7 @@ def hpu_golden_regions_native(
     if lengths.size:  # the C code reads what these say: every byte must be in memory
         if lengths.min() < 1 or lengths.max() > p.max_seq_len:
             raise ValueError(f"sequence lengths must be in 1..{p.max_seq_len}")
-        ends = bases + -(-lengths // PAGE_TOKENS) * layout.page_bytes
+        ends = layout.region_end(bases, lengths)
         if bases.min() < 0 or ends.max() > memory.size:
             raise ValueError(f"a KV region lies outside the {memory.size}-byte memory")
     q = np.asarray(q).reshape(lengths.size, p.gqa_group, p.head_dim)

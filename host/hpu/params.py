@@ -92,6 +92,14 @@ class HpuParams(Params):
         16, "longest read burst in beats (AXI4 allows 256)", min=1, max=256, power_of_two=True
     )
     addr_bits: int = param(32, "AXI address width", min=16, max=64)
+    value_offset: int = param(
+        0,
+        "bytes from a page's K part to its V part: 0 stores the V part right after the K part "
+        "(one span per region); a multiple of 64 keeps a region's K parts in one span and its "
+        "V parts in another that far above (an hpu-card sets it to half of an engine's "
+        "channels, so its K port and V port each stream from pseudo-channels of their own)",
+        min=0,
+    )
     q_bits: int = param(
         16,
         "query element width: int16 (default: smoothed queries need the range) or int8",
@@ -154,6 +162,20 @@ class HpuParams(Params):
                 f"out_beat_cycles must leave the output at least 2 multipliers (lanes "
                 f"{self.lanes}: at most {self.lanes // 2}), not {self.out_beat_cycles!r}",
             )
+        if self.value_offset:
+            span = KvLayout(self.head_dim, self.kv_bits // 8).region_bytes(self.max_seq_len)
+            if self.value_offset % BLOCK_BYTES or self.value_offset < span // 2:
+                raise ParamError(
+                    "value_offset",
+                    f"value_offset must be 0 or a multiple of {BLOCK_BYTES} of at least the K "
+                    f"span of max_seq_len tokens ({span // 2} bytes), not {self.value_offset!r}",
+                )
+            if self.value_offset >= 1 << self.addr_bits:
+                raise ParamError(
+                    "value_offset",
+                    f"value_offset must be below 2**addr_bits ({1 << self.addr_bits}), "
+                    f"not {self.value_offset!r}",
+                )
         if self.out_frac_bits >= self.out_bits:
             raise ParamError(
                 "out_frac_bits",
@@ -172,7 +194,7 @@ class HpuParams(Params):
     @cached_property
     def layout(self) -> KvLayout:
         """The KV layout (:class:`tandem.mappings.kv_layout.KvLayout`) for ``head_dim``."""
-        return KvLayout(self.head_dim, self.kv_bits // 8)
+        return KvLayout(self.head_dim, self.kv_bits // 8, self.value_offset)
 
     @property
     def beat_bytes(self) -> int:

@@ -86,7 +86,7 @@ class Reader(wiring.Component):
         span_left = Signal(span_bits, name=f"{name}_span_left")
         outstanding = Signal(range(p.max_outstanding + 1), name=f"{name}_outstanding")
         beat_shift = (beat_bytes - 1).bit_length()
-        offsets = [layout.part_bytes if value else 0 for value in parts]
+        offsets = [layout.value_shift if value else 0 for value in parts]
 
         def page_span(rows):
             page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows[: PAGE_TOKENS.bit_length()])
@@ -128,8 +128,8 @@ class Reader(wiring.Component):
             next_rows.eq(rows_left - page_rows),
             next_span.eq(p.scale_beats + next_page_rows * p.row_beats),
             this_span.eq(page_span(rows_left)),
-            next_page.eq(page_addr + layout.page_bytes),
-            next_addr.eq(page_addr + (layout.page_bytes + offsets[0])),
+            next_page.eq(page_addr + layout.page_stride),
+            next_addr.eq(page_addr + (layout.page_stride + offsets[0])),
             last_part_addr.eq(page_addr + offsets[-1]),
         ]
 

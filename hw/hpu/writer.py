@@ -126,7 +126,7 @@ class Writer(wiring.Component):
         row_addr = page_base + BLOCK_BYTES + constant_product(offset, layout.row_bytes)
         pending = Signal(name="w_pending")
 
-        # A row's beats go out in bursts that stop at a 4 KiB boundary (AXI4 A3.4.1): a row
+        # A row's beats go out in bursts that end at a 4 KiB boundary (AXI4 A3.4.1): a row
         # wider than a beat can straddle one (128-byte rows, offset 31 of a page at 0: bytes
         # 4032-4159). ``beat`` counts the row's beats written, ``burst_last`` is the last
         # beat of the burst in flight.
@@ -227,7 +227,7 @@ class Writer(wiring.Component):
                 with m.If(pending):
                     m.next = "PAGE"
             with m.State("PAGE"):
-                m.d.sync += page_offset.eq(constant_product(page, layout.page_bytes))
+                m.d.sync += page_offset.eq(constant_product(page, layout.page_stride))
                 with m.If(append):
                     m.next = "PAGE_BASE"
                 with m.Else():
@@ -237,8 +237,8 @@ class Writer(wiring.Component):
                 m.d.sync += [page_base.eq(base + page_offset), beat.eq(0)]
                 m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
-            row_states("V", "KS_AW", layout.part_bytes, data_v)
+            row_states("V", "KS_AW", layout.value_shift, data_v)
             scale_states("KS", "VS_AW", 0, scales.k)
-            scale_states("VS", "IDLE", layout.part_bytes, scales.v)
+            scale_states("VS", "IDLE", layout.value_shift, scales.v)
         m.d.comb += [self.idle.eq((outstanding == 0) & ~pending), self.ready.eq(~pending)]
         return m

@@ -18,14 +18,21 @@ HpuDevice` runs with ``placement="channels"`` and that the placement model
 one allocation, in head order: each region lies whole inside one channel; region ``h`` belongs
 to call group ``g = h // group`` (the regions one call reads of a sequence: one layer's KV
 heads); it goes to the channel, among those with a free span that holds it, with the fewest
-bytes of group ``g`` already (over every allocation on the card), ties to the first channel
-counting cyclically from ``(g * group) % channels``; inside that channel, to the first free
-span that holds it (first fit). The fixed cyclic order keeps any run of sequences in
-allocation order within one region per channel of even for each group (a sub-batch is such a
-run), and the rotating start spreads one sequence's layers over every channel.
+bytes of group ``g`` already (over every allocation on the card; in the split layout, first
+the run of channels one engine reads with the fewest, then its channel with the fewest), ties
+to the first channel counting cyclically from ``(g * group) % channels``; inside that channel,
+to the first free span that holds it (first fit). The fixed cyclic order keeps any run of
+sequences in allocation order within one region per channel of even for each group (a
+sub-batch is such a run), and the rotating start spreads one sequence's layers over every
+channel.
 
-K and V of a page stay side by side in one region (the descriptor carries one base), so they
-share a channel; placing them on different channels needs a second base in the descriptor.
+With the split KV layout (:attr:`KvLayout.value_offset
+<tandem.mappings.hpu.kv_layout.KvLayout.value_offset>` a whole number ``k`` of channels), the
+channels come in runs of ``k`` K channels followed by ``k`` V channels: regions are placed in K
+channels only, and each region's V span lies ``value_offset`` above it, in the V channel that
+mirrors its K channel. An engine's K port then streams from one channel while its V port
+streams from another. With the interleaved layout a page's K and V parts lie side by side, so
+they share a channel.
 
 A card of several engines (``hpu-card``) gives each engine a contiguous run of channels
 (:func:`engine_bases`, :func:`engine_of`): its ports reach those channels only, so the card's
@@ -176,9 +183,9 @@ def read_spans(layout: KvLayout, bases, rows) -> tuple[np.ndarray, np.ndarray]:
     request = np.repeat(np.arange(len(bases)), pages)
     page = np.arange(int(pages.sum())) - np.repeat(np.cumsum(pages) - pages, pages)
     count = np.minimum(PAGE_TOKENS, rows[request] - page * PAGE_TOKENS)
-    k_start = bases[request] + page * layout.page_bytes
+    k_start = bases[request] + page * layout.page_stride
     size = BLOCK_BYTES + count * layout.row_bytes
-    starts = np.stack([k_start, k_start + layout.part_bytes], axis=1).reshape(-1)
+    starts = np.stack([k_start, k_start + layout.value_shift], axis=1).reshape(-1)
     return starts, np.repeat(size, 2)
 
 
@@ -197,29 +204,57 @@ class ChannelSpace:
     ----------
     geometry
         The card's channels.
+    value_offset
+        The KV layout's :attr:`~tandem.mappings.hpu.kv_layout.KvLayout.value_offset`: 0, or
+        ``k`` whole channels with the channel count a multiple of ``2 k`` and every channel
+        full size (the split layout: regions go to the K channels of each run of ``2 k``).
 
     Attributes
     ----------
     free
         Per channel, its free spans ``[start, size]`` in address order (none crosses into
-        another channel).
+        another channel); a V channel of the split layout has none (its bytes mirror its K
+        channel's).
     loads
         Bytes of each call group's regions per channel: ``{group index: int64 [channels]}``.
     """
 
     geometry: ChannelGeometry
+    value_offset: int = 0
     free: list[list[list[int]]] = field(default_factory=list)
     loads: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
+        g = self.geometry
+        if self.value_offset:
+            k, rest = divmod(self.value_offset, g.channel_bytes)
+            if (
+                rest
+                or not k
+                or g.channels % (2 * k)
+                or g.memory_bytes != g.channels * g.channel_bytes
+            ):
+                raise ValueError(
+                    f"a split KV layout needs value_offset a whole number k of channels "
+                    f"({g.channel_bytes} bytes each), {g.channels} channels a multiple of 2k, "
+                    f"all full; not value_offset {self.value_offset}"
+                )
         if not self.free:
-            ranges = (self.geometry.channel_range(c) for c in range(self.geometry.channels))
-            self.free = [[[start, size]] for start, size in ranges]
+            self.free = [
+                [list(g.channel_range(c))] if self.holds_keys(c) else [] for c in range(g.channels)
+            ]
+
+    def holds_keys(self, channel: int) -> bool:
+        """Whether regions (their K spans) may start in ``channel``."""
+        if not self.value_offset:
+            return True
+        return (channel // (self.value_offset // self.geometry.channel_bytes)) % 2 == 0
 
     def copy(self) -> "ChannelSpace":
         """An independent copy (what a placement works on before it commits)."""
         free = [[list(span) for span in spans] for spans in self.free]
-        return ChannelSpace(self.geometry, free, {g: v.copy() for g, v in self.loads.items()})
+        loads = {g: v.copy() for g, v in self.loads.items()}
+        return ChannelSpace(self.geometry, self.value_offset, free, loads)
 
     @property
     def spans(self) -> list[int]:
@@ -228,8 +263,8 @@ class ChannelSpace:
 
     @property
     def free_bytes(self) -> int:
-        """Bytes not allocated."""
-        return sum(self.spans)
+        """Bytes not allocated (the V channels' mirror of the free K spans included)."""
+        return sum(self.spans) * (2 if self.value_offset else 1)
 
     @property
     def largest(self) -> int:
@@ -251,14 +286,21 @@ class ChannelSpace:
             raise ValueError(f"{heads} regions of {region_bytes} bytes do not fit")
         channels = self.geometry.channels
         index = np.arange(channels)
+        # A run: the channels one engine's ports read (the split layout's 2 k), else a channel.
+        # Runs take regions in turn: a channel's rank puts the first K channel of every run
+        # before the second of any.
+        run_size = 2 * self.value_offset // self.geometry.channel_bytes or 1
+        run = index // run_size
+        rank = index % run_size * (channels // run_size) + run
         room = np.array([max((s for _, s in spans), default=0) for spans in self.free])
         bases = np.empty(heads, dtype=np.int64)
         for h in range(heads):
             g = h // group
             load = self.loads.setdefault(g, np.zeros(channels, dtype=np.int64))
-            order = (index - g * group) % channels
-            key = np.where(room >= region_bytes, load * channels + order, np.iinfo(np.int64).max)
-            c = int(np.argmin(key))
+            order = (rank - g * group) % channels
+            run_load = np.bincount(run, load, channels // run_size)[run]
+            fits = np.flatnonzero(room >= region_bytes)
+            c = int(fits[np.lexsort((order[fits], load[fits], run_load[fits]))[0]])
             spans = self.free[c]
             span = next(s for s in spans if s[1] >= region_bytes)
             bases[h] = span[0]

@@ -19,6 +19,16 @@ Layout of one (sequence, KV head) region, starting at a 64-byte aligned ``base``
   token ``t`` at byte ``2 * (t % 32)``: one 64-byte block, read in the same burst as the rows
   it scales ("beside the rows").
 * K part first, V part second, so the engine reads each with one run of bursts per page.
+
+With ``value_offset`` set (the split layout of a card, where an engine's K port and V port
+each own a pseudo-channel), the K parts of a region lie page after page from ``base`` and each
+V part ``value_offset`` bytes above its K part::
+
+    base:                 [K scales][K rows 0..31][K scales][K rows 32..63]...
+    base + value_offset:  [V scales][V rows 0..31][V scales][V rows 32..63]...
+
+so a region's K and V are two spans of :meth:`KvLayout.region_bytes` each, in different
+channels.
 """
 
 from dataclasses import dataclass
@@ -53,14 +63,23 @@ class KvLayout:
         Elements per K or V row.
     elem_bytes
         Bytes per element: 1 (int8) or 2 (int16, little-endian).
+    value_offset
+        0 (a page's V part right after its K part) or the bytes from each K part to its V part
+        in the split layout (a positive multiple of 64).
     """
 
     head_dim: int
     elem_bytes: int = 1
+    value_offset: int = 0
 
     def __post_init__(self):
         if self.elem_bytes not in (1, 2):
             raise ValueError(f"elem_bytes must be 1 or 2, not {self.elem_bytes!r}")
+        if self.value_offset < 0 or self.value_offset % BLOCK_BYTES:
+            raise ValueError(
+                f"value_offset must be a non-negative multiple of {BLOCK_BYTES}, "
+                f"not {self.value_offset!r}"
+            )
 
     @property
     def dtype(self) -> np.dtype:
@@ -88,17 +107,40 @@ class KvLayout:
         return 2 * self.part_bytes
 
     @property
+    def split(self) -> bool:
+        """Whether K parts and V parts lie in two spans ``value_offset`` apart."""
+        return self.value_offset > 0
+
+    @property
+    def page_stride(self) -> int:
+        """Bytes from one page's K part to the next page's: a page, or a part when split."""
+        return self.part_bytes if self.split else self.page_bytes
+
+    @property
+    def value_shift(self) -> int:
+        """Bytes from a K part (row, scale) to its V part (row, scale)."""
+        return self.value_offset if self.split else self.part_bytes
+
+    @property
     def token_bytes(self) -> int:
         """Bytes one token takes in a region: its K and V rows and their two scales."""
         return self.page_bytes // PAGE_TOKENS
 
     def region_bytes(self, length: int) -> int:
-        """Bytes a region must hold for ``length`` tokens (whole pages)."""
-        return -(-length // PAGE_TOKENS) * self.page_bytes
+        """Bytes from ``base`` a region of ``length`` tokens spans (whole pages); in the split
+        layout its V parts span as many bytes from ``base + value_offset``."""
+        return -(-length // PAGE_TOKENS) * self.page_stride
+
+    def region_end(self, bases, lengths):
+        """One past the last byte the regions at ``bases`` of ``lengths`` tokens take (their V
+        span's end in the split layout); arrays allowed."""
+        lengths = np.asarray(lengths)
+        end = np.asarray(bases) + -(-lengths // PAGE_TOKENS) * self.page_stride
+        return end + (self.value_offset if self.split else 0)
 
     def _part_base(self, base: int, position, value: bool):
         page = np.asarray(position) // PAGE_TOKENS
-        return base + page * self.page_bytes + (self.part_bytes if value else 0)
+        return base + page * self.page_stride + (self.value_shift if value else 0)
 
     def row_address(self, base: int, position, *, value: bool = False):
         """Byte address of the K (or, with ``value=True``, V) row of ``position``."""
@@ -169,10 +211,10 @@ class KvLayout:
         view = _bytes(memory)
         bases, positions = np.asarray(bases), np.asarray(positions)
         offset = positions % PAGE_TOKENS
-        k_part = bases + positions // PAGE_TOKENS * self.page_bytes
+        k_part = bases + positions // PAGE_TOKENS * self.page_stride
         k_row = k_part + BLOCK_BYTES + offset * self.row_bytes
         rows = np.stack([self._elements(k), self._elements(v)])
-        starts = np.stack([k_row, k_row + self.part_bytes])
+        starts = np.stack([k_row, k_row + self.value_shift])
         width = self.head_dim * self.elem_bytes
         view[starts[..., None] + np.arange(width)] = rows.view(np.uint8).reshape(
             *starts.shape, width
@@ -180,7 +222,7 @@ class KvLayout:
         words = view[: view.size - view.size % 2].view("<u2")
         scale_word = k_part // 2 + offset
         scales = np.stack([np.asarray(k_scale, "<f2"), np.asarray(v_scale, "<f2")])
-        words[np.stack([scale_word, scale_word + self.part_bytes // 2])] = scales.view("<u2")
+        words[np.stack([scale_word, scale_word + self.value_shift // 2])] = scales.view("<u2")
 
     def read_rows(self, memory, base: int, start: int, count: int, *, value: bool):
         """``(rows [count, head_dim], scales float16 [count])`` stored from ``start`` on."""
@@ -190,11 +232,16 @@ class KvLayout:
         """``(rows [..., head_dim], scales float16 [...])`` at (``bases``, ``positions``).
 
         ``bases`` and ``positions`` broadcast together, so one call reads the rows of many
-        regions. Rows are gathered as whole 64-byte blocks (every row starts on one), scales as
-        binary16 words.
+        regions. Only the part asked for is read (``memory`` may hold the K span alone).
         """
-        k, k_scale, v, v_scale = self.read_kv_tokens(memory, bases, positions)
-        return (v, v_scale) if value else (k, k_scale)
+        view = _bytes(memory)
+        bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
+        width = self.head_dim * self.elem_bytes
+        row_at = self.row_address(bases, positions, value=value).reshape(-1)
+        rows = view[row_at[:, None] + np.arange(width)].view(self.dtype)
+        scale_at = self.scale_address(bases, positions, value=value).reshape(-1)
+        scales = view[scale_at[:, None] + np.arange(2)].view("<f2").astype(np.float16)
+        return rows.reshape(*bases.shape, self.head_dim), scales.reshape(bases.shape)
 
     def read_kv_tokens(self, memory, bases, positions):
         """``(k, k_scale, v, v_scale)`` at (``bases``, ``positions``), addresses computed once
@@ -203,9 +250,9 @@ class KvLayout:
         bases, positions = np.broadcast_arrays(np.asarray(bases), np.asarray(positions))
         shape = bases.shape
         offset = (positions % PAGE_TOKENS).reshape(-1)
-        k_part = (bases + positions // PAGE_TOKENS * self.page_bytes).reshape(-1)
+        k_part = (bases + positions // PAGE_TOKENS * self.page_stride).reshape(-1)
         per_row = self.row_bytes // BLOCK_BYTES
-        v_blocks = self.part_bytes // BLOCK_BYTES  # from a K row (or scale) to its V one
+        v_blocks = self.value_shift // BLOCK_BYTES  # from a K row (or scale) to its V one
         blocks = view[: view.size - view.size % self.row_bytes].reshape(-1, BLOCK_BYTES)
         row_block = (k_part + BLOCK_BYTES + offset * self.row_bytes) // BLOCK_BYTES
         index = np.stack([row_block, row_block + v_blocks])  # [2, count]
@@ -242,7 +289,15 @@ class KvLayout:
         scale_words = BLOCK_BYTES // 2
         for r, (base, length) in enumerate(zip(bases.tolist(), lengths.tolist())):
             used = -(-length // PAGE_TOKENS)
-            span = view[base : base + used * self.page_bytes].reshape(used, 2, self.part_bytes)
+            if self.split:
+                k, v = (
+                    view[at : at + used * self.part_bytes]
+                    for at in (base, base + self.value_offset)
+                )
+                span = np.stack([k, v]).reshape(2, used, self.part_bytes).transpose(1, 0, 2)
+            else:
+                span = view[base : base + used * self.page_bytes]
+                span = span.reshape(used, 2, self.part_bytes)
             rows[r, :, :used] = (
                 span[:, :, BLOCK_BYTES:].reshape(used, 2, PAGE_TOKENS, -1).transpose(1, 0, 2, 3)
             )

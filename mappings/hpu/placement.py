@@ -94,14 +94,14 @@ class CardSpace:
         if self.slots <= 0:
             return 0
         if self.channels is None:
-            pages = self.largest // (heads * layout.page_bytes)
+            pages = self.largest // (heads * layout.page_stride)
             return min(pages * PAGE_TOKENS, max_seq_len)
         # The most pages per region such that all `heads` regions find a span (regions_fit
         # falls as regions grow): a binary search.
-        lo, hi = 0, min(-(-max_seq_len // PAGE_TOKENS), self.largest // layout.page_bytes)
+        lo, hi = 0, min(-(-max_seq_len // PAGE_TOKENS), self.largest // layout.page_stride)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.channels.regions_fit(mid * layout.page_bytes) >= heads:
+            if self.channels.regions_fit(mid * layout.page_stride) >= heads:
                 lo = mid
             else:
                 hi = mid - 1

@@ -150,7 +150,7 @@ class CardTestbench(StreamTestbench):
         #: The card memory as the host and the golden model see it (the engines' memories hold
         #: the same bytes wherever a region lies).
         self.image = np.zeros(self.card.memory_bytes, dtype=np.uint8)
-        self.space = ChannelSpace(self.card.geometry)
+        self.space = ChannelSpace(self.card.geometry, self.layout.value_offset)
         self.memory = _Memories([side.memory for side in self.engines])
         self.sent = 0
 
@@ -167,18 +167,24 @@ class CardTestbench(StreamTestbench):
 
     # --- host side -----------------------------------------------------------------------
     def new_sequence(
-        self, length: int, *, kind: str = "gauss", base: int | None = None
+        self,
+        length: int,
+        *,
+        kind: str = "gauss",
+        base: int | None = None,
+        capacity: int | None = None,
     ) -> KvSequence:
-        """A region whole inside one pseudo-channel (at ``base``, else allocated), ``length``
-        random tokens written to it."""
+        """A region of ``capacity`` tokens (default the testbench's) whole inside one
+        pseudo-channel (at ``base``, else allocated), ``length`` random tokens written to it."""
         p = self.p
+        capacity = capacity or self.capacity
         if base is None:
-            (base,) = self.space.take(self.layout.region_bytes(self.capacity), 1, 1).tolist()
+            (base,) = self.space.take(self.layout.region_bytes(capacity), 1, 1).tolist()
         direction = self.rng.standard_normal(p.head_dim)
         direction /= np.linalg.norm(direction)
         k, ks, v, vs = make_tokens(self.rng, p, length, kind, direction)
         seq_id = int(self.rng.integers(0, 1 << 32))
-        seq = KvSequence(seq_id, base, self.capacity, kind, direction, k, ks, v, vs)
+        seq = KvSequence(seq_id, base, capacity, kind, direction, k, ks, v, vs)
         self.write(seq, 0, (k, ks, v, vs), host=True)
         self.sequences.append(seq)
         return seq
@@ -209,7 +215,7 @@ class CardTestbench(StreamTestbench):
         start = first_page * PAGE_TOKENS
         n_mem = seq.length - start
         q, c = make_query(self.rng, p, seq.kind, seq.direction)
-        base = seq.base + first_page * self.layout.page_bytes
+        base = seq.base + first_page * self.layout.page_stride
         request = HpuRequest(seq.seq_id, base, n_mem + int(append), q, c, partial=partial)
         if append:
             nk, nks, nv, nvs = make_tokens(self.rng, p, 1, seq.kind, seq.direction, seq.length)
@@ -413,12 +419,16 @@ async def hbm_decode(dut):
         top = max(2, tb.capacity - 4)
         count = 2 * tb.card.geometry.channels
         lengths = [int(tb.rng.integers(top // 2, top)) for _ in range(count)]
-    region = tb.layout.region_bytes(tb.capacity)
     specs = []
-    for i, n in enumerate(lengths):
-        # One sequence's KV heads of one layer: the runtime's call group.
+    # Placed as a runtime admits a batch: longest first, each sequence's regions sized for its
+    # tokens and the appended one, so the allocator's byte balance is a balance of the step's
+    # reads. One sequence's KV heads of one layer are the runtime's call group.
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        n = lengths[i]
+        region = tb.layout.region_bytes(n + 1)
         for base in tb.space.take(region, heads, heads).tolist():
-            specs.append((tb.new_sequence(n, kind=KINDS[i % len(KINDS)], base=base), {}))
+            seq = tb.new_sequence(n, kind=KINDS[i % len(KINDS)], base=base, capacity=n + 1)
+            specs.append((seq, {}))
     for side in tb.engines:
         side.memory.clear_records()
     tb.hbm.clear_counters()

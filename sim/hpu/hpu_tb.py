@@ -332,7 +332,7 @@ class HpuTestbench(StreamTestbench):
         q, c = make_query(self.rng, p, seq.kind, seq.direction) if query is None else query
         k, ks = seq.k[start : start + n_mem], seq.k_scale[start : start + n_mem]
         v, vs = seq.v[start : start + n_mem], seq.v_scale[start : start + n_mem]
-        base = seq.base + first_page * self.layout.page_bytes
+        base = seq.base + first_page * self.layout.page_stride
         request = HpuRequest(seq.seq_id, base, length, q, c, partial=partial)
         if append:
             nk, nks, nv, nvs = make_tokens(self.rng, p, 1, seq.kind, seq.direction, seq.length)
@@ -507,19 +507,26 @@ class HpuTestbench(StreamTestbench):
     def locate(self, address: int) -> str:
         """Which sequence, page, part and row or scale slot ``address`` belongs to."""
         layout = self.layout
+        # Where the K and V spans of a region start (one span, K and V per page, unless split).
+        spans = (("K", 0), ("V", layout.value_offset)) if layout.split else (("K", 0),)
         for seq in self.sequences:
-            offset = address - seq.base
-            if 0 <= offset < layout.region_bytes(seq.capacity):
-                page, within = divmod(offset, layout.page_bytes)
+            size = layout.region_bytes(seq.capacity)
+            inside = [(p, address - seq.base - s) for p, s in spans]
+            inside = [(p, offset) for p, offset in inside if 0 <= offset < size]
+            if not inside:
+                continue
+            part, offset = inside[0]
+            page, within = divmod(offset, layout.page_stride)
+            if not layout.split:
                 part = "V" if within >= layout.part_bytes else "K"
                 within %= layout.part_bytes
-                if within < 64:
-                    slot = f"scale of position {page * PAGE_TOKENS + within // 2}"
-                else:
-                    row, byte = divmod(within - 64, layout.row_bytes)
-                    pad = " (padding)" if byte >= layout.head_dim else ""
-                    slot = f"row of position {page * PAGE_TOKENS + row}, byte {byte}{pad}"
-                return f"seq_id {seq.seq_id:#x} (length {seq.length}) page {page} {part} {slot}"
+            if within < 64:
+                slot = f"scale of position {page * PAGE_TOKENS + within // 2}"
+            else:
+                row, byte = divmod(within - 64, layout.row_bytes)
+                pad = " (padding)" if byte >= layout.head_dim else ""
+                slot = f"row of position {page * PAGE_TOKENS + row}, byte {byte}{pad}"
+            return f"seq_id {seq.seq_id:#x} (length {seq.length}) page {page} {part} {slot}"
         return "outside every sequence"
 
     async def finish(self, test_name: str, **figures) -> dict:

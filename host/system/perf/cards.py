@@ -327,6 +327,12 @@ def call_channel_rates(
     Each card's regions are allocated as its allocator does (``policy``: ``"channels"``,
     :class:`~tandem.mappings.hpu.channels.ChannelSpace`; ``"contiguous"``, a sequence's
     regions one after another), slices in sequence order, on the board's channel geometry.
+    With ``"channels"`` and two read ports, the regions are stored as the ``hpu-card`` stores
+    them where its engines split the channels evenly (``ports`` a divisor of the channel
+    count): the split layout, K spans in each engine's K channels and V spans
+    ``value_offset`` above, in its V channels
+    (:attr:`~tandem.host.hpu.card.HpuCardParams.card_value_offset`); otherwise K and V of a
+    page share a channel, as one ``hpu`` stores them.
     A call (one sub-batch, one layer) reads its regions' bytes in proportion to their sizes
     (equal contexts fill every region alike); it takes ``max(busiest channel's bytes /
     channel rate, bytes / (ports x port rate))`` (a channel delivers its sustained rate, a port
@@ -334,14 +340,18 @@ def call_channel_rates(
     a sub-batch's figure is the harmonic mean over layers.
 
     Returns, per sub-batch: ``gb_s`` (that bandwidth), ``touched`` (channels the busiest card's
-    calls read, mean over layers) and ``busiest_over_mean`` (its busiest channel's bytes over
-    the mean, mean over layers).
+    calls read, mean over layers), ``busiest_over_mean`` (its busiest channel's bytes over
+    the mean, mean over layers) and ``split`` (whether K and V lie in channels of their own).
     """
     from tandem.mappings.hpu.channels import ChannelGeometry, ChannelSpace
+    from tandem.mappings.hpu.kv_layout import KvLayout
 
     hbm = board.memory[0]
     channels = int(hbm["channels"])
     geometry = ChannelGeometry(channels, round(float(hbm["capacity_gib"]) * GIB) // channels)
+    split = policy == "channels" and params.read_ports == 2 and channels % ports == 0
+    value_offset = channels // ports * geometry.channel_bytes if split else 0
+    layout = KvLayout(params.head_dim, params.kv_bits // 8, value_offset)
     channel_gb_s = float(hbm["bandwidth_gb_s"]) * float(hbm["sustained_fraction"])
     channel_gb_s /= channels
     heads = layers * kv_heads
@@ -351,9 +361,9 @@ def call_channel_rates(
     offsets: dict[int, int] = {}
     for b, slices in enumerate(placement):
         for i, piece in enumerate(slices):
-            region = params.layout.region_bytes(piece.tokens)
+            region = layout.region_bytes(piece.tokens)
             if policy == "channels":
-                space = spaces.setdefault(piece.card, ChannelSpace(geometry))
+                space = spaces.setdefault(piece.card, ChannelSpace(geometry, value_offset))
                 try:
                     bases[b, i] = space.take(region, heads, kv_heads)
                 except ValueError:
@@ -379,6 +389,8 @@ def call_channel_rates(
             window = slice(layer * kv_heads, (layer + 1) * kv_heads)
             starts = np.concatenate([bases[k][window] for k in keys])
             spans = np.concatenate([np.full(kv_heads, sizes[k]) for k in keys])
+            if split:  # each region's V span, as many bytes value_offset above its K span
+                starts, spans = np.concatenate([starts, starts + value_offset]), np.tile(spans, 2)
             loads = geometry.span_bytes(starts, spans)
             share = loads.max() / loads.sum()
             seconds_per_gb.append(max(share / channel_gb_s, 1 / (ports * port_gb_s)))
@@ -389,6 +401,7 @@ def call_channel_rates(
                 "gb_s": float(layers / sum(seconds_per_gb)),
                 "touched": float(np.mean(touched)),
                 "busiest_over_mean": float(np.mean(peaks)),
+                "split": split,
             }
         )
     return out

@@ -43,6 +43,8 @@ __all__ = [
 #: File name of the built library inside its build folder.
 LIBRARY = "libtandem_native.so"
 HARNESS = Path(__file__).with_name("harness.h")
+#: The HBM pseudo-channel model harness.h includes (part of the cache key as well).
+HBM_MODEL = Path(__file__).with_name("hbm.h")
 #: Verilator's options besides the files, the top and the output (part of the cache key).
 #: ``--gate-stmts 3`` (default 100): Verilator's gate optimization substitutes an expression into
 #: every place its variable is read, and Amaranth's Verilog sign-extends with one bit-select per
@@ -200,7 +202,7 @@ def native_key(design: Design, params: Params, verilog_sha: str, waves: bool) ->
         "verilator": simulator_version("verilator"),
         "tools": tool_versions(),
         "verilog": verilog_sha,
-        "harness": hashlib.sha256(HARNESS.read_bytes()).hexdigest(),
+        "harness": hashlib.sha256(HARNESS.read_bytes() + HBM_MODEL.read_bytes()).hexdigest(),
         "binding": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         "flags": [VERILATOR_FLAGS, CXX_FLAGS],
         "waves": waves,

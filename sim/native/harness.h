@@ -21,6 +21,12 @@
 //   writes a W beat when it takes it and queues B after the last one; reads answered
 //   `latency` cycles after their address (2 = as fast as the model answers), bursts of one
 //   port in order.
+// * HBM mode (off unless tn_set_hbm turns it on): the read ports are served as
+//   tandem.sim.hpu.memory's HbmMemory serves them, paced by the pseudo-channel model of
+//   hbm.h (tandem.sim.hpu.hbm's HbmModel): AR taken at once (arready high), each burst due
+//   `latency` cycles after its address and after the burst before it, then once per cycle
+//   every port not presenting a beat asks with its next beat's address; a granted beat is
+//   read from memory, driven and held until rready.
 //
 // Evaluation. Verilator's eval() runs the input-combinational logic ("ico": everything that
 // depends on a top-level input, in Amaranth's Verilog most of the next-state logic) every
@@ -46,6 +52,7 @@
 #include <vector>
 
 #include "Vtop.h"
+#include "hbm.h"
 #include "verilated.h"
 #ifdef TANDEM_TRACE
 #include "verilated_fst_c.h"
@@ -155,6 +162,9 @@ struct AxiRead {
     uint64_t first_ar = 0, last_r = 0;
     uint64_t ar_sample_addr = 0;
     int ar_sample_beats = 0, ar_sample_size = 0, ar_sample_burst = 0, ar_sample_id = 0;
+    // HBM mode: bursts taken and not yet delivered (the front one's next beat first).
+    struct HbmBurst { uint64_t address; int beats; uint64_t due; };
+    std::deque<HbmBurst> hbm_bursts;
 };
 
 // The AXI4 write port: AW, W sinks, B source and the write process.
@@ -204,6 +214,11 @@ class Harness {
     uint64_t cycle = 0;
     uint64_t read_extra = 0;  // read latency beyond the model's own 2 cycles
     bool memory_held = true;  // AXI models idle until the first reset is over
+    std::unique_ptr<Hbm> hbm;  // HBM mode when set (tn_set_hbm); read port i is its port i
+    uint64_t hbm_latency = 1;  // HBM mode: cycles from an address to its first beat
+    std::vector<int> hbm_ports;  // scratch of react_hbm: who asks, for which address
+    std::vector<uint64_t> hbm_addresses;
+    std::vector<uint8_t> hbm_granted;
     bool fast = TANDEM_FAST_EVAL;  // see "Evaluation" above
     // Every top-level input but clk (bind_ports) and their values at the last evaluation.
     std::vector<std::pair<uint8_t*, size_t>> inputs;
@@ -389,7 +404,10 @@ class Harness {
             for (auto& a : writes) reset_write(a);
             return;
         }
-        for (auto& a : reads) react_read(a);
+        if (hbm)
+            react_hbm();
+        else
+            for (auto& a : reads) react_read(a);
         for (auto& a : writes) react_write(a);
     }
 
@@ -401,6 +419,7 @@ class Harness {
         a.busy = false;
         a.r_driving = false;
         a.last_release = 0;
+        a.hbm_bursts.clear();
         *a.arready = 0;
         *a.rvalid = 0;
     }
@@ -433,6 +452,73 @@ class Harness {
         if (beyond) errors.push_back(at + ": beyond the memory");
     }
 
+    // The AR monitor: record and check the address taken at this edge.
+    void record_ar(AxiRead& a) {
+        if (a.records.empty()) a.first_ar = cycle;
+        a.records.insert(a.records.end(),
+                         {cycle, a.ar_sample_addr, static_cast<uint64_t>(a.ar_sample_beats)});
+        ++a.ar_count;
+        check_burst(a.name + " AR", a.ar_sample_addr, a.ar_sample_beats, a.ar_sample_size,
+                    a.ar_sample_burst, a.beat_bytes);
+        if (a.ar_sample_id != 0) errors.push_back(a.name + " AR: id not 0");
+    }
+
+    // HBM mode: every read port in one pass, as HbmMemory._run serves them (sample each
+    // port's handshakes and collect who asks, one grant, then drive).
+    void react_hbm() {
+        hbm_ports.clear();
+        hbm_addresses.clear();
+        for (size_t i = 0; i < reads.size(); ++i) {
+            AxiRead& a = reads[i];
+            if (a.r_fire) {
+                ++a.r_beats;
+                a.last_r = cycle;
+                if (a.r_fire_last) ++a.r_bursts_done;
+                AxiRead::HbmBurst& burst = a.hbm_bursts.front();
+                burst.address += a.beat_bytes;
+                if (--burst.beats == 0) a.hbm_bursts.pop_front();
+                a.r_driving = false;
+            }
+            if (a.ar_fire) {
+                record_ar(a);
+                // Same ID: data returns in address order, so a burst waits for the one before.
+                uint64_t due = cycle + std::max<uint64_t>(1, hbm_latency) - 1;
+                if (!a.hbm_bursts.empty()) due = std::max(due, a.hbm_bursts.back().due);
+                a.hbm_bursts.push_back({a.ar_sample_addr, a.ar_sample_beats, due});
+            }
+            if (!a.r_driving && !a.hbm_bursts.empty() && a.hbm_bursts.front().due <= cycle) {
+                hbm_ports.push_back(static_cast<int>(i));
+                hbm_addresses.push_back(a.hbm_bursts.front().address);
+            }
+        }
+        const int n = static_cast<int>(hbm_ports.size());
+        hbm_granted.assign(n, 0);
+        if (n)  // as HbmMemory: a cycle nobody asks in is not a grant (the buckets fill later)
+            hbm->grant(static_cast<int64_t>(cycle), n, hbm_ports.data(), hbm_addresses.data(),
+                       hbm_granted.data());
+        int asked = 0;
+        for (size_t i = 0; i < reads.size(); ++i) {
+            AxiRead& a = reads[i];
+            const bool granted =
+                asked < n && hbm_ports[asked] == static_cast<int>(i) && hbm_granted[asked++];
+            if (granted) {
+                const AxiRead::HbmBurst& burst = a.hbm_bursts.front();
+                Words data(a.beat_bytes / 4, 0);
+                if (burst.address + a.beat_bytes <= memory.size())
+                    std::memcpy(data.data(), memory.data() + burst.address, a.beat_bytes);
+                a.rdata(data.data());
+                *a.rlast = burst.beats == 1;
+                *a.rresp = 0;
+                if (a.rid) *a.rid = 0;
+                *a.rvalid = 1;
+                a.r_driving = true;
+            } else if (!a.r_driving) {
+                *a.rvalid = 0;
+            }
+            *a.arready = 1;
+        }
+    }
+
     void react_read(AxiRead& a) {
         // R monitor and source: the beat driven is taken, then the next queued one is driven.
         if (a.r_fire) {
@@ -457,13 +543,7 @@ class Harness {
         }
         // AR sink: never more than one address queued (the latency line takes it at once).
         if (a.ar_fire) {
-            if (a.records.empty()) a.first_ar = cycle;
-            a.records.insert(a.records.end(), {cycle, a.ar_sample_addr,
-                                               static_cast<uint64_t>(a.ar_sample_beats)});
-            ++a.ar_count;
-            check_burst(a.name + " AR", a.ar_sample_addr, a.ar_sample_beats, a.ar_sample_size,
-                        a.ar_sample_burst, a.beat_bytes);
-            if (a.ar_sample_id != 0) errors.push_back(a.name + " AR: id not 0");
+            record_ar(a);
             uint64_t release = std::max(a.last_release, cycle + read_extra);
             a.last_release = release;
             a.held.push_back({a.ar_sample_addr, a.ar_sample_beats, release});
@@ -634,8 +714,55 @@ int tn_sink(void* p, const char* name) {
 
 uint64_t tn_cycle(void* p) { return static_cast<tandem::Harness*>(p)->cycle; }
 
+// Read latency of every read port; in HBM mode it replaces the HBM latency (below 1: 1), as
+// the cocotb memory's set_read_latency does on ports an HbmMemory serves.
 void tn_set_read_latency(void* p, uint64_t latency) {
-    static_cast<tandem::Harness*>(p)->read_extra = latency > 2 ? latency - 2 : 0;
+    auto* h = static_cast<tandem::Harness*>(p);
+    h->read_extra = latency > 2 ? latency - 2 : 0;
+    h->hbm_latency = latency;
+}
+
+// Number of AXI read ports (the first tn_axi_* indices).
+int tn_read_ports(void* p) {
+    return static_cast<int>(static_cast<tandem::Harness*>(p)->reads.size());
+}
+
+// HBM mode on (see "HBM mode" above and hbm.h), every read port registered with no home
+// channel (tn_set_port_home gives it its own); channels start with `start` bytes, the
+// burst's first beat waits `latency` cycles. Returns 0, or -1 when a read port's beat is not
+// `beat_bytes` (the mode stays off).
+int tn_set_hbm(void* p, int channels, uint64_t channel_bytes, int beat_bytes, double fill,
+               double cap, double start, int64_t refresh_interval, int64_t refresh_cycles,
+               int latency, double lateral_factor) {
+    auto* h = static_cast<tandem::Harness*>(p);
+    for (const auto& a : h->reads)
+        if (a.beat_bytes != beat_bytes) return -1;
+    tandem::HbmParams params{channels, channel_bytes, beat_bytes, fill, cap, start,
+                             refresh_interval, refresh_cycles, latency, lateral_factor};
+    h->hbm = std::make_unique<tandem::Hbm>(params);
+    for (size_t i = 0; i < h->reads.size(); ++i) h->hbm->add_port();
+    h->hbm_latency = static_cast<uint64_t>(latency);
+    return 0;
+}
+
+// Home channels of read port `port` in HBM mode (reading any other pays the lateral cost).
+void tn_set_port_home(void* p, int port, const int* channels, int count) {
+    auto* h = static_cast<tandem::Harness*>(p);
+    if (h->hbm) h->hbm->set_home(port, channels, count);
+}
+
+// Bytes each channel served since the HBM mode was set or the last clear into `out` (int64
+// [channels]); returns the beats served, 0 with HBM mode off.
+uint64_t tn_hbm_channel_bytes(void* p, int64_t* out) {
+    auto* h = static_cast<tandem::Harness*>(p);
+    if (!h->hbm) return 0;
+    std::copy(h->hbm->bytes.begin(), h->hbm->bytes.end(), out);
+    return h->hbm->beats;
+}
+
+void tn_hbm_clear_counters(void* p) {
+    auto* h = static_cast<tandem::Harness*>(p);
+    if (h->hbm) h->hbm->clear_counters();
 }
 
 void tn_hold_memory(void* p, int held) { static_cast<tandem::Harness*>(p)->memory_held = held; }

@@ -4,9 +4,10 @@
 exposes what the servers need: queue beats on an input stream, offer a command beat, step the
 clock until a stream has sent everything, an output stream holds N beats (or N beats with a
 flag bit set) or device memory is idle, take the received beats, and reach device memory as
-a numpy array. Every call crosses into C++ once and steps as many cycles as its condition
-needs; beats travel as ``uint32`` arrays, ``ceil(width / 32)`` words per beat, least
-significant word first.
+a numpy array, and optionally pace the read ports by HBM pseudo-channels
+(:meth:`NativeModel.set_hbm`, ``hbm.h``). Every call crosses into C++ once and steps as many
+cycles as its condition needs; beats travel as ``uint32`` arrays, ``ceil(width / 32)`` words
+per beat, least significant word first.
 """
 
 import ctypes
@@ -27,6 +28,8 @@ __all__ = [
 
 _u32p = np.ctypeslib.ndpointer(dtype=np.uint32, flags="C_CONTIGUOUS")
 _u64p = np.ctypeslib.ndpointer(dtype=np.uint64, flags="C_CONTIGUOUS")
+_i64p = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
+_i32p = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
 
 
 def ints_to_words(values, words: int, width: int | None = None) -> np.ndarray:
@@ -195,6 +198,7 @@ class NativeModel:
     def __init__(self, library: Path, manifest: dict, *, memory_bytes: int = 0, trace=None):
         lib = self._lib = ctypes.CDLL(str(library))
         vp, u64, i32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
+        i64, f64 = ctypes.c_int64, ctypes.c_double
         signatures = {
             "tn_new": (vp, [u64, ctypes.c_char_p]),
             "tn_free": (None, [vp]),
@@ -226,6 +230,11 @@ class NativeModel:
             "tn_axi_name": (ctypes.c_char_p, [vp, i32]),
             "tn_axi_records": (u64, [vp, i32, _u64p, u64, _u64p]),
             "tn_clear_records": (None, [vp]),
+            "tn_read_ports": (i32, [vp]),
+            "tn_set_hbm": (i32, [vp, i32, u64, i32, f64, f64, f64, i64, i64, i32, f64]),
+            "tn_set_port_home": (None, [vp, i32, _i32p, i32]),
+            "tn_hbm_channel_bytes": (u64, [vp, _i64p]),
+            "tn_hbm_clear_counters": (None, [vp]),
         }
         for name, (restype, argtypes) in signatures.items():
             function = getattr(lib, name)
@@ -241,6 +250,7 @@ class NativeModel:
             find = lib.tn_source if stream["direction"] == "sink" else lib.tn_sink
             self._ports[name] = find(self._h, name.encode())
         self.memory = None
+        self.hbm = None  # the HbmParams of the HBM mode, None while it is off
         if memory_bytes:
             pointer = lib.tn_memory(self._h)
             self.memory = np.ctypeslib.as_array(pointer, shape=(int(memory_bytes),))
@@ -336,6 +346,8 @@ class NativeModel:
         self._lib.tn_hold_memory(self._h, int(held))
 
     def set_read_latency(self, cycles: int) -> None:
+        """Cycles from each read address to its first beat (in HBM mode: replaces the HBM
+        latency, as the cocotb memory's ``set_read_latency`` does)."""
         self._lib.tn_set_read_latency(self._h, int(cycles))
 
     def axi_records(self) -> dict[str, dict]:
@@ -360,6 +372,84 @@ class NativeModel:
 
     def clear_records(self) -> None:
         self._lib.tn_clear_records(self._h)
+
+    # --- HBM mode ----------------------------------------------------------------------
+    def read_ports(self) -> list[str]:
+        """Names of the AXI read ports, in the harness's order (the HBM model's ports)."""
+        count = self._lib.tn_read_ports(self._h)
+        return [self._lib.tn_axi_name(self._h, port).decode() for port in range(count)]
+
+    def set_hbm(self, params, homes: dict | None = None) -> None:
+        """Pace the read ports by HBM pseudo-channels, as the cocotb ``HbmMemory`` does.
+
+        Parameters
+        ----------
+        params : tandem.sim.hpu.hbm.HbmParams
+            The channels. Their buckets start full and the channel counters at zero; a
+            burst's first beat waits ``params.latency`` cycles (until a later
+            :meth:`set_read_latency`).
+        homes : dict, optional
+            Home channels of read ports by name (:meth:`set_port_home`); a port left out has
+            none, so all its reads are lateral, as a cocotb port attached with no channels.
+
+        Raises
+        ------
+        ValueError
+            When a read port's beat is not ``params.beat_bytes``, or a name or channel is
+            unknown.
+        """
+        from tandem.sim.hpu.hbm import HbmModel
+
+        # The bucket's size and start as the Python model computes them, from the model
+        # itself, so both start from the same doubles.
+        reference = HbmModel(params)
+        done = self._lib.tn_set_hbm(
+            self._h,
+            int(params.channels),
+            int(params.channel_bytes),
+            int(params.beat_bytes),
+            float(params.fill_bytes_per_cycle),
+            float(reference.cap),
+            float(reference.tokens[0]),
+            int(params.refresh_interval),
+            int(params.refresh_cycles),
+            int(params.latency),
+            float(params.lateral_factor),
+        )
+        if done != 0:
+            raise ValueError(
+                f"the HBM model has {params.beat_bytes}-byte beats, not every read port has"
+            )
+        self.hbm = params
+        for port, channels in (homes or {}).items():
+            self.set_port_home(port, channels)
+
+    def set_port_home(self, port: str, channels) -> None:
+        """Home channels of read port ``port`` in HBM mode: reading any other channel costs
+        ``1 / lateral_factor`` times the beat's bytes."""
+        if self.hbm is None:
+            raise ValueError("HBM mode is off (set_hbm first)")
+        names = self.read_ports()
+        if port not in names:
+            raise ValueError(f"no read port {port!r} (has {names})")
+        home = np.array(sorted({int(c) for c in channels}), np.int32)
+        bad = [c for c in home.tolist() if not 0 <= c < self.hbm.channels]
+        if bad:
+            raise ValueError(f"channel {bad[0]!r} not in 0..{self.hbm.channels - 1}")
+        self._lib.tn_set_port_home(self._h, names.index(port), home, len(home))
+
+    def hbm_channel_bytes(self) -> tuple[np.ndarray, int]:
+        """Bytes each channel served (int64 ``[channels]``) and the beats, since
+        :meth:`set_hbm` or :meth:`clear_hbm_counters`."""
+        if self.hbm is None:
+            raise ValueError("HBM mode is off (set_hbm first)")
+        out = np.zeros(self.hbm.channels, np.int64)
+        beats = self._lib.tn_hbm_channel_bytes(self._h, out)
+        return out, int(beats)
+
+    def clear_hbm_counters(self) -> None:
+        """Zero the channel byte and beat counters (the buckets stay as they are)."""
+        self._lib.tn_hbm_clear_counters(self._h)
 
     def errors(self) -> list[str]:
         """AXI protocol errors since the last call."""

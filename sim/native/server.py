@@ -6,9 +6,12 @@ host asks for the native path (``harness="native"``). It answers exactly the mes
 :mod:`tandem.sim.cosim.hpu_server` (``write``, ``read``, ``run`` of descriptors), with the
 same meaning, results and cycle counts, but each message crosses into C++ a few times and the
 clock, the stream drivers and monitors and the AXI4 memory run there
-(:class:`~tandem.sim.native.model.NativeModel`). The process holds the simulation: a crash
-inside it (a C++ fault, a Verilog ``$fatal``) ends the process, which the host reports as
-:class:`~tandem.host.common.errors.CosimError`.
+(:class:`~tandem.sim.native.model.NativeModel`). The ``hpu`` server also answers
+``("hbm", HbmParams, {read port: home channels})``, which paces its read ports by HBM
+pseudo-channels (:meth:`~tandem.sim.native.model.NativeModel.set_hbm`), and
+``("hbm_bytes",)``, the bytes each channel served and the beats since the last such call.
+The process holds the simulation: a crash inside it (a C++ fault, a Verilog ``$fatal``) ends
+the process, which the host reports as :class:`~tandem.host.common.errors.CosimError`.
 """
 
 import socket
@@ -224,6 +227,13 @@ class HpuServer:
             return ()
         if op == "records":
             return (self.records,)
+        if op == "hbm":  # ("hbm", HbmParams, {read port: home channels} or None)
+            self.model.set_hbm(message[1], message[2] if len(message) > 2 else None)
+            return ()
+        if op == "hbm_bytes":  # -> (bytes per channel, beats) since "hbm" or the last call
+            served, beats = self.model.hbm_channel_bytes()
+            self.model.clear_hbm_counters()
+            return (served.tolist(), beats)
         raise ValueError(f"unknown operation {op!r}")
 
     def recover(self) -> None:

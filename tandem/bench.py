@@ -313,7 +313,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ("hpu-card",),
         "HPU card in RTL on the HBM model (N = 2, 4): KV bandwidth over the touched channels' "
         "sustained peak, card cycle model against RTL",
-        quick_args=("--engines", "2", "--tokens", "512", "768"),
+        quick_args=("--engines", "2", "4", "--tokens", "512", "1024"),
         provenance=Provenance.RTL,
     ),
     Benchmark(

@@ -54,6 +54,8 @@ NM_PACKER = Tool(
 )
 
 HPU_SERVER = "tandem.sim.cosim.hpu_server"
+# The card on its shared HBM model, routing host memory accesses to the owning engine.
+CARD_SERVER = "tandem.sim.cosim.card_server"
 # Serves any design with stream ports; the host encodes every beat.
 STREAM_SERVER = "tandem.sim.cosim.stream_server"
 
@@ -182,6 +184,7 @@ register(
         # Per engine, its requests' results in descriptor order (docs/hpu.md, "The card").
         golden=hpu_card_golden,
         testbench="tandem.sim.hpu.card_tb",
+        cosim_server=CARD_SERVER,
         board="u55c",  # the HPU paper's card
         docs="docs/hpu.md",
         # The engine's proof parameters (see hpu), two engines over a 64 KiB memory of four

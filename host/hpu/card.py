@@ -36,6 +36,7 @@ __all__ = [
     "card_call_cycles",
     "card_result_fields",
     "card_result_layout",
+    "check_card_batch",
     "decode_card_result",
     "hpu_card_golden",
     "route",
@@ -174,6 +175,25 @@ class _CardMemory(ArrayMemory):
         self.size = array.size
 
 
+def check_card_batch(params: HpuCardParams, batch: HpuBatch) -> np.ndarray:
+    """The engine of each request of ``batch`` (:func:`route`); ``ValueError`` where a
+    request's region leaves its engine's K channels (its V span mirrors them), which the
+    engine's ports do not reach beyond."""
+    p = params
+    engines = route(p, batch.base)
+    ends = batch.base + -(-batch.length // PAGE_TOKENS) * p.layout.page_stride
+    limits = np.asarray(p.engine_bases, dtype=np.int64) + p.card_value_offset
+    outside = ends > limits[engines]
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise ValueError(
+            f"request {i} (base {int(batch.base[i]):#x}, {int(batch.length[i])} tokens) ends at "
+            f"{int(ends[i]):#x}, past engine {int(engines[i])}'s K channels "
+            f"(up to {int(limits[engines[i]]):#x})"
+        )
+    return engines
+
+
 def hpu_card_golden(
     params: HpuCardParams, memory: np.ndarray, requests: HpuBatch | list[HpuRequest]
 ) -> list[HpuResults]:
@@ -207,18 +227,7 @@ def hpu_card_golden(
     memory = np.asarray(memory)
     if memory.dtype != np.uint8 or memory.ndim != 1:
         raise ValueError(f"memory must be a 1-D uint8 array, not {memory.dtype} {memory.shape}")
-    engines = route(p, batch.base)
-    # A region's K span must end within its engine's K channels (its V span mirrors it).
-    ends = batch.base + -(-batch.length // PAGE_TOKENS) * p.layout.page_stride
-    limits = np.asarray(p.engine_bases, dtype=np.int64) + p.card_value_offset
-    outside = ends > limits[engines]
-    if outside.any():
-        i = int(np.flatnonzero(outside)[0])
-        raise ValueError(
-            f"request {i} (base {int(batch.base[i]):#x}, {int(batch.length[i])} tokens) ends at "
-            f"{int(ends[i]):#x}, past engine {int(engines[i])}'s K channels "
-            f"(up to {int(limits[engines[i]]):#x})"
-        )
+    engines = check_card_batch(p, batch)
     out = []
     for e in range(p.engines):
         backend = GoldenHpuBackend(p.engine, BLOCK_BYTES, kernel="numpy")

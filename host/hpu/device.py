@@ -63,6 +63,7 @@ from tandem.mappings.hpu.channels import ChannelGeometry, ChannelSpace, request_
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS
 from tandem.mappings.hpu.placement import CardSpace
 
+from .card import HpuCardParams, card_call_cycles, check_card_batch
 from .codec import (
     HpuBatch,
     HpuRequest,
@@ -396,6 +397,39 @@ class GoldenHpuBackend(Backend):
         return HpuResults(batch.seq_id[wave], partial, m, l_sum, o, y)
 
 
+class GoldenCardBackend(GoldenHpuBackend):
+    """An ``hpu-card`` as its golden model: every request bit for bit as the engine that owns
+    its base computes it (:func:`~tandem.host.hpu.card.hpu_card_golden`: each engine is an
+    ``hpu`` engine), and the batch's cycles from the card cycle model
+    (:func:`~tandem.host.hpu.card.card_call_cycles`) on the card's HBM model
+    (:meth:`HbmParams.of_board <tandem.sim.hpu.hbm.HbmParams.of_board>`), as the card's RTL
+    backend runs it.
+
+    Parameters
+    ----------
+    params
+        The card's parameters (:class:`~tandem.host.hpu.card.HpuCardParams`).
+    memory_bytes
+        The card memory (``params.memory_bytes``).
+    kernel
+        As :class:`GoldenHpuBackend`.
+    """
+
+    def __init__(self, params: HpuCardParams, memory_bytes: int, kernel: str = "auto"):
+        from tandem.sim.hpu.hbm import HbmParams  # the timing model; pure Python
+
+        super().__init__(params, memory_bytes, kernel)
+        self.hbm = HbmParams.of_board(params.geometry, params.beat_bytes)
+
+    def run(self, requests: HpuBatch | list[HpuRequest]) -> Call:
+        p = self.params
+        batch = HpuBatch.of(p, requests)
+        check_card_batch(p, batch)
+        call = super().run(batch)
+        cycles = round(card_call_cycles(p, batch.requests(), self.hbm).total)
+        return Call(call.results, cycles, {"hpu": cycles}, call.saturations)
+
+
 class _CosimMemory(MemoryPort):
     """Device memory inside the simulator, through the server's ``write``/``read`` messages."""
 
@@ -426,7 +460,9 @@ class RtlHpuBackend(CosimClient, Backend):
     Parameters
     ----------
     params
-        The engine's parameters.
+        The engine's parameters, or a card's (:class:`~tandem.host.hpu.card.HpuCardParams`:
+        the ``hpu-card`` design served by :mod:`tandem.sim.cosim.card_server` on the card's
+        HBM model, cocotb harness only).
     memory_bytes
         Size of device memory in bytes.
     simulator, timeout_s, start_timeout_s, cache_dir, run_dir, harness, waves, progress
@@ -449,6 +485,12 @@ class RtlHpuBackend(CosimClient, Backend):
         waves: str | Path | None = None,
         progress=None,
     ):
+        if isinstance(params, HpuCardParams):
+            # The card's server routes host accesses and result beats by engine and paces the
+            # ports by the card's HBM model; the native harness serves one engine's ports.
+            if harness == "native":
+                raise ValueError("an hpu-card runs on the cocotb harness, not the native one")
+            harness = "cocotb"
         CosimClient.__init__(
             self,
             simulator=simulator,
@@ -466,7 +508,7 @@ class RtlHpuBackend(CosimClient, Backend):
     def _launch_args(self) -> list[str]:
         return [
             "--design",
-            "hpu",
+            "hpu-card" if isinstance(self.params, HpuCardParams) else "hpu",
             "--params",
             json.dumps(self.params.to_dict()),
             "--memory",
@@ -533,7 +575,10 @@ class HpuDevice(Device):
     Parameters
     ----------
     params
-        Engine parameters (default :class:`HpuParams()`).
+        Engine parameters (default :class:`HpuParams()`), or a card's
+        (:class:`~tandem.host.hpu.card.HpuCardParams`: its engines behind one descriptor
+        stream, the golden backend :class:`GoldenCardBackend`, the RTL backend the
+        ``hpu-card`` design; ``memory_bytes`` and ``channels`` are then the card's).
     memory_bytes
         Device memory in bytes (the U55C has 16 GiB; the default 64 MiB suits simulation).
     max_sequences
@@ -543,8 +588,9 @@ class HpuDevice(Device):
     name
         Label in traces and messages.
     placement
-        ``"contiguous"`` (default): a sequence's regions one after another, first fit;
-        ``"channels"``: each region inside one pseudo-channel, spread over the channels
+        ``"contiguous"`` (default for an engine): a sequence's regions one after another,
+        first fit; ``"channels"`` (default, and the only choice, for a split KV layout such
+        as a card's): each region inside one pseudo-channel, spread over the channels
         (module docstring).
     channels
         Pseudo-channels of the memory (default the U55C's, from its board file), each
@@ -573,12 +619,23 @@ class HpuDevice(Device):
         max_sequences: int = 256,
         backend: str = "golden",
         name: str = "hpu0",
-        placement: str = "contiguous",
+        placement: str | None = None,
         channels: int | None = None,
         **options,
     ):
         params = instance(HpuParams() if params is None else params, HpuParams, "params")
         memory_bytes = integer(memory_bytes, "memory_bytes")
+        if isinstance(params, HpuCardParams):
+            # The card's memory and channels decide which engine owns which address.
+            if memory_bytes != params.memory_bytes or channels not in (None, params.channels):
+                raise ValueError(
+                    f"an hpu-card device has its parameters' memory ({params.memory_bytes} "
+                    f"bytes, {params.channels} channels), not {memory_bytes} bytes and "
+                    f"{channels} channels"
+                )
+            channels = params.channels
+        if placement is None:  # a card's engines read the split layout: by channel only
+            placement = "channels" if params.layout.split else "contiguous"
         if memory_bytes % BLOCK_BYTES:
             raise ValueError(
                 f"memory_bytes must be a multiple of {BLOCK_BYTES}, not {memory_bytes}"
@@ -601,12 +658,12 @@ class HpuDevice(Device):
         #: The channel-aware allocator (``placement="channels"``), else None.
         if params.layout.split and placement != "channels":
             raise ValueError(
-                f"a split KV layout (value_offset {params.value_offset}) needs "
+                f"a split KV layout (value_offset {params.layout.value_offset}) needs "
                 f"placement='channels', not {placement!r}"
             )
         self._space = None
         if placement == "channels":
-            self._space = ChannelSpace(self.geometry, params.value_offset)
+            self._space = ChannelSpace(self.geometry, params.layout.value_offset)
         #: Bytes read per pseudo-channel, int64 [channels]: the last call's and every call's.
         self.last_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
         self.total_channel_bytes = np.zeros(self.geometry.channels, dtype=np.int64)
@@ -615,7 +672,10 @@ class HpuDevice(Device):
         self._next_handle = 0
 
     def _make_backend(self, kind: str, options: dict):
-        return self.backends[kind](self.params, self.capacity_bytes, **options)
+        backend = self.backends[kind]
+        if backend is GoldenHpuBackend and isinstance(self.params, HpuCardParams):
+            backend = GoldenCardBackend
+        return backend(self.params, self.capacity_bytes, **options)
 
     # --- capacity ------------------------------------------------------------------------
     @property

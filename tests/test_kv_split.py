@@ -156,7 +156,7 @@ def test_allocator_places_regions_in_key_channels_and_alternates_engines():
 
 def test_device_on_the_split_layout():
     """HpuDevice with a split layout: writes and reads both spans, attends as the golden
-    model does, and refuses contiguous placement (a region needs both spans)."""
+    model does, places by channel by default and refuses contiguous placement."""
     p = HpuParams(
         head_dim=32,
         lanes=16,
@@ -167,7 +167,8 @@ def test_device_on_the_split_layout():
         value_offset=1 << 17,
     )
     with pytest.raises(ValueError, match="needs placement='channels'"):
-        HpuDevice(p, memory_bytes=1 << 18)
+        HpuDevice(p, memory_bytes=1 << 18, placement="contiguous")
+    assert HpuDevice(p, memory_bytes=1 << 18, channels=2).placement == "channels"
     dev = HpuDevice(p, memory_bytes=1 << 18, placement="channels", channels=2)
     rng = np.random.default_rng(6)
     seq = dev.allocate(100, heads=2)

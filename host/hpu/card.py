@@ -20,7 +20,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
-from tandem.host.backend.backend import ArrayMemory
+from tandem.host.backend.backend import ArrayMemory, Call
 from tandem.host.common import bits
 from tandem.mappings.hpu.channels import ChannelGeometry, engine_bases, engine_of
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
@@ -28,10 +28,12 @@ from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
 from tandem.config import ParamError, param
 
 from .codec import HpuBatch, HpuRequest, HpuResults, result_fields
+from .golden_backend import GoldenHpuBackend
 from .params import HpuParams
 
 __all__ = [
     "CardCycles",
+    "GoldenCardBackend",
     "HpuCardParams",
     "card_call_cycles",
     "card_result_fields",
@@ -214,14 +216,12 @@ def hpu_card_golden(
     list of HpuResults
         Element ``e``: the results of the requests routed to engine ``e`` (:func:`route` of
         their bases), in their descriptor order, in the form the engine emits them (what
-        :class:`~tandem.host.hpu.device.GoldenHpuBackend` returns: one engine's golden model
+        :class:`~tandem.host.hpu.golden_backend.GoldenHpuBackend` returns: one engine's golden model
         over its requests).
 
     Raises ``ValueError`` where a request's region leaves the channels of its engine (its
     ports do not reach them).
     """
-    from .device import GoldenHpuBackend  # the device module is heavy; the golden model is not
-
     p = params
     batch = HpuBatch.of(p.engine, requests)
     memory = np.asarray(memory)
@@ -345,3 +345,36 @@ def card_call_cycles(params: HpuCardParams, requests, hbm) -> CardCycles:
     merger = float(o.sum())
     total = max(max(engines), t, merger)
     return CardCycles(total, tuple(engines), t, tuple(rates))
+
+
+class GoldenCardBackend(GoldenHpuBackend):
+    """An ``hpu-card`` as its golden model: every request bit for bit as the engine that owns
+    its base computes it (:func:`~tandem.host.hpu.card.hpu_card_golden`: each engine is an
+    ``hpu`` engine), and the batch's cycles from the card cycle model
+    (:func:`~tandem.host.hpu.card.card_call_cycles`) on the card's HBM model
+    (:meth:`HbmParams.of_board <tandem.sim.hpu.hbm.HbmParams.of_board>`), as the card's RTL
+    backend runs it.
+
+    Parameters
+    ----------
+    params
+        The card's parameters (:class:`~tandem.host.hpu.card.HpuCardParams`).
+    memory_bytes
+        The card memory (``params.memory_bytes``).
+    kernel
+        As :class:`GoldenHpuBackend`.
+    """
+
+    def __init__(self, params: HpuCardParams, memory_bytes: int, kernel: str = "auto"):
+        from tandem.sim.hpu.hbm import HbmParams  # the timing model; pure Python
+
+        super().__init__(params, memory_bytes, kernel)
+        self.hbm = HbmParams.of_board(params.geometry, params.beat_bytes)
+
+    def run(self, requests: HpuBatch | list[HpuRequest]) -> Call:
+        p = self.params
+        batch = HpuBatch.of(p, requests)
+        check_card_batch(p, batch)
+        call = super().run(batch)
+        cycles = round(card_call_cycles(p, batch.requests(), self.hbm).total)
+        return Call(call.results, cycles, {"hpu": cycles}, call.saturations)

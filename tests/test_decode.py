@@ -279,6 +279,31 @@ def test_cli_decode_errors(extra, message, capsys):
     assert message in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_cli_decode_on_hpu_cards(capsys):
+    """``--engines 2``: each card an hpu-card of two engines. The same tokens as one engine per
+    card (every engine computes what a lone engine does), the card's cycles (dispatcher, HBM
+    model), and a card that cannot be built is one line."""
+    argv = ["cosim", "decode", "--model", "tiny", "--prompt", "hi", "--prompt", "cards"]
+    argv += ["--tokens", "4", "--hpus", "2", "--json"]
+    runs = {}
+    for engines in (0, 2):
+        assert main([*argv, "--engines", str(engines)]) == 0
+        runs[engines] = json.loads(capsys.readouterr().out)
+    assert [s["tokens"] for s in runs[2]["sequences"]] == [
+        s["tokens"] for s in runs[0]["sequences"]
+    ]
+    assert runs[2]["engines_per_card"] == 2 and runs[2]["card_design"] == "hpu-card"
+    assert runs[2]["step_cycles"] != runs[0]["step_cycles"]
+    for extra, message in (
+        (["--engines", "3"], "channels must be a multiple of 2 * engines"),
+        (["--engines", "2", "--placement", "contiguous"], "--engines places KV by channel"),
+        (["--engines", "2", "--backend", "rtl", "--harness", "native"], "not --harness native"),
+    ):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_cli_decode_int16_kv(capsys):
     """``--kv-bits 16`` reaches the cards: int16 K and V on the same ports with half the lanes.
     The tiny model's head_dim 32 fills an int16 row's 64 bytes but only half an int8 one's

@@ -350,7 +350,7 @@ HONOURED = {
     "temperature", "seed", "raw", "clock_mhz", "hpu_memory_mib", "compare", "threads", "json",
     "overrides", "kv_bits", "placement", "help",
 }  # fmt: skip
-REFUSED = {"batch", "hpus", "max_slice_tokens", "waves"}
+REFUSED = {"batch", "hpus", "max_slice_tokens", "engines", "waves"}
 
 
 def test_every_decode_option_is_honoured_or_refused():
@@ -371,6 +371,7 @@ C = ["cosim", "decode", "--model", "tiny", "--raw"]
         (["--batch", "2"], "--batch does not apply to --program"),
         (["--hpus", "2"], "--hpus does not apply to --program"),
         (["--max-slice-tokens", "4"], "--max-slice-tokens does not apply to --program"),
+        (["--engines", "2"], "--engines does not apply to --program"),
         (["--waves", "w.fst"], "--waves does not apply to --program"),
         (["--prompt", "again"], "--program runs one --prompt, not 2"),
         (["--harness", "native"], "need --backend rtl"),

@@ -43,6 +43,7 @@ import numpy as np
 from tandem.host.common.errors import CapacityError
 from tandem.host.common.threads import configure_threads
 from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
+from tandem.host.hpu.card import HpuCardParams
 from tandem.host.hpu.device import AttendBatch, HpuDevice, SeqAlloc
 from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 from tandem.host.system.llama import Llama, default_device, import_torch
@@ -688,6 +689,14 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--hpu-memory-mib", type=float, default=64.0, help="memory per card")
     parser.add_argument(
+        "--engines",
+        type=int,
+        default=0,
+        help="each card an hpu-card of this many engines behind one descriptor stream (its "
+        "32 pseudo-channels split between them, K and V in channels of their own; cycles from "
+        "the card); 0, the default: one hpu engine per card",
+    )
+    parser.add_argument(
         "--placement",
         choices=("channels", "contiguous"),
         default="channels",
@@ -783,7 +792,7 @@ def run(args) -> int:
     import os
 
     from tandem.args import MAX_CLOCK_MHZ, MAX_SEED, host_memory_bytes, integer, output_file, real
-    from tandem.config import resolve_params
+    from tandem.config import ParamError, resolve_params
     from tandem.progress import stderr_progress
 
     # Every flag before any work (the model, the cards, the decode).
@@ -864,6 +873,19 @@ def run(args) -> int:
         args.clock_mhz, clock_source = chosen["clock_mhz"], chosen["clock_source"]
     else:
         clock_source = "--clock-mhz"
+    engines = integer(args.engines, "--engines", 0, 16, " (a U55C's 32 channels hold 16)")
+    if engines:
+        if args.placement != "channels":
+            raise UserError("--engines places KV by channel: leave out --placement contiguous")
+        if args.backend == "rtl":  # the card's server runs under cocotb
+            if args.harness == "native":
+                raise UserError("--engines runs the RTL card on cocotb, not --harness native")
+            harness = "cocotb"
+        try:
+            params = HpuCardParams(**params.to_dict(), engines=engines, memory_bytes=memory_bytes)
+        except ParamError as exc:
+            raise UserError(f"--engines {engines}: {exc}") from None
+        memory_bytes = params.memory_bytes
     page = params.layout.page_bytes
     if memory_bytes < page:
         raise UserError(
@@ -943,7 +965,8 @@ def run(args) -> int:
         )
     say(
         f"model {label}: {c.n_layers} layers, {c.n_heads} query / {c.n_kv_heads} KV heads, "
-        f"head_dim {c.head_dim}; GPU side on {model.device}; {args.hpus} HPU card(s), backend "
+        f"head_dim {c.head_dim}; GPU side on {model.device}; {args.hpus} HPU card(s)"
+        f"{f' of {engines} engines (hpu-card)' if engines else ''}, backend "
         f"{backend}; sub-batches {result.subbatches}"
     )
     for b, ids in enumerate(result.tokens):
@@ -1012,6 +1035,8 @@ def run(args) -> int:
                     if args.backend == "golden"
                     else None,
                     "hpus": args.hpus,
+                    "engines_per_card": engines or 1,
+                    "card_design": "hpu-card" if engines else "hpu",
                     "subbatches": result.subbatches,
                     "sequences": [
                         {

@@ -329,6 +329,7 @@ def _program_flags(args) -> dict:
         "--batch": args.batch not in (None, 1),
         "--hpus": args.hpus != 1,
         "--max-slice-tokens": args.max_slice_tokens is not None,
+        "--engines": args.engines != 0,
     }
     for flag, given in one_card.items():
         if given:

@@ -185,6 +185,7 @@ register(
         golden=hpu_card_golden,
         testbench="tandem.sim.hpu.card_tb",
         cosim_server=CARD_SERVER,
+        device="tandem.host.hpu.device:HpuDevice",
         board="u55c",  # the HPU paper's card
         docs="docs/hpu.md",
         # The engine's proof parameters (see hpu), two engines over a 64 KiB memory of four

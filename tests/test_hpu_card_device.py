@@ -1,6 +1,7 @@
 """HpuDevice on an ``hpu-card``: the golden card (each request as its engine computes it,
 cycles from the card cycle model) and the RTL card in Verilator and Icarus (the card on its
-shared HBM model, through ``tandem.sim.cosim.card_server``), bit for bit the same."""
+shared HBM model, through ``tandem.sim.cosim.card_server``), bit for bit the same; the RTL card
+in the native harness (``tandem.sim.native.server.CardServer``) with the cocotb card's cycles."""
 
 import numpy as np
 import pytest
@@ -127,3 +128,51 @@ def test_rtl_card_is_the_golden_card(simulator, sim_cache, tmp_path, seed):
     for a, b in zip(golden[-1][0], rtl[-1][0], strict=True):
         for x, y in zip(a, b, strict=True):
             assert np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+
+
+def test_rtl_card_harness_is_cocotb_unless_native_is_named():
+    """A card on the RTL backend starts nothing until its first call; its harness is cocotb
+    unless the native one is asked for."""
+    for harness, want in [(None, "cocotb"), ("cocotb", "cocotb"), ("native", "native")]:
+        dev = HpuDevice(CARD, memory_bytes=CARD.memory_bytes, backend="rtl", harness=harness)
+        assert dev.backend.harness == want and not dev.backend.started
+
+
+@pytest.mark.rtl
+def test_native_card_is_the_cocotb_card(sim_cache, tmp_path, seed):
+    """The card script on the native harness: the golden card's results and appended rows bit
+    for bit, and the cocotb card's cycles (Verilator) call for call, exactly: both pace the
+    ports by the same HBM model with the same homes, and count from the same edges."""
+    need("native")
+    need("verilator")
+    _, golden = card_script(HpuDevice(CARD, memory_bytes=CARD.memory_bytes), seed)
+    runs = {}
+    for harness in ("native", "cocotb"):
+        with HpuDevice(
+            CARD,
+            memory_bytes=CARD.memory_bytes,
+            backend="rtl",
+            simulator="verilator",
+            harness=harness,
+            cache_dir=sim_cache,
+            run_dir=tmp_path / harness,
+        ) as dev:
+            assert dev.backend.harness == harness
+            _, runs[harness] = card_script(dev, seed)
+            runs[harness].append(dev.backend.read_records())
+    native, cocotb = runs["native"], runs["cocotb"]
+    for (g_results, _, g_bytes), (n_results, n_cycles, n_bytes), (_, c_cycles, _) in zip(
+        golden[:-1], native[:-2], cocotb[:-2], strict=True
+    ):
+        for a, b in zip(g_results, n_results, strict=True):
+            for name in ("m", "l", "o", "y"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert (x is None and y is None) or np.array_equal(x, y), name
+        np.testing.assert_array_equal(g_bytes, n_bytes)
+        assert n_cycles == c_cycles > 0, (n_cycles, c_cycles)
+    for a, b in zip(golden[-1][0], native[-2][0], strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+    # The last call's records: the bytes each channel served and each engine's read window.
+    assert native[-1] == cocotb[-1]
+    assert sum(native[-1]["channel_bytes"]) > 0

@@ -6,8 +6,12 @@ Builds the generated Verilog of ``--design`` once per (parameters, simulator) th
 the design's cocotb server module (its registry entry's
 :attr:`~tandem.registry.Design.cosim_server`: :mod:`tandem.sim.cosim.hpu_server` for ``hpu``,
 :mod:`tandem.sim.cosim.stream_server` for the stream engines), which connects back to the host's
-socket. Exits 0 when the server finished cleanly, 1 otherwise (the simulator log is in
-``--run-dir``), 2 for a design that has no server.
+socket. With ``--harness native`` it serves from this process instead
+(:mod:`tandem.sim.native.server`: :class:`~tandem.sim.native.server.CardServer` for
+``hpu-card``, :class:`~tandem.sim.native.server.HpuServer` for a design with ``--memory``,
+:class:`~tandem.sim.native.server.StreamServer` otherwise). Exits 0 when the server finished
+cleanly, 1 otherwise (the simulator log is in ``--run-dir``), 2 for a design that has no
+server.
 """
 
 import argparse
@@ -65,7 +69,7 @@ def _native(args) -> int:
     """Build (or find) the design's native harness and serve the host from this process."""
     from tandem.sim.native.build import build_native
     from tandem.sim.native.model import NativeModel
-    from tandem.sim.native.server import HpuServer, StreamServer, serve
+    from tandem.sim.native.server import CardServer, HpuServer, StreamServer, serve
 
     import tandem.designs  # noqa: F401  (registers the designs)
     from tandem.registry import get_design
@@ -83,7 +87,12 @@ def _native(args) -> int:
         args.waves.parent.mkdir(parents=True, exist_ok=True)
     model = NativeModel(library, manifest, memory_bytes=args.memory or 0, trace=args.waves)
     try:
-        server = HpuServer(model, params) if args.memory else StreamServer(model, design.name)
+        if design.name == "hpu-card":  # routes by engine, paces by the card's HBM model
+            server = CardServer(model, params)
+        elif args.memory:
+            server = HpuServer(model, params)
+        else:
+            server = StreamServer(model, design.name)
         serve(args.socket, server)
     finally:
         model.close()

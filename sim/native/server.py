@@ -10,11 +10,15 @@ clock, the stream drivers and monitors and the AXI4 memory run there
 ``("hbm", HbmParams, {read port: home channels})``, which paces its read ports by HBM
 pseudo-channels (:meth:`~tandem.sim.native.model.NativeModel.set_hbm`), and
 ``("hbm_bytes",)``, the bytes each channel served and the beats since the last such call.
+:class:`CardServer` answers :mod:`tandem.sim.cosim.card_server`'s messages for ``hpu-card``:
+its read ports paced by the card's HBM model from the start, each engine's ports homed on that
+engine's channels, as the cocotb card server paces them.
 The process holds the simulation: a crash inside it (a C++ fault, a Verilog ``$fatal``) ends
 the process, which the host reports as :class:`~tandem.host.common.errors.CosimError`.
 """
 
 import socket
+from collections import deque
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -22,7 +26,7 @@ from tandem.host.common import bits
 
 from .model import NativeModel, fields_to_words, ints_to_words, words_to_fields, words_to_ints
 
-__all__ = ["HpuServer", "StreamServer", "serve"]
+__all__ = ["CardServer", "HpuServer", "StreamServer", "serve"]
 
 #: Edges of reset at start and after a failed request, as the cocotb testbenches hold it.
 RESET_CYCLES = 2
@@ -238,6 +242,149 @@ class HpuServer:
 
     def recover(self) -> None:
         pass  # as the cocotb server: the engine is not reset after a failed request
+
+
+class CardServer:
+    """The ``hpu-card`` server's messages on a native model (see ``card_server``).
+
+    One device memory serves every engine's AXI ports: an engine reads and writes only its own
+    channels, so the bytes each engine sees are those of the cocotb server's per-engine
+    memories wherever a region lies. The read ports draw on one HBM model
+    (:meth:`~tandem.sim.native.model.NativeModel.set_hbm`) at
+    :meth:`HbmParams.of_board <tandem.sim.hpu.hbm.HbmParams.of_board>` of the card's channels
+    and beat, each read port of engine ``e`` homed on the channels engine ``e``'s address range
+    spans, as :class:`~tandem.sim.hpu.card_tb.CardTestbench` homes them.
+
+    Parameters
+    ----------
+    model
+        The ``hpu-card`` design's native model, with the card's memory.
+    params : tandem.host.hpu.card.HpuCardParams
+        The card's parameters.
+    """
+
+    def __init__(self, model: NativeModel, params):
+        from tandem.host.hpu.card import card_result_fields
+        from tandem.sim.hpu.hbm import HbmParams
+
+        self.model = model
+        self.card = params
+        self.p = params.engine
+        offsets = {
+            field.name: offset for field, offset in bits.field_offsets(card_result_fields(params))
+        }
+        self.last_bit = offsets["last"]
+        names = model.read_ports()
+        self.engine_ports = [
+            [f"{name}_{e}" for name in self.p.read_port_names] for e in range(params.engines)
+        ]
+        missing = [n for ports in self.engine_ports for n in ports if n not in names]
+        if missing:
+            raise ValueError(f"no read port {missing[0]!r} on the card (has {names})")
+        geometry, channel = params.geometry, params.geometry.channel_bytes
+        bounds = (*params.engine_bases, params.memory_bytes)
+        homes = {}
+        for e, ports in enumerate(self.engine_ports):
+            own = list(range(bounds[e] // channel, -(-bounds[e + 1] // channel)))
+            homes.update(dict.fromkeys(ports, own))
+        # The cocotb card sets its HBM model up before its first reset, latency included. The
+        # harness's read ports come engine by engine, each engine's in `read_port_names` order:
+        # the cocotb card's order of attaching them, so a channel's round robin is the same.
+        model.set_hbm(HbmParams.of_board(geometry, self.p.beat_bytes), homes)
+        self.records: dict = {}
+        model.enable("result_o")
+        model.hold_memory(True)
+        model.reset(RESET_CYCLES)
+        model.hold_memory(False)
+
+    def _check(self, address: int, size: int) -> None:
+        if address < 0 or size < 0 or address + size > len(self.model.memory):
+            raise ValueError(f"access {address:#x}+{size} outside device memory")
+
+    def run(self, descriptors: list[bytes]):
+        from tandem.host.hpu.card import decode_card_result, route
+        from tandem.host.hpu.codec import unpack_header
+
+        model, card, p = self.model, self.card, self.p
+        step = p.beat_bytes
+        work = 0
+        beats, bases = [], []
+        for data in descriptors:
+            beats += [
+                int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)
+            ]
+            header = unpack_header(p, data)
+            bases.append(header["base"])
+            work += len(data) // step + 2 * p.layout.region_bytes(header["length"]) // step
+        waiting = [deque() for _ in range(card.engines)]
+        for index, engine in enumerate(route(card, bases).tolist()):
+            waiting[engine].append(index)
+        model.clear_records()
+        model.clear_hbm_counters()
+        model.send("desc_i", beats)
+        start = model.cycle
+        budget = 5000 + 40 * work
+        if not model.until_marked("result_o", self.last_bit, len(descriptors), start + budget):
+            raise TimeoutError(
+                f"{len(descriptors)} requests: not every last result beat within {budget} "
+                f"cycles ({model.received('result_o')} beats so far)"
+            )
+        cycles = model.cycle - start
+        results: list[list] = [[] for _ in descriptors]
+        failed = []
+        for payload in words_to_ints(model.take("result_o")):
+            words, _tag, last, engine, error = decode_card_result(card, payload)
+            if not waiting[engine]:
+                raise RuntimeError(f"a result beat from engine {engine}, which has no request")
+            index = waiting[engine][0]
+            results[index].append(words)
+            if last:
+                waiting[engine].popleft()
+                if error:
+                    failed.append(index)
+        if any(waiting):
+            raise RuntimeError(f"{sum(map(len, waiting))} requests without their last beat")
+        if not model.until_memory_idle(model.cycle + 5000):
+            raise TimeoutError("card writes not answered 5000 cycles after the last result")
+        served, _beats = model.hbm_channel_bytes()
+        ports = model.axi_records()
+        windows = []
+        for names in self.engine_ports:  # each engine's first AR and last R beat
+            read = [ports[n] for n in names if len(ports[n]["bursts"])]
+            windows.append(
+                (min(r["first_ar"] for r in read) - start, max(r["last_r"] for r in read) - start)
+                if read
+                else None
+            )
+        self.records = {"channel_bytes": served.tolist(), "read_windows": windows}
+        model.clear_records()
+        errors = model.errors()
+        if errors:
+            raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
+        return results, cycles, sorted(failed)
+
+    def handle(self, message) -> tuple:
+        op = message[0]
+        memory = self.model.memory
+        if op == "write":
+            _, address, data = message
+            self._check(address, len(data))
+            memory[address : address + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            return ()
+        if op == "read":
+            _, address, size = message
+            self._check(address, size)
+            return (memory[address : address + size].tobytes(),)
+        if op == "run":
+            return self.run(message[1])
+        if op == "latency":
+            raise ValueError("the card's read latency is its HBM model's")
+        if op == "records":
+            return (self.records,)
+        raise ValueError(f"unknown operation {op!r}")
+
+    def recover(self) -> None:
+        pass  # as the cocotb server: the card is not reset after a failed request
 
 
 def serve(socket_path: str, server) -> None:

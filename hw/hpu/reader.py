@@ -217,9 +217,19 @@ class Reader(wiring.Component):
         # (never in one cycle: a burst in flight keeps outstanding above 0).
         burst_done = r_last & ends
         empty_done = empty & (outstanding == 0)
+        # The flag enters its FIFO a cycle later, from registers: the R handshake depends on
+        # the data FIFO's room, and that chain into the flag FIFO's level was the engine's
+        # longest path. The flag is read only after the request's last beat has gone through
+        # the K or V side, many cycles on.
+        push = Signal(name=f"{name}_error_push")
+        push_failed = Signal(name=f"{name}_error_push_failed")
+        m.d.sync += [
+            push.eq(burst_done | empty_done),
+            push_failed.eq(~empty_done & (failed | beat_failed)),
+        ]
         m.d.comb += [
-            errors.w_en.eq(burst_done | empty_done),
-            errors.w_data.eq(~empty_done & (failed | beat_failed)),
+            errors.w_en.eq(push),
+            errors.w_data.eq(push_failed),
             self.error_o.valid.eq(errors.r_rdy),
             self.error_o.payload.eq(errors.r_data),
             errors.r_en.eq(self.error_o.ready),

@@ -26,6 +26,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tandem.sim.runner import cxx_opt
+
 from tandem.config import Params
 from tandem.errors import ToolError
 from tandem.generate import generate, tool_versions
@@ -58,6 +60,15 @@ VERILATOR_FLAGS = (
 #: makefile puts its own ``-Os`` (OPT_FAST) after the user's flags for the harness, so the build
 #: sets OPT_FAST as well.
 CXX_FLAGS = ("-fPIC", "-O3", "-march=native")
+
+
+def cxx_flags() -> tuple[str, ...]:
+    """:data:`CXX_FLAGS` with the optimization ``TANDEM_VERILATOR_OPT`` asks for, as the cocotb
+    builds take it (:func:`tandem.sim.runner.cxx_opt`): the test suite's short runs build at
+    ``-O0`` in a fraction of the time."""
+    opt = cxx_opt()
+    return CXX_FLAGS if opt is None else (CXX_FLAGS[0], opt, *CXX_FLAGS[2:])
+
 
 _READ_SIGNALS = (
     "araddr",
@@ -204,7 +215,7 @@ def native_key(design: Design, params: Params, verilog_sha: str, waves: bool) ->
         "verilog": verilog_sha,
         "harness": hashlib.sha256(HARNESS.read_bytes() + HBM_MODEL.read_bytes()).hexdigest(),
         "binding": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-        "flags": [VERILATOR_FLAGS, CXX_FLAGS],
+        "flags": [VERILATOR_FLAGS, cxx_flags()],
         "waves": waves,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
@@ -365,8 +376,8 @@ def _run(command: list[str], cwd: Path, log) -> int:
 
 
 def _compile(design: Design, manifest: dict, build_dir: Path, waves: bool) -> None:
-    cxx_flags = " ".join(CXX_FLAGS)
-    cflags = f"{cxx_flags} -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
+    flags = cxx_flags()
+    cflags = f"{' '.join(flags)} -I{HARNESS.parent}" + (" -DTANDEM_TRACE" if waves else "")
     verilate = [
         "verilator",
         "--cc",
@@ -389,7 +400,7 @@ def _compile(design: Design, manifest: dict, build_dir: Path, waves: bool) -> No
     ]
     if waves:
         verilate[1:1] = ["--trace-fst", "--trace-structs"]
-    make = ["make", "-C", "obj", "-f", "Vtop.mk", "-j", "2", f"OPT_FAST={CXX_FLAGS[1]}"]
+    make = ["make", "-C", "obj", "-f", "Vtop.mk", "-j", "2", f"OPT_FAST={flags[1]}"]
     bind = build_dir / "bind.cpp"
     bind.write_text(binding_source(manifest))
     verilog, shifts = narrow_shifts((build_dir / f"{design.name}.v").read_text())

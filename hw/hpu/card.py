@@ -18,7 +18,7 @@ from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from tandem.host.hpu.card import HpuCardParams, card_result_layout
-from tandem.host.hpu.codec import header_layout, result_layout
+from tandem.host.hpu.codec import HEADER_FIELDS, header_layout, result_layout
 
 from ..common.axi import AxiReadManager, AxiWriteManager
 from ..common.pipeline import RegisterSlice
@@ -71,10 +71,14 @@ class Dispatcher(wiring.Component):
         beat = Signal(range(max(p.header_beats, 2)), name="header_beat")
         body_left = Signal(range(body_beats(p) + 1), name="body_left")
         target = Signal(range(len(self.bases)), name="target")
-        # The last engine whose first address is at or below the base: comparisons against
-        # constants, no division by the channel size.
-        m.d.comb += target.eq(sum(header.base >= b for b in self.bases[1:]))
         take = self.desc_i.valid & self.desc_i.ready
+        # The last engine whose first address is at or below the base: comparisons against
+        # constants, no division by the channel size, registered as the beat holding the base
+        # is taken (from the header register, the compare and the engine select were the
+        # card's longest path). The base's 64 bits lie in one beat of 64 bits or more.
+        base_field = next(f for f in HEADER_FIELDS if f.name == "base")
+        base_beat, base_lo = divmod(base_field.offset, p.mem_data_bits)
+        incoming_base = self.desc_i.payload[base_lo : base_lo + base_field.width]
         # The beat offered to the target engine, and whether that engine takes it.
         valid = Signal(name="out_valid")
         payload = Signal(p.mem_data_bits, name="out_payload")
@@ -89,6 +93,8 @@ class Dispatcher(wiring.Component):
                 m.d.comb += self.desc_i.ready.eq(1)
                 with m.If(take):
                     m.d.sync += header_word.eq(self.desc_i.payload)
+                    with m.If(beat == base_beat):
+                        m.d.sync += target.eq(sum(incoming_base >= b for b in self.bases[1:]))
                     with m.If(beat == p.header_beats - 1):
                         m.d.sync += beat.eq(0)
                         m.next = "HEADER_OUT"

@@ -27,6 +27,7 @@ from tandem.host.hpu.card import (
     decode_card_result,
     hpu_card_golden,
     route,
+    split_card_results,
 )
 from tandem.host.hpu.codec import HpuResults, result_fields
 from tandem.hw.hpu.card import Dispatcher, HpuCard, ResultMerger
@@ -327,3 +328,36 @@ def test_card_has_one_set_of_ports_per_engine():
         Fragment.get(gateware, None)  # elaborated: no UnusedElaboratable warning
         want = {f"{port}_{e}" for port in ports for e in range(p.engines)}
         assert names == want | {"desc_i", "result_o"}
+
+
+def test_result_beats_go_back_to_their_requests():
+    """Beats of two engines interleaved at request boundaries: each request gets its own beats
+    in order, the flagged one is named, and a stray or missing beat is an error."""
+    p = HpuCardParams(**CARD)
+    fields = card_result_fields(p)
+    base1 = p.engine_bases[1]
+    bases = [0, base1, 4096, base1 + 4096]  # engines 0, 1, 0, 1
+
+    def beat(engine, request, index, last, error=0):
+        data = [request, index] + [0] * (p.lanes - 2)
+        values = {"data": data, "tag": request, "last": last, "error": error, "engine": engine}
+        return bits.pack(fields, values)
+
+    payloads = [
+        beat(1, 1, 0, 0), beat(1, 1, 1, 1),  # engine 1's first request, whole
+        beat(0, 0, 0, 1, error=1),
+        beat(1, 3, 0, 1),
+        beat(0, 2, 0, 0), beat(0, 2, 1, 0), beat(0, 2, 2, 1),
+    ]  # fmt: skip
+    results, failed = split_card_results(p, bases, payloads)
+    assert [[w[:2] for w in r] for r in results] == [
+        [[0, 0]],
+        [[1, 0], [1, 1]],
+        [[2, 0], [2, 1], [2, 2]],
+        [[3, 0]],
+    ]
+    assert failed == [0]
+    with pytest.raises(ValueError, match="1 requests without their last result beat"):
+        split_card_results(p, bases, payloads[:-1])
+    with pytest.raises(ValueError, match="from engine 1, which has no request"):
+        split_card_results(p, bases[:1], payloads[:1])

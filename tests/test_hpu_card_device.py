@@ -11,20 +11,11 @@ from tandem.host.hpu.device import Attend, GoldenCardBackend, HpuDevice
 from tandem.sim.hpu.hbm import HbmParams
 
 from .rtl import need
+from .test_hpu_device import P as DEVICE_ENGINE
 
 #: Two engines of the co-simulation tests' small engine over four 64 KiB channels: engine 0's
 #: K spans in channel 0, its V spans in channel 1.
-CARD = HpuCardParams(
-    head_dim=32,
-    lanes=16,
-    mem_data_bits=128,
-    kv_bits=8,
-    gqa_group=2,
-    max_seq_len=256,
-    engines=2,
-    channels=4,
-    memory_bytes=256 << 10,
-)
+CARD = HpuCardParams(**DEVICE_ENGINE.to_dict(), engines=2, channels=4, memory_bytes=256 << 10)
 
 
 def card_script(dev: HpuDevice, seed: int):
@@ -116,6 +107,8 @@ def test_rtl_card_is_the_golden_card(simulator, sim_cache, tmp_path, seed):
         run_dir=tmp_path,
     ) as dev:
         _, rtl = card_script(dev, seed)
+        # The bytes the simulated HBM channels served in the last call, as the host counts them.
+        assert dev.backend.read_records()["channel_bytes"] == rtl[-2][2].tolist()
     for (g_results, modelled, g_bytes), (r_results, simulated, r_bytes) in zip(
         golden[:-1], rtl[:-1]
     ):

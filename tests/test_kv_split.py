@@ -14,6 +14,7 @@ from tandem.sim.hpu.amaranth_sim import run_hpu
 from tandem.config import ParamError
 
 from .test_hpu import SMALL, golden_for, make_sequence, request_for, store
+from .test_hpu_device import P as DEVICE_ENGINE
 from .test_hpu_device import query, tokens
 
 OFFSET = 0x8000
@@ -157,15 +158,7 @@ def test_allocator_places_regions_in_key_channels_and_alternates_engines():
 def test_device_on_the_split_layout():
     """HpuDevice with a split layout: writes and reads both spans, attends as the golden
     model does, places by channel by default and refuses contiguous placement."""
-    p = HpuParams(
-        head_dim=32,
-        lanes=16,
-        mem_data_bits=128,
-        kv_bits=8,
-        gqa_group=2,
-        max_seq_len=256,
-        value_offset=1 << 17,
-    )
+    p = DEVICE_ENGINE.replace(value_offset=1 << 17)
     with pytest.raises(ValueError, match="needs placement='channels'"):
         HpuDevice(p, memory_bytes=1 << 18, placement="contiguous")
     assert HpuDevice(p, memory_bytes=1 << 18, channels=2).placement == "channels"

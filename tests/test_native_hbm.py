@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tandem.host.hpu import HpuParams, quantize_rows, score_scale
+from tandem.host.hpu import quantize_rows, score_scale
 from tandem.host.hpu.device import Attend, HpuDevice
 from tandem.mappings.hpu.channels import ChannelGeometry
 from tandem.sim.hpu.hbm import HbmModel, HbmParams
 
 from .rtl import need, route_options
+from .test_hpu_device import P as DEVICE_ENGINE
 
 HEADER = Path(__file__).parents[1] / "sim" / "native" / "hbm.h"
 
@@ -188,15 +189,7 @@ def test_c_model_refresh_and_rates_match_the_formulas(native_hbm):
 #: half of memory, its V parts ``value_offset`` above, so with two channels each port streams
 #: from its own and with one channel they share it.
 MEMORY = 1 << 18
-P = HpuParams(
-    head_dim=32,
-    lanes=16,
-    mem_data_bits=128,
-    kv_bits=8,
-    gqa_group=2,
-    max_seq_len=256,
-    value_offset=MEMORY // 2,
-)
+P = DEVICE_ENGINE.replace(value_offset=MEMORY // 2)
 
 
 def hbm_params(channels: int, **overrides) -> HbmParams:

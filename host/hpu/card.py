@@ -15,8 +15,10 @@ depends on timing, so :func:`hpu_card_golden` returns one list per engine and a 
 compares each engine's results in order.
 """
 
+from collections import deque
 from dataclasses import dataclass, fields
 from functools import cached_property
+from itertools import pairwise
 from typing import NamedTuple
 
 import numpy as np
@@ -40,8 +42,10 @@ __all__ = [
     "card_result_layout",
     "check_card_batch",
     "decode_card_result",
+    "engine_channels",
     "hpu_card_golden",
     "route",
+    "split_card_results",
 ]
 
 
@@ -149,6 +153,59 @@ class HpuCardParams(HpuParams):
 def route(params: HpuCardParams, bases) -> np.ndarray:
     """The engine (int64, same shape) each KV base address in ``bases`` goes to."""
     return engine_of(params.geometry, params.engines, bases)
+
+
+def engine_channels(params: HpuCardParams) -> list[range]:
+    """The pseudo-channels each engine's ports reach: engine ``e``'s, from its first address
+    (:attr:`HpuCardParams.engine_bases`) up to the next engine's (its ports' HBM homes)."""
+    channel = params.geometry.channel_bytes
+    bounds = (*params.engine_bases, params.memory_bytes)
+    return [range(lo // channel, -(-hi // channel)) for lo, hi in pairwise(bounds)]
+
+
+def split_card_results(
+    params: HpuCardParams, bases, payloads
+) -> tuple[list[list[list[int]]], list[int]]:
+    """A transfer's result beats, as the card emitted them, back to its requests.
+
+    Parameters
+    ----------
+    params
+        The card.
+    bases
+        Each request's KV base address, in descriptor order (they decide the engines).
+    payloads
+        The ``result_o`` payloads in the order they came out.
+
+    Returns
+    -------
+    tuple
+        Per request in descriptor order, its beats' data words; and the indices of the
+        requests whose result carried the ``error`` flag. Each engine's results come in its
+        descriptors' order and a request's beats are contiguous (the merger's rule), so a beat
+        belongs to the oldest unfinished request routed to its engine.
+
+    Raises ``ValueError`` for a beat from an engine with no unfinished request, or when a
+    request's last beat is missing.
+    """
+    waiting = [deque() for _ in range(params.engines)]
+    for index, engine in enumerate(route(params, list(bases)).tolist()):
+        waiting[engine].append(index)
+    results: list[list[list[int]]] = [[] for _ in bases]
+    failed = []
+    for payload in payloads:
+        words, _tag, last, engine, error = decode_card_result(params, payload)
+        if not waiting[engine]:
+            raise ValueError(f"a result beat from engine {engine}, which has no request")
+        index = waiting[engine][0]
+        results[index].append(words)
+        if last:
+            waiting[engine].popleft()
+            if error:
+                failed.append(index)
+    if any(waiting):
+        raise ValueError(f"{sum(map(len, waiting))} requests without their last result beat")
+    return results, sorted(failed)
 
 
 def card_result_fields(params: HpuCardParams) -> tuple[bits.Field, ...]:

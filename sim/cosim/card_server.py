@@ -15,12 +15,10 @@ in its descriptors' order, so each beat belongs to the oldest unfinished request
 its engine. The reply lists every request's beats in descriptor order.
 """
 
-from collections import deque
-
 import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge, SimTimeoutError, with_timeout
-from tandem.host.hpu.card import decode_card_result, route
+from tandem.host.hpu.card import decode_card_result, split_card_results
 from tandem.host.hpu.codec import unpack_header
 from tandem.sim.hpu.card_tb import CardTestbench
 from tandem.sim.tb import CLOCK_PERIOD_NS
@@ -63,7 +61,6 @@ class _CardServer:
 
     async def run(self, descriptors: list[bytes]):
         tb, p, step = self.tb, self.p, self.p.beat_bytes
-        waiting = [deque() for _ in range(self.card.engines)]
         work = 0  # beats of the busiest interfaces, for the cycle budget
         bases = []
         for data in descriptors:
@@ -74,16 +71,13 @@ class _CardServer:
             header = unpack_header(p, data)
             bases.append(header["base"])
             work += len(beats) + 2 * p.layout.region_bytes(header["length"]) // step
-        for index, engine in enumerate(route(self.card, bases).tolist()):
-            waiting[engine].append(index)
         for side in tb.engines:
             side.memory.clear_records()
         tb.hbm.clear_counters()
         start = tb.now_cycles()
         budget = 5000 + 40 * work
-        results: list[list] = [[] for _ in descriptors]
-        failed = []
-        left = len(descriptors)
+        payloads = []
+        left = len(descriptors)  # last beats still to come
         while left:
             remaining = max(start + budget - tb.now_cycles(), 1)
             try:
@@ -93,17 +87,10 @@ class _CardServer:
                     f"{left} of {len(descriptors)} requests without their last result beat "
                     f"within {budget} cycles"
                 ) from None
-            words, _tag, last, engine, error = decode_card_result(self.card, raw)
-            if not waiting[engine]:
-                raise RuntimeError(f"a result beat from engine {engine}, which has no request")
-            index = waiting[engine][0]
-            results[index].append(words)
-            if last:
-                waiting[engine].popleft()
-                left -= 1
-                if error:
-                    failed.append(index)
+            payloads.append(raw)
+            left -= decode_card_result(self.card, raw)[2]
         cycles = tb.now_cycles() - start
+        results, failed = split_card_results(self.card, bases, payloads)
         for _ in range(5000):  # the appended rows must be in memory before the host reads it
             if all(side.memory.idle() for side in tb.engines):
                 break
@@ -123,7 +110,7 @@ class _CardServer:
             side.memory.clear_records()
         if errors:
             raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
-        return results, cycles, sorted(failed)
+        return results, cycles, failed
 
 
 @cocotb.test()

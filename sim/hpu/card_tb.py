@@ -33,7 +33,13 @@ import cocotb
 import numpy as np
 from cocotb.triggers import SimTimeoutError, with_timeout
 from tandem.host.hpu import HpuParams, HpuRequest, descriptor_beats, read_port_bursts
-from tandem.host.hpu.card import HpuCardParams, card_call_cycles, decode_card_result, route
+from tandem.host.hpu.card import (
+    HpuCardParams,
+    card_call_cycles,
+    decode_card_result,
+    engine_channels,
+    route,
+)
 from tandem.host.hpu.codec import result_words
 from tandem.mappings.hpu.channels import ChannelSpace
 from tandem.mappings.hpu.kv_layout import PAGE_TOKENS
@@ -126,11 +132,7 @@ class CardTestbench(StreamTestbench):
             self.hbm = HbmMemory(
                 HbmModel(hbm_params), self.clock, self.reset_signal, CLOCK_PERIOD_NS
             )
-        geometry, bases = self.card.geometry, (*self.card.engine_bases, self.card.memory_bytes)
-        for e in range(self.card.engines):
-            own = range(
-                bases[e] // geometry.channel_bytes, -(-bases[e + 1] // geometry.channel_bytes)
-            )
+        for e, own in enumerate(engine_channels(self.card)):
             memory = DeviceMemory(
                 dut,
                 self.clock,

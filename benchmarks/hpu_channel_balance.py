@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tandem.host.hpu.device import PLACEMENTS, HpuDevice
+from tandem.host.hpu.allocator import PLACEMENTS
+from tandem.host.hpu.device import HpuDevice
 from tandem.host.system.decode import HpuAttention
 from tandem.host.system.model import LlamaConfig
 from tandem.host.system.perf import PAPER, hpu_params_for_model, load_model

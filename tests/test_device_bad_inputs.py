@@ -171,7 +171,7 @@ def _hpu():
 def _hpu_state(f) -> dict:
     dev = f.dev
     return {
-        "free": list(dev._free),
+        "free": list(dev.space.free),
         "allocs": {
             h: (a.start, a.capacity, a.heads, a.lengths.copy()) for h, a in dev._allocs.items()
         },

@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 from tandem.host.common.errors import MemoryResponseError
 from tandem.host.hpu import HpuParams, descriptor_beats, pack_descriptor, result_words
 from tandem.host.hpu.codec import pack_header, unpack_header
-from tandem.host.hpu.device import check_failed
+from tandem.host.hpu.rtl_backend import check_failed
 from tandem.hw.hpu.engine import Hpu
 from tandem.mappings.hpu.kv_layout import AXI_BOUNDARY
 from tandem.sim.hpu.amaranth_sim import run_hpu

@@ -6,8 +6,8 @@ in the native harness (``tandem.sim.native.server.CardServer``) with the cocotb 
 import numpy as np
 import pytest
 from tandem.host.hpu import HpuRequest, quantize_rows, score_scale
-from tandem.host.hpu.card import HpuCardParams, card_call_cycles, route
-from tandem.host.hpu.device import Attend, GoldenCardBackend, HpuDevice
+from tandem.host.hpu.card import GoldenCardBackend, HpuCardParams, card_call_cycles, route
+from tandem.host.hpu.device import Attend, HpuDevice
 from tandem.sim.hpu.hbm import HbmParams
 
 from .rtl import need

@@ -5,7 +5,8 @@ inside the golden backend the decode runtime uses."""
 import numpy as np
 import pytest
 from tandem.host.hpu import HpuParams, hpu_golden_batch
-from tandem.host.hpu.device import GoldenHpuBackend, HpuDevice
+from tandem.host.hpu.device import HpuDevice
+from tandem.host.hpu.golden_backend import GoldenHpuBackend
 from tandem.host.hpu.golden_native import hpu_golden_batch_native, native_golden
 
 from .test_hpu_golden_batch import random_request

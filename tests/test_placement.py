@@ -98,17 +98,17 @@ def test_runtime_allocates_what_placement_decides(memories, max_seq_len, max_sli
         got = attention._place(capacity)
         assert [Slice(s.device, s.first, s.capacity) for s in got] == expected
         for card, device in zip(cards, attention.devices):
-            assert card.spans == [size for _, size in device._free]
+            assert card.spans == [size for _, size in device.space.free]
             assert card.slots == device.free_sequences
 
 
 def test_runtime_failed_placement_frees_nothing_left():
     attention = _runtime([6 * PAGE, 6 * PAGE])
     attention._place(100)  # 4 pages on hpu0
-    before = [list(d._free) for d in attention.devices]
+    before = [list(d.space.free) for d in attention.devices]
     with pytest.raises(CapacityError, match="another slice of a 300-token sequence"):
         attention._place(300)  # 2 + 6 pages free, 10 needed
-    assert [list(d._free) for d in attention.devices] == before
+    assert [list(d.space.free) for d in attention.devices] == before
 
 
 def test_runtime_placement_after_frees():
@@ -117,7 +117,9 @@ def test_runtime_placement_after_frees():
     first = [attention._place(c) for c in (64, 96, 64, 32)]
     for s in first[0] + first[2]:
         attention.devices[s.device].free(s.alloc)
-    cards = [CardSpace([size for _, size in d._free], d.free_sequences) for d in attention.devices]
+    cards = [
+        CardSpace([size for _, size in d.space.free], d.free_sequences) for d in attention.devices
+    ]
     expected = place_batch(
         [128, 64, 200], cards, layout=LAYOUT, heads=HEADS, max_seq_len=512
     )  # fmt: skip

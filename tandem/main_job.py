@@ -106,7 +106,7 @@ def run(args) -> int:
     require("tandem run", "model")  # torch and gguf, before any work
 
     from tandem.generate import generate, write_files
-    from tandem.host.system import decode
+    from tandem.host.system import decode, decode_cli
     from tandem.registry import get_design
     from tandem.sim.runner import run_regression
 
@@ -158,7 +158,7 @@ def run(args) -> int:
 
     progress.begin(f"decoding on {model}, every attention on the HPU ({args.backend})")
     parser = argparse.ArgumentParser(prog="tandem run")
-    decode.add_arguments(parser)
+    decode_cli.add_arguments(parser)
     decode_args = parser.parse_args(
         [
             "--model",
@@ -175,12 +175,12 @@ def run(args) -> int:
         ]
     )
     if not args.json:
-        status = decode.run(decode_args)
+        status = decode_cli.run(decode_args)
         progress.done("decoded")
         return status
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        status = decode.run(decode_args)
+        status = decode_cli.run(decode_args)
     progress.done("decoded")
     outcome["decoded"] = json.loads(text.getvalue())
     print(json.dumps(outcome, indent=2))

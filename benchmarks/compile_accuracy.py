@@ -61,10 +61,11 @@ def _log_softmax(x):
 def evaluate(
     name, model, tokenizer, ids, calibration, budget, workdir, kv_bits, method="round"
 ) -> dict:
+    from tandem.host.hpu import HpuParams
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
-    from tandem.host.system.decode import HpuAttention, hpu_params_for
+    from tandem.host.system.decode import HpuAttention
     from tandem.mappings.llm.compiler import CompileOptions, compile_model
     from tandem.mappings.llm.runner import CompiledModel, ProgramRunner
 
@@ -87,7 +88,7 @@ def evaluate(
     c = model.config
     max_k = 1 << max(6, (compiled.max_columns() - 1).bit_length())
     mpe = SparseMpeDevice(SparseMpeParams(max_k=max_k, max_batch=options.tile), kernel="direct")
-    hpu = hpu_params_for(c, kv_bits=kv_bits)
+    hpu = HpuParams.for_model(c, kv_bits=kv_bits)
     card = HpuDevice(hpu, memory_bytes=64 << 20)
     runner = ProgramRunner(compiled, model, mpe, HpuAttention(c, [card]))
     started = time.perf_counter()

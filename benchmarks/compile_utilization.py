@@ -23,17 +23,18 @@ TARGET = 0.9
 
 
 def _runner(compiled, model, backend: str, **options):
+    from tandem.host.hpu import HpuParams
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
-    from tandem.host.system.decode import HpuAttention, hpu_params_for
+    from tandem.host.system.decode import HpuAttention
     from tandem.mappings.llm.runner import ProgramRunner
 
     max_k = 1 << max(6, (compiled.max_columns() - 1).bit_length())
     params = SparseMpeParams(max_k=max_k, max_batch=compiled.table["card"]["tile"])
     extra = {"kernel": "direct"} if backend == "golden" else options
     mpe = SparseMpeDevice(params, backend=backend, **extra)
-    card = HpuDevice(hpu_params_for(model.config), memory_bytes=64 << 20)
+    card = HpuDevice(HpuParams.for_model(model.config), memory_bytes=64 << 20)
     return ProgramRunner(compiled, model, mpe, HpuAttention(model.config, [card]))
 
 

@@ -37,13 +37,13 @@ def main(argv=None) -> int:
     add_figures_option(parser)
     args = parser.parse_args(argv)
     import torch
+    from tandem.host.hpu import HpuParams
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import (
         Decoder,
         HpuAttention,
         Llama,
         TorchAttention,
-        hpu_params_for,
         logit_agreement,
     )
     from tandem.host.system.model import find_model, load_gguf
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         prompts, args.tokens, keep_logits=True
     )
     torch_s = time.perf_counter() - start
-    cards = [HpuDevice(hpu_params_for(config), name=f"hpu{i}") for i in range(args.hpus)]
+    cards = [HpuDevice(HpuParams.for_model(config), name=f"hpu{i}") for i in range(args.hpus)]
     attention = HpuAttention(config, cards, smoothing=not args.no_smoothing)
     start = time.perf_counter()
     got = Decoder(model, attention).generate(

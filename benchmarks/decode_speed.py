@@ -108,12 +108,12 @@ def main(argv=None) -> int:
 
     configure_threads(args.threads)  # before torch loads: its pool reads the size then
     import torch
+    from tandem.host.hpu import HpuParams
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.system.decode import (
         Decoder,
         HpuAttention,
         TorchAttention,
-        hpu_params_for,
         load_model,
     )
     from tandem.host.system.model import find_model
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"decode_speed: {exc}", file=sys.stderr)
         return 2
-    params = hpu_params_for(config, max_seq_len=MAX_SEQ_LEN)
+    params = HpuParams.for_model(config, max_seq_len=MAX_SEQ_LEN)
 
     kernels = []
 

@@ -72,9 +72,7 @@ def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int
 
     hbm = board.memory[0]
     channels = int(hbm["channels"])
-    hpu = hpu_params_for_model(model, max(4096, context))
-    if kv_bits != hpu.kv_bits:  # the same ports, filled by kv_bits elements
-        hpu = hpu.replace(kv_bits=kv_bits, lanes=hpu.mem_data_bits // kv_bits)
+    hpu = hpu_params_for_model(model, max(4096, context), kv_bits=kv_bits)  # the same ports
     fit = engine_fit(hpu, board)
     ports = f"{hpu.lanes} lanes, {hpu.mem_data_bits}-bit ports, the reference's"
     if not fit["checked"]:  # the reference ports never synthesized in this format: the

@@ -37,8 +37,9 @@ def main(argv=None) -> int:
         return 2
 
     import torch
+    from tandem.host.hpu import HpuParams
     from tandem.host.hpu.device import HpuDevice
-    from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
+    from tandem.host.system.decode import Decoder, HpuAttention, Llama
     from tandem.host.system.model import LlamaConfig, random_llama
 
     torch.set_num_threads(1)
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     )
     model = Llama(config, random_llama(config, 0), "cpu")
     capacity = max(args.lengths) + args.steps
-    params = hpu_params_for(config, max_seq_len=max(64, 1 << (capacity - 1).bit_length()))
+    params = HpuParams.for_model(config, max_seq_len=max(64, 1 << (capacity - 1).bit_length()))
     options = {"simulator": args.simulator} if args.backend == "rtl" else {}
     card_bytes = 32 << 20
     cards = [

@@ -106,6 +106,7 @@ def run(args) -> int:
     require("tandem run", "model")  # torch and gguf, before any work
 
     from tandem.generate import generate, write_files
+    from tandem.host.hpu import HpuParams
     from tandem.host.system import decode, decode_cli
     from tandem.registry import get_design
     from tandem.sim.runner import run_regression
@@ -117,7 +118,7 @@ def run(args) -> int:
     progress.begin(f"generating the HPU Verilog for {model}'s attention")
     config = decode.load_model(model)[0].config
     try:
-        params = decode.hpu_params_for(config)
+        params = HpuParams.for_model(config)
     except ValueError as exc:
         raise UserError(f"the HPU cannot serve {model}: {exc}") from None
     written = write_files(args.output, generate(design, params).files())

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tandem.host.common.errors import CapacityError  # noqa: E402
+from tandem.host.hpu import HpuParams  # noqa: E402
 from tandem.host.hpu.device import HpuDevice  # noqa: E402
 from tandem.host.system.decode import (  # noqa: E402
     TINY,
@@ -22,7 +23,6 @@ from tandem.host.system.decode import (  # noqa: E402
     Llama,
     TorchAttention,
     chrome_trace,
-    hpu_params_for,
     logit_agreement,
     schedule,
 )
@@ -39,7 +39,7 @@ from tandem.host.system.model import (  # noqa: E402
 
 from tandem.cli import main  # noqa: E402
 
-PARAMS = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
+PARAMS = HpuParams.for_model(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +127,7 @@ def test_int16_kv_format_brings_hpu_attention_closer_to_torch(tiny):
     reference = Decoder(tiny, TorchAttention(TINY)).generate(ps, 8, keep_logits=True)
     kl = {}
     for bits in (8, 16):
-        params = hpu_params_for(TINY, kv_bits=bits, mem_data_bits=128, max_seq_len=256)
+        params = HpuParams.for_model(TINY, kv_bits=bits, mem_data_bits=128, max_seq_len=256)
         assert params.lanes == 128 // bits
         att = HpuAttention(TINY, [HpuDevice(params, memory_bytes=1 << 20)])
         got = Decoder(tiny, att).generate(ps, 8, keep_logits=True, forced=reference.tokens)
@@ -383,7 +383,7 @@ def test_smollm2_hpu_decode():
     model = Llama(config, weights, "cpu")
     ps = [tok.chat_prompt("What is the capital of France?")]
     reference = Decoder(model, TorchAttention(config)).generate(ps, 6, keep_logits=True)
-    att = HpuAttention(config, [HpuDevice(hpu_params_for(config))])
+    att = HpuAttention(config, [HpuDevice(HpuParams.for_model(config))])
     got = Decoder(model, att).generate(ps, 6, keep_logits=True, forced=reference.tokens)
     report = logit_agreement(reference.logits, got.logits)
     assert report["agreement"] >= 0.8, report

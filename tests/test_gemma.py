@@ -15,12 +15,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tandem.host.hpu import HpuParams  # noqa: E402
 from tandem.host.hpu.device import HpuDevice  # noqa: E402
 from tandem.host.system.decode import (  # noqa: E402
     Decoder,
     HpuAttention,
     TorchAttention,
-    hpu_params_for,
     logit_agreement,
 )
 from tandem.host.system.gemma import (  # noqa: E402
@@ -143,7 +143,7 @@ def test_hpu_runtime_keeps_windows_as_rings(tiny):
         prompts, steps, keep_logits=True
     )
     for bits, max_error in ((16, 0.05), (8, 2.0)):
-        params = hpu_params_for(tiny.config, kv_bits=bits, max_seq_len=64)
+        params = HpuParams.for_model(tiny.config, kv_bits=bits, max_seq_len=64)
         attention = HpuAttention(tiny.config, [HpuDevice(params, memory_bytes=1 << 20)])
         got = Decoder(tiny, attention).generate(
             prompts, steps, forced=reference.tokens, keep_logits=True
@@ -155,7 +155,7 @@ def test_hpu_runtime_keeps_windows_as_rings(tiny):
 
 
 def test_split_sequence_with_a_ring_is_refused(tiny):
-    params = hpu_params_for(tiny.config, max_seq_len=64)
+    params = HpuParams.for_model(tiny.config, max_seq_len=64)
     cards = [HpuDevice(params, memory_bytes=1 << 20, name=f"hpu{i}") for i in range(2)]
     attention = HpuAttention(tiny.config, cards, max_slice_tokens=32)
     with pytest.raises(ValueError, match="must lie on one card"):

@@ -14,19 +14,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tandem.host.hpu import HpuParams  # noqa: E402
 from tandem.host.system.decode import (  # noqa: E402
     TINY,
     Decoder,
     Llama,
     TorchAttention,
-    hpu_params_for,
     logit_agreement,
 )
 from tandem.host.system.model import byte_tokenizer, random_llama  # noqa: E402
 
 from tandem.bench import SKIP_EXIT  # noqa: E402
 
-PARAMS = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
+PARAMS = HpuParams.for_model(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
 STEPS = 12
 
 

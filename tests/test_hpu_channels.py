@@ -227,14 +227,13 @@ def test_runtime_on_channel_cards_matches_contiguous():
         Decoder,
         HpuAttention,
         Llama,
-        hpu_params_for,
         logit_agreement,
     )
     from tandem.host.system.model import byte_tokenizer, random_llama
 
     torch.set_num_threads(1)
     tiny = Llama(TINY, random_llama(TINY, 0), "cpu")
-    params = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
+    params = HpuParams.for_model(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
     tok = byte_tokenizer()
     prompts = [tok.encode("hello world"), tok.encode("attention on cards"), tok.encode("abc")]
     one = HpuAttention(TINY, [HpuDevice(params, memory_bytes=1 << 20)])
@@ -264,14 +263,14 @@ def test_benchmark_replays_the_device_counters():
     from pathlib import Path
 
     torch = pytest.importorskip("torch")
-    from tandem.host.system.decode import TINY, HpuAttention, hpu_params_for
+    from tandem.host.system.decode import TINY, HpuAttention
 
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "hpu_channel_balance.py"
     spec = importlib.util.spec_from_file_location("hpu_channel_balance", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
-    params = hpu_params_for(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
+    params = HpuParams.for_model(TINY, kv_bits=8, mem_data_bits=128, max_seq_len=256)
     cards = [
         HpuDevice(params, memory_bytes=1 << 20, name=f"hpu{i}", placement=policy)
         for i, policy in enumerate(("channels", "contiguous", "channels"))

@@ -130,15 +130,16 @@ def _float_hidden(model, ids):
 
 
 def test_program_tracks_the_float_model_on_the_golden_devices(model_file, compiled):
+    from tandem.host.hpu import HpuParams
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
-    from tandem.host.system.decode import HpuAttention, hpu_params_for, load_model
+    from tandem.host.system.decode import HpuAttention, load_model
     from tandem.mappings.llm.runner import CompiledModel, ProgramRunner
 
     model, tokenizer, _ = load_model(str(model_file[0]), device="cpu")
     program = CompiledModel(compiled)
-    params = hpu_params_for(model.config, max_seq_len=256)
+    params = HpuParams.for_model(model.config, max_seq_len=256)
     assert (params.head_dim, params.gqa_group) == (32, 3)
     card = HpuDevice(params, memory_bytes=1 << 20)
     mpe = SparseMpeDevice(

@@ -499,7 +499,7 @@ def test_step_cycles_agree_with_runtime():
     """SmolLM2-135M shape: predicted cycles per step within 10 % of the golden runtime's."""
     torch = pytest.importorskip("torch")
     from tandem.host.hpu.device import HpuDevice
-    from tandem.host.system.decode import Decoder, HpuAttention, Llama, hpu_params_for
+    from tandem.host.system.decode import Decoder, HpuAttention, Llama
     from tandem.host.system.model import LlamaConfig, random_llama
 
     m = load_model("smollm2-135m")
@@ -514,7 +514,7 @@ def test_step_cycles_agree_with_runtime():
     torch.set_num_threads(1)
     try:
         model = Llama(config, random_llama(config, 0), "cpu")
-        params = hpu_params_for(config, max_seq_len=512)
+        params = HpuParams.for_model(config, max_seq_len=512)
         cards = [HpuDevice(params, memory_bytes=64 << 20, name=f"hpu{i}") for i in range(2)]
         rng = np.random.default_rng(0)
         lengths = [37, 90, 20, 64]

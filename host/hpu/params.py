@@ -14,7 +14,7 @@ from tandem.host.common.fixed import check_fit
 from tandem.host.common.reciprocal import ReciprocalParams
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, KvLayout
 
-from tandem.config import ParamError, Params, param
+from tandem.config import ParamError, Params, param, resolve_params
 
 __all__ = [
     "HEADER_BYTES",
@@ -23,6 +23,7 @@ __all__ = [
     "check_scales",
     "decode_scales",
     "key_smoothing",
+    "kv_sets",
     "quantize_rows",
     "score_scale",
 ]
@@ -45,8 +46,8 @@ class HpuParams(Params):
     ``mem_data_bits`` (``kv_bits * lanes``: one beat is one cycle's worth of elements), in
     bursts of at most ``max_burst_beats`` beats with up to ``max_outstanding`` bursts in flight
     per port. With one port, K and V share its bandwidth, so a request takes twice the cycles
-    of two ports. See :mod:`tandem.mappings.kv_layout` for the layout and
-    :func:`read_port_bursts` for the bursts each port issues.
+    of two ports. See :mod:`tandem.mappings.hpu.kv_layout` for the layout and
+    :func:`~tandem.host.hpu.codec.read_port_bursts` for the bursts each port issues.
     """
 
     design = "hpu"
@@ -190,10 +191,58 @@ class HpuParams(Params):
                 f"must not turn left), not {self.out_frac_bits!r}",
             )
 
+    @classmethod
+    def for_model(
+        cls, config, *, kv_bits: int | None = None, base=None, **overrides
+    ) -> "HpuParams":
+        """The engine's parameters for a model: its shape on ``base``, then ``overrides``.
+
+        Parameters
+        ----------
+        config
+            The model's shape: anything with ``head_dim`` and ``gqa_group`` (a
+            :class:`~tandem.host.system.model.LlamaConfig`, the performance model's
+            :class:`~tandem.host.system.perf.ModelShape`).
+        kv_bits
+            The KV format (8 or 16), or None for ``base``'s. Unless ``overrides`` name
+            ``lanes``, the lanes follow it to fill the same port (:meth:`lanes_filling`:
+            ``kv_bits=8`` gives twice the lanes of ``kv_bits=16``, a beat carries twice as many
+            elements).
+        base
+            The parameters the model's shape goes on: a parameter set, a mapping of parameter
+            values, or None for the defaults.
+        **overrides
+            Parameter values applied after the model's shape.
+
+        Raises
+        ------
+        ParamError
+            When the result breaks a rule (:meth:`check`): the engine cannot serve the model.
+        """
+        if base is None:
+            values = {}
+        elif isinstance(base, Params):
+            values = base.to_dict()
+        else:
+            values = dict(base)
+        values.update(head_dim=config.head_dim, gqa_group=config.gqa_group)
+        values.update(overrides)
+        if kv_bits is not None:
+            values["kv_bits"] = kv_bits
+            if "lanes" not in overrides:
+                port = values.get("mem_data_bits", cls().mem_data_bits)
+                values["lanes"] = cls.lanes_filling(port, kv_bits)
+        return cls(**values)
+
+    @staticmethod
+    def lanes_filling(mem_data_bits: int, kv_bits: int) -> int:
+        """The lanes whose ``kv_bits``-wide elements fill a port of ``mem_data_bits``."""
+        return mem_data_bits // kv_bits
+
     # --- derived sizes -------------------------------------------------------------------
     @cached_property
     def layout(self) -> KvLayout:
-        """The KV layout (:class:`tandem.mappings.kv_layout.KvLayout`) for ``head_dim``."""
+        """The KV layout (:class:`tandem.mappings.hpu.kv_layout.KvLayout`) for ``head_dim``."""
         return KvLayout(self.head_dim, self.kv_bits // 8, self.value_offset)
 
     @property
@@ -355,6 +404,22 @@ class HpuParams(Params):
         whose per-token v scales are 256 times an int8 row's, so that w keeps the same bits
         and V the same range of magnitudes in either format."""
         return self.weight_frac_bits + self.kv_bits - 8
+
+
+def kv_sets(sets, kv_bits: int | None) -> list[str]:
+    """``--set KEY=VALUE`` strings with a ``--kv-bits`` choice added (None: ``sets`` as given).
+
+    The KV format comes last, and with it the lanes that fill the port ``sets`` give
+    (:meth:`HpuParams.lanes_filling`, as :meth:`HpuParams.for_model` does) unless ``sets``
+    name ``lanes``; :func:`~tandem.config.resolve_params` then names the flag of a bad value.
+    """
+    out = list(sets)
+    if kv_bits is not None:
+        out.append(f"kv_bits={kv_bits}")
+        if all(o.partition("=")[0].strip() != "lanes" for o in sets):
+            port = resolve_params(HpuParams, None, sets, design="hpu").mem_data_bits
+            out.append(f"lanes={HpuParams.lanes_filling(port, kv_bits)}")
+    return out
 
 
 # --- binary16 scales ---------------------------------------------------------------------

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from tandem.host.common.errors import CapacityError
-from tandem.host.hpu import HpuParams, key_smoothing, merge_partials, quantize_rows, score_scale
+from tandem.host.hpu import key_smoothing, merge_partials, quantize_rows, score_scale
 from tandem.host.hpu.device import AttendBatch, HpuDevice, SeqAlloc
 from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 from tandem.host.system.llama import Llama, default_device, import_torch
@@ -58,7 +58,6 @@ __all__ = [
     "TorchAttention",
     "chrome_trace",
     "default_device",
-    "hpu_params_for",
     "schedule",
 ]
 
@@ -105,20 +104,6 @@ class TorchAttention:
 
     def close(self) -> None:
         pass
-
-
-def hpu_params_for(config: LlamaConfig, **overrides) -> HpuParams:
-    """The engine's parameters for ``config``: its head_dim and GQA group, defaults otherwise.
-
-    ``kv_bits`` alone keeps the port width and sets ``lanes`` to fill it (``kv_bits=8``: twice
-    the default's lanes, a beat carries twice as many elements).
-    """
-    values = {"head_dim": config.head_dim, "gqa_group": config.gqa_group}
-    values.update(overrides)
-    if "lanes" not in overrides and "kv_bits" in overrides:
-        port = values.get("mem_data_bits", HpuParams().mem_data_bits)
-        values["lanes"] = port // values["kv_bits"]
-    return HpuParams(**values)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from tandem.host.common.threads import configure_threads
 from tandem.host.hpu import HpuParams
 from tandem.host.hpu.card import HpuCardParams
 from tandem.host.hpu.device import HpuDevice
+from tandem.host.hpu.params import kv_sets
 from tandem.host.system.decode import (
     Decoder,
     DecodeResult,
@@ -173,7 +174,7 @@ def _setup(args) -> _Setup:
     model, tokenizer, label = load_model(args.model)
     c = model.config
     try:
-        params = params.replace(head_dim=c.head_dim, gqa_group=c.gqa_group)
+        params = HpuParams.for_model(c, base=params)
     except Exception as exc:
         raise UserError(f"the HPU cannot serve this model: {exc}") from None
     if args.clock_mhz is None:  # the clock the performance model takes for this engine
@@ -250,13 +251,7 @@ def _check_flags(args) -> tuple[int, float, str]:
 def _engine_params(args, hpus: int, mib: float) -> tuple[HpuParams, int]:
     """The engine's parameters from ``--set`` and ``--kv-bits`` (the model's shape comes
     later), and each card's memory in bytes, checked against the addresses and this host."""
-    overrides = list(args.overrides)
-    if args.kv_bits is not None:
-        overrides.append(f"kv_bits={args.kv_bits}")
-        if not any(o.split("=", 1)[0].strip() == "lanes" for o in args.overrides):
-            port = resolve_params(HpuParams, None, args.overrides, design="hpu").mem_data_bits
-            overrides.append(f"lanes={port // args.kv_bits}")
-    params = resolve_params(HpuParams, None, overrides, design="hpu")
+    params = resolve_params(HpuParams, None, kv_sets(args.overrides, args.kv_bits), design="hpu")
     memory_bytes = int(mib * 2**20) // 64 * 64
     if memory_bytes > 1 << params.addr_bits:
         raise UserError(

@@ -321,6 +321,7 @@ def _program_flags(args) -> dict:
     card), ``temperature`` and ``harness``.
     """
     from tandem.host.hpu import HpuParams
+    from tandem.host.hpu.params import kv_sets
 
     from tandem.args import MAX_CLOCK_MHZ, MAX_SEED, host_memory_bytes, integer, output_file, real
     from tandem.config import resolve_params
@@ -358,14 +359,7 @@ def _program_flags(args) -> dict:
         args.prompt[0].encode("utf-8")
     except UnicodeEncodeError as exc:  # undecodable bytes of argv arrive as surrogates
         raise UserError(f"--prompt is not valid UTF-8 (character {exc.start})") from None
-    sets = list(args.overrides)
-    if args.kv_bits is not None:
-        sets.append(f"kv_bits={args.kv_bits}")
-        if all(o.partition("=")[0].strip() != "lanes" for o in args.overrides):
-            # the same ports, kv_bits-wide elements (the runtime's rule)
-            port = resolve_params(HpuParams, None, args.overrides, design="hpu").mem_data_bits
-            sets.append(f"lanes={port // args.kv_bits}")
-    hpu = resolve_params(HpuParams, None, sets, design="hpu")
+    hpu = resolve_params(HpuParams, None, kv_sets(args.overrides, args.kv_bits), design="hpu")
     mib = real(args.hpu_memory_mib, "--hpu-memory-mib", 0.0, above=True)
     memory = int(mib * 2**20) // 64 * 64
     most = min(1 << hpu.addr_bits, host_memory_bytes())

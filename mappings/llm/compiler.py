@@ -431,8 +431,7 @@ def compile_model(
     buffers, buckets) and ``summary.json``. Files are written to a temporary folder first and
     moved in place, so a failed compile leaves nothing half-written.
     """
-    from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
-    from tandem.host.system.decode import hpu_params_for
+    from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH, HpuParams
     from tandem.host.system.model import LlamaConfig
 
     from tandem.generate import staged_output
@@ -451,7 +450,7 @@ def compile_model(
             "compile takes Llama-architecture models only)"
         )
     try:  # ATTEND runs on the HPU: refuse a head_dim or GQA group it has no configuration for
-        hpu_params_for(c)
+        HpuParams.for_model(c)
     except UserError as exc:
         raise CompileError(f"the HPU cannot serve this model: {exc}") from None
     group = options.weight_group

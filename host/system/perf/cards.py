@@ -163,17 +163,19 @@ def card_kv_bandwidth(
     }
 
 
-def hpu_params_for_model(model: ModelShape, max_seq_len: int, **overrides) -> HpuParams:
-    """The measured reference configuration with the model's head_dim and GQA group, in the
-    default KV format (:class:`HpuParams`'s ``kv_bits``, with the lanes that fill the
-    reference's ports: the stream efficiency is a property of beats, not of their format)."""
-    ref = dict(load_efficiency().params)
-    kv_bits = HpuParams().kv_bits
-    ref.update(kv_bits=kv_bits, lanes=ref["mem_data_bits"] // kv_bits)
-    ref.update(head_dim=model.head_dim, gqa_group=model.gqa_group, max_seq_len=max_seq_len)
-    ref.update(overrides)
+def hpu_params_for_model(
+    model: ModelShape, max_seq_len: int, kv_bits: int | None = None, **overrides
+) -> HpuParams:
+    """The measured reference configuration with the model's head_dim and GQA group
+    (:meth:`HpuParams.for_model`), in ``kv_bits``' KV format (default :class:`HpuParams`'s),
+    with the lanes that fill the reference's ports: the stream efficiency is a property of
+    beats, not of their format."""
+    kv_bits = HpuParams().kv_bits if kv_bits is None else kv_bits
+    base = load_efficiency().params
     try:
-        return HpuParams(**ref)
+        return HpuParams.for_model(
+            model, kv_bits=kv_bits, base=base, max_seq_len=max_seq_len, **overrides
+        )
     except (ValueError, TypeError) as exc:
         raise UserError(f"hpu engine for model {model.name}: {exc}") from None
 

@@ -189,12 +189,7 @@ def decode_projection(
     if placement not in KV_PLACEMENTS:
         raise UserError(f"--placement must be one of {', '.join(KV_PLACEMENTS)}, not {placement!r}")
     if kv_bits != params.kv_bits:
-        params = hpu_params_for_model(
-            m,
-            max_seq_len=max(capacity_tokens, 1),
-            kv_bits=kv_bits,
-            lanes=params.mem_data_bits // kv_bits,
-        )
+        params = hpu_params_for_model(m, max_seq_len=max(capacity_tokens, 1), kv_bits=kv_bits)
     chosen = best_engine(params, board, clock_mhz)
     params = chosen["params"]
     hbm = board.memory[0]

@@ -22,7 +22,7 @@ DEFAULT_JSON = Path("build") / "benchmarks" / "hpu_stream_efficiency.json"
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "constraints" / "measured"
 HEADER = """\
 # Stream efficiency of the hpu engine's RTL, measured in simulation: the figures the
-# performance model (tandem perf, host/perf.py) uses for the HPU's achieved bandwidth
+# performance model (tandem perf, host/system/perf/) uses for the HPU's achieved bandwidth
 # (board peak x efficiency) and for the cycles of one decode step.
 #
 # Written by: python benchmarks/perf_efficiency_data.py (from the JSON report of the command below)

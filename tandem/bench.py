@@ -431,6 +431,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         provenance=Provenance.PLACE_AND_ROUTE,
     ),
     Benchmark(
+        "timing-calibration",
+        "timing_calibration.py",
+        (),
+        "the timing estimate's Fmax error against nextpnr-ecp5, before and after fitting its "
+        "routing terms (every design, several parameter sets)",
+        quick_args=("--quick",),
+        provenance=Provenance.PLACE_AND_ROUTE,
+    ),
+    Benchmark(
         "sim-speed",
         "sim_speed.py",
         (),

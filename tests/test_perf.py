@@ -608,7 +608,7 @@ def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware
     out = tmp_path / "resources.yaml"
     assert module.main([str(report), "--out", str(out)]) == 0
     (entry,) = yaml.safe_load(out.read_text())["engines"]
-    assert entry["verilog_sha256"] == module.verilog_sha256(small.to_dict())
+    assert entry["verilog_sha256"] == module.verilog_sha256("hpu", small.to_dict())
     assert module.rtl_state(entry) == "current"
     assert module.rtl_state({**entry, "verilog_sha256": "0" * 64}) == "older"
     assert module.rtl_state({k: v for k, v in entry.items() if k != "verilog_sha256"}) == "older"
@@ -629,6 +629,28 @@ def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware
     missing = tmp_path / "none.yaml"
     assert module.main(["--drop", entry["command"], "--out", str(missing)]) == 2
     assert not missing.exists()
+    # A card's report goes under cards; --figures publishes the entries of the present
+    # gateware with the command that reproduces each, and counts the older ones.
+    card = {
+        "design": "hpu-card",
+        "board": "u55c",
+        "params": {**small.to_dict(), "engines": 2, "channels": 4, "memory_bytes": 1 << 18},
+        "used": used,
+        "timing": {"fmax_mhz": 250.0, "logic_levels": 7, "path_ns": 4.0},
+    }
+    report.write_text(json.dumps(card))
+    assert module.main([str(report), "--out", str(out)]) == 0
+    stored = yaml.safe_load(out.read_text())
+    assert stored["engines"] == [] and len(stored["cards"]) == 1
+    assert stored["cards"][0]["command"].startswith("tandem synth hpu-card --board u55c --set ")
+    assert module.rtl_state(stored["cards"][0]) == "current"
+    figures_file = tmp_path / "figures.json"
+    assert module.main(["--out", str(out), "--figures", str(figures_file)]) == 0
+    figures = {f["name"]: f for f in json.loads(figures_file.read_text())["figures"]}
+    assert figures["stored syntheses of the present gateware"]["value"] == 1
+    (clock,) = [f for name, f in figures.items() if name.startswith("clock estimate, 2 engines")]
+    assert clock["value"] == 250.0 and clock["command"] == stored["cards"][0]["command"]
+    assert clock["design"] == "hpu-card"
 
 
 def test_gpu_decode_efficiency_is_the_published_measurement_over_the_roofline():

@@ -123,39 +123,47 @@ class Writer(wiring.Component):
         in_beat = Signal(range(beat_bytes), name="w_scale_lane")
         m.d.comb += in_beat.eq(scale_byte % beat_bytes)
         scale_beat_addr = page_base + (scale_byte - in_beat)
-        row_addr = page_base + BLOCK_BYTES + constant_product(offset, layout.row_bytes)
+        # The K row's address is registered with the page's base (from the same registered
+        # operands), so each burst's length comes from a register: from the page's base
+        # through the address adders into the burst's end was the writer's longest path.
+        row_offset = Signal(p.addr_bits, name="w_row_offset")
+        row_addr = Signal(p.addr_bits, name="w_row_addr")
         pending = Signal(name="w_pending")
 
         # A row's beats go out in bursts that end at a 4 KiB boundary (AXI4 A3.4.1): a row
         # wider than a beat can straddle one (128-byte rows, offset 31 of a page at 0: bytes
-        # 4032-4159). ``beat`` counts the row's beats written, ``burst_last`` is the last
-        # beat of the burst in flight.
+        # 4032-4159), and at most one, a row being shorter than 4 KiB. ``beat`` counts the
+        # row's beats written, ``burst_last`` is the last beat of the burst in flight: the
+        # beat before the boundary in the row's first burst, the row's last in its second.
         burst_last = Signal(range(p.row_beats), name="w_burst_last")
         beat_shift = (beat_bytes - 1).bit_length()
+        boundary_beats = AXI_BOUNDARY // beat_bytes
 
         def row_states(name, next_state, part, data_row):
             with m.State(name + "_AW"):
-                address = Signal(p.addr_bits, name=f"w_{name.lower()}_addr")
-                m.d.comb += address.eq(row_addr + part + (beat << beat_shift))
-                if p.row_beats > 1:
-                    to_boundary = Signal(
-                        range(AXI_BOUNDARY // beat_bytes + 1), name=f"w_{name.lower()}_to_boundary"
-                    )
-                    left = Signal(range(p.row_beats + 1), name=f"w_{name.lower()}_left")
-                    m.d.comb += [
-                        to_boundary.eq((AXI_BOUNDARY - address[:12]) >> beat_shift),
-                        left.eq(p.row_beats - beat),
-                    ]
-                    length = Mux(to_boundary < left, to_boundary, left)
-                else:
-                    length = 1
+                burst_end = Signal(range(p.row_beats), name=f"w_{name.lower()}_burst_end")
                 m.d.comb += [
                     aw_valid.eq(1),
-                    axi.awaddr.eq(address),
-                    axi.awlen.eq(length - 1),
+                    axi.awaddr.eq(row_addr + part + (beat << beat_shift)),
+                    axi.awlen.eq(burst_end - beat),
                 ]
+                if p.row_beats > 1:
+                    # Beats from the row's start to the next boundary, 0 for a whole 4 KiB:
+                    # (-start) mod 4 KiB, the part's offset folded into the constant.
+                    to_boundary = Signal(
+                        range(boundary_beats), name=f"w_{name.lower()}_to_boundary"
+                    )
+                    m.d.comb += to_boundary.eq(
+                        ((-part) % AXI_BOUNDARY - row_addr[:12])[beat_shift:12]
+                    )
+                    splits = (to_boundary != 0) & (to_boundary < p.row_beats)
+                    m.d.comb += burst_end.eq(
+                        Mux((beat == 0) & splits, to_boundary - 1, p.row_beats - 1)
+                    )
+                else:
+                    m.d.comb += burst_end.eq(0)
                 with m.If(axi.awready):
-                    m.d.sync += burst_last.eq(beat + length - 1)
+                    m.d.sync += burst_last.eq(burst_end)
                     m.next = name + "_W"
             with m.State(name + "_W"):
                 m.d.comb += [
@@ -227,14 +235,21 @@ class Writer(wiring.Component):
                 with m.If(pending):
                     m.next = "PAGE"
             with m.State("PAGE"):
-                m.d.sync += page_offset.eq(constant_product(page, layout.page_stride))
+                m.d.sync += [
+                    page_offset.eq(constant_product(page, layout.page_stride)),
+                    row_offset.eq(BLOCK_BYTES + constant_product(offset, layout.row_bytes)),
+                ]
                 with m.If(append):
                     m.next = "PAGE_BASE"
                 with m.Else():
                     m.d.sync += [pending.eq(0), due.eq(1)]
                     m.next = "IDLE"
             with m.State("PAGE_BASE"):
-                m.d.sync += [page_base.eq(base + page_offset), beat.eq(0)]
+                m.d.sync += [
+                    page_base.eq(base + page_offset),
+                    row_addr.eq(base + page_offset + row_offset),
+                    beat.eq(0),
+                ]
                 m.next = "K_AW"
             row_states("K", "V_AW", 0, data_k)
             row_states("V", "KS_AW", layout.value_shift, data_v)

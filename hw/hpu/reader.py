@@ -147,7 +147,12 @@ class Reader(wiring.Component):
         ]
         ar_fire = axi.arvalid & axi.arready
         r_last = axi.rvalid & axi.rready & axi.rlast
-        m.d.sync += outstanding.eq(outstanding + ar_fire - r_last)
+        # A burst's end leaves the count a cycle later, from a register: the R handshake
+        # depends on the data FIFO's room, and that chain into the counter's adder was the
+        # engine's longest path. The count is one high for that cycle, which only holds the
+        # next burst back when max_outstanding are in flight.
+        ended = Signal(name=f"{name}_burst_ended")
+        m.d.sync += [ended.eq(r_last), outstanding.eq(outstanding + ar_fire - ended)]
         with m.If(~planned):
             m.d.sync += [
                 planned.eq(1),

@@ -423,6 +423,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         provenance=Provenance.SYNTHESIS,
     ),
     Benchmark(
+        "hpu-synthesis",
+        "hpu_resources_data.py",
+        ("hpu", "hpu-card"),
+        "stored yosys syntheses of HPU engines and cards that describe the present gateware: "
+        "LUT, FF, DSP, clock estimate, engines that fit (constraints/measured/hpu_resources.yaml)",
+        provenance=Provenance.SYNTHESIS,
+    ),
+    Benchmark(
         "pnr",
         "pnr.py",
         (),

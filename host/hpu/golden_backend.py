@@ -100,7 +100,7 @@ class GoldenHpuBackend(Backend):
         ``"numpy"``: :func:`~tandem.host.hpu.golden.hpu_golden_batch`, the specification;
         ``"native"``: its compiled twin, reading the regions in place
         (:func:`~tandem.host.hpu.golden_native.hpu_golden_regions_native`, same results bit
-        for bit, about 6x faster on a decode step's batches), ``ValueError`` where it cannot
+        for bit, faster on a decode step's small batches), ``ValueError`` where it cannot
         be built; ``"auto"`` (default): the twin where a C compiler builds it, else numpy.
         :attr:`kernel` is the one that runs, :attr:`kernel_note` why ``"auto"`` chose numpy.
     """

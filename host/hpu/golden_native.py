@@ -2,7 +2,7 @@
 
 The numpy model is the specification: it vectorizes over tokens and requests, and for the
 small batches of a decode step (six requests of a few hundred tokens) its cost is numpy's
-per-operation overhead, about 0.6 ms a call. The twin runs the engine's recurrence token by
+per-operation overhead. The twin runs the engine's recurrence token by
 token in C, as the gateware does, in a few tens of microseconds; the golden HPU backend uses
 it where a C compiler is at hand (``kernel="auto"``) and says which one ran. Both return the
 same :class:`~tandem.host.hpu.golden.HpuBatchResult`, bit for bit

@@ -339,10 +339,10 @@ def _query_products(p, m, chunks, data_):
     ``P``'s bits 16 and up are ``q1 k`` exactly (no borrow to add back: added to the sums, the
     borrows made the K side's adders its longest path), and ``q0 k`` is the low field with its
     top bit flipped. A is wires: it holds ``q0``'s bits as unsigned (``q0 + 256`` where ``q0``
-    is negative; an adder in front of A made it the longest path: 241.5 against 292.8 MHz for
-    QueryDot alone), and the addend takes ``256 k`` off again with the bias. yosys leaves a
-    DSP48E2's post-adder unused and puts the addend in the fabric after the multiplier (292.8
-    MHz), so KB registers the product and the addend, and KM adds them: both a cycle later.
+    is negative; an adder in front of A made it QueryDot's longest path), and the addend
+    takes ``256 k`` off again with the bias. yosys leaves a DSP48E2's post-adder unused and
+    puts the addend in the fabric after the multiplier, so KB registers the product and the
+    addend, and KM adds them: both a cycle later.
     A last odd query has a multiplier of its own, and a register in KM.
     """
     groups, lanes, e = p.gqa_group, p.lanes, p.kv_bits

@@ -1,6 +1,6 @@
 """cocotb side of the ``hpu`` RTL backend: the engine serving a host process over a socket.
 
-:class:`tandem.host.hpu.device.RtlHpuBackend` starts the simulator through
+:class:`tandem.host.hpu.rtl_backend.RtlHpuBackend` starts the simulator through
 :mod:`tandem.sim.cosim.launch`; this module's single test connects back to the host's Unix
 socket (``+tandem_cosim_socket=PATH``, through :func:`tandem.sim.cosim.link.serve`) and serves
 its transactions until the host says ``close`` or goes away. Messages are pickled tuples

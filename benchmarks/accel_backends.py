@@ -28,7 +28,7 @@ from tandem.mappings.nm import NMPattern, prune_magnitude
 from tandem.mappings.spmm.graph import gcn_normalize
 from tandem.mappings.spmm.synthetic import power_law_graph
 
-from tandem.bench import Figures, Provenance, add_figures_option, skip
+from tandem.bench import Figures, Provenance, add_benchmark_options, skip
 from tandem.errors import UserError
 
 MPE = SparseMpeParams(chains=2, stages=4, max_k=256, max_batch=4)
@@ -129,8 +129,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
     parser.add_argument("--cache-dir", help="simulator build cache (default ~/.cache/tandem/sim)")
-    parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    add_figures_option(parser)
+    add_benchmark_options(parser, quick="smaller workloads")
     args = parser.parse_args(argv)
     from tandem.sim.toolchain import prepare
 

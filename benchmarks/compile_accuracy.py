@@ -139,6 +139,8 @@ def _float_logits(model, ids):
 
 
 def main(argv=None) -> int:
+    from tandem.bench import add_benchmark_options
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tokens", type=int, default=256)
@@ -154,7 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--method", default="round", choices=("round", "gptq"), help="weight quantization"
     )
-    parser.add_argument("--json", type=Path, help="also write the rows here")
+    add_benchmark_options(parser, json="also write the rows here", figures=False)
     args = parser.parse_args(argv)
     import torch
     from tandem.host.hpu import HpuParams

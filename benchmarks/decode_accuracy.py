@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import Figures, add_benchmark_options, skip
 
 PROMPTS = [
     "What is the capital of France?",
@@ -33,8 +33,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hpus", type=int, default=2)
     parser.add_argument("--no-smoothing", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--json", help="write the figures here")
-    add_figures_option(parser)
+    add_benchmark_options(parser, json="write the figures here")
     args = parser.parse_args(argv)
     import torch
     from tandem.host.hpu import HpuParams
@@ -99,7 +98,8 @@ def main(argv=None) -> int:
         f" mean {sum(cycles) / len(cycles):.0f}"
     )
     print(f"  wall: torch {torch_s:.1f} s, offloaded (golden) {hpu_s:.1f} s")
-    figures = Figures("decode-accuracy", config=vars(args) | {"figures": None})
+    json_path = None if args.json is None else str(args.json)  # config is written as JSON
+    figures = Figures("decode-accuracy", config=vars(args) | {"figures": None, "json": json_path})
     note = (
         f"SmolLM2-135M, {len(prompts)} prompts x {args.tokens} tokens, teacher forcing, "
         f"{args.hpus} golden HPU cards vs torch float32"

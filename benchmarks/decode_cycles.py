@@ -27,7 +27,7 @@ from tandem.host.hpu import HpuParams, quantize_rows, score_scale
 from tandem.host.hpu.cycles import FILL_CYCLES, GAP_CYCLES, drain_cycles, request_cycles
 from tandem.host.hpu.device import Attend, HpuDevice
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 from tandem.config import resolve_params
 from tandem.errors import UserError
 
@@ -135,8 +135,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="change every configuration"
     )
-    parser.add_argument("--seed", type=int, default=1)
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True)
     args = parser.parse_args(argv)
     try:
         configs = {

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import Figures, add_benchmark_options, skip
 
 #: Longest sequence (prompt + new tokens) the benchmark's engine holds.
 MAX_SEQ_LEN = 1024
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         help="the golden HPU's kernel: its compiled twin (native), the numpy specification, "
         "or the twin where a C compiler builds it (auto, the default)",
     )
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     for flag, value in (
         ("--batch", args.batch),

@@ -12,7 +12,7 @@ import numpy as np
 from tandem.host.common.exp2 import Exp2Params, exp2_golden, exp2_reference
 from tandem.host.common.reciprocal import ReciprocalParams, reciprocal_golden, reciprocal_reference
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 from tandem.config import resolve_params
 from tandem.errors import UserError
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set-exp2", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--set-reciprocal", action="append", default=[], metavar="KEY=VALUE")
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     try:
         e = resolve_params(Exp2Params, None, args.set_exp2, design="exp2")

@@ -22,7 +22,6 @@ the paper's own weights, sparsity and context, not the same workload: see docs/c
 import argparse
 import json
 import sys
-from pathlib import Path
 
 FLIGHTLLM_BANDWIDTH_USE = 0.659
 TARGET = 0.70
@@ -112,6 +111,8 @@ def best_card(board, model, shape, pattern, context, overlap: bool, kv_bits: int
 
 
 def main(argv=None) -> int:
+    from tandem.bench import add_benchmark_options
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--context", type=int, default=512, help="tokens in the KV cache")
     parser.add_argument("--no-overlap", action="store_true", help="no fill/drain hiding")
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
         default=None,
         help="the HPU engines' KV format (default int16, the HPU's default)",
     )
-    parser.add_argument("--json", type=Path, help="also write the rows here")
+    add_benchmark_options(parser, json="also write the rows here", figures=False)
     args = parser.parse_args(argv)
     if not 1 <= args.context <= 4096:
         print("fpga_decode: --context must be in 1..4096", file=sys.stderr)

@@ -200,14 +200,12 @@ def _runs(kind: str, reader: str, path: Path, tiny: Path, threads: str) -> dict:
 
 
 def main(argv=None) -> int:
-    from tandem.bench import Figures, add_figures_option
+    from tandem.bench import Figures, add_benchmark_options
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=1_000_000, help="entries (lines) a file")
     parser.add_argument("--repeat", type=int, default=5, help="reads of each file and reader")
     parser.add_argument("--gzip", action="store_true", help="also read the files gzip'ed")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", action="store_true", help="print one JSON line per read")
     parser.add_argument(
         "--threads",
         default="budget",
@@ -215,7 +213,7 @@ def main(argv=None) -> int:
         "tandem map spmm takes them)",
     )
     parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True, json_lines="print one JSON line per read")
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(one(*args.one)))

@@ -54,13 +54,12 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 from tandem.host.system.texts import TEXTS, load_text
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import Figures, add_benchmark_options, skip
 
 #: Error components, in the order they are printed (see the module docstring).
 COMPONENTS = ("total", "K", "V", "q", "q, K, V", "engine")
@@ -449,8 +448,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (more only help on idle cores)"
     )
-    parser.add_argument("--json", type=Path, help="write the summary and every record here")
-    add_figures_option(parser)
+    add_benchmark_options(parser, json="write the summary and every record here")
     args = parser.parse_args(argv)
     for flag, value in (
         ("--prompt-tokens", args.prompt_tokens),

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tandem.sim.runner import run_regression
 
-from tandem.bench import Figures, Provenance, add_figures_option
+from tandem.bench import Figures, Provenance, add_benchmark_options
 from tandem.registry import get_design
 
 #: The engine: the co-simulation tests' small configuration (tests/test_hpu.py SMALL, G = 2).
@@ -95,9 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=2, help="KV heads per sequence")
     parser.add_argument("--channels-per-engine", type=int, default=2)
     parser.add_argument("--max-seq-len", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True, out=True)
     args = parser.parse_args(argv)
     lo, hi = args.tokens
     if not 1 <= lo <= hi < args.max_seq_len:

@@ -26,7 +26,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from tandem.host.hpu.allocator import PLACEMENTS
@@ -36,7 +35,7 @@ from tandem.host.system.model import LlamaConfig
 from tandem.host.system.perf import PAPER, hpu_params_for_model, load_model
 from tandem.mappings.hpu.channels import board_channels, request_channel_bytes
 
-from tandem.bench import Figures, Provenance, add_figures_option
+from tandem.bench import Figures, Provenance, add_benchmark_options
 
 #: The card whose memory is modelled.
 BOARD = "u55c"
@@ -176,8 +175,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smollm2-cards", type=int, default=1)
     parser.add_argument("--llama-batch", type=int, default=48)
     parser.add_argument("--llama-cards", type=int, default=PAPER["hpus"])
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the rows here")
-    add_figures_option(parser)
+    add_benchmark_options(parser, json="also write the rows here")
     args = parser.parse_args(argv)
     for flag in ("input", "output", "smollm2_batch", "smollm2_cards", "llama_batch", "llama_cards"):
         if getattr(args, flag) < 1:

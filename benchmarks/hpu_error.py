@@ -26,7 +26,7 @@ from tandem.host.hpu import HpuParams
 from tandem.host.hpu.accuracy import relative_errors
 from tandem.host.hpu.smollm2_fixture import decode_cases, load_smollm2_qkv
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 from tandem.config import resolve_params
 from tandem.errors import UserError
 
@@ -51,13 +51,12 @@ def measure(params: HpuParams, fixture: dict, smooth: bool) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--json", help="write every record to this file")
     parser.add_argument(
         "--no-smoothing",
         action="store_true",
         help="quantize K as it is (no per-channel key smoothing)",
     )
-    add_figures_option(parser)
+    add_benchmark_options(parser, json="write every record to this file")
     args = parser.parse_args(argv)
     try:
         params = resolve_params(HpuParams, None, args.set, design="hpu")

@@ -36,7 +36,7 @@ from pathlib import Path
 from tandem.sim.hpu.memory import MODEL_LATENCY
 from tandem.sim.runner import run_regression
 
-from tandem.bench import Figures, Provenance, add_figures_option
+from tandem.bench import Figures, Provenance, add_benchmark_options
 from tandem.config import resolve_params
 from tandem.errors import UserError
 from tandem.registry import get_design
@@ -220,14 +220,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--batch", type=int, default=8, help="requests queued back to back (besides one alone)"
     )
-    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--synth",
         action="store_true",
         help=f"also synthesize the reference configuration for {REFERENCE_BOARD} (~20 min)",
     )
-    parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True, out=True)
     args = parser.parse_args(argv)
     design = get_design("hpu")
     if min(args.lengths) < 1 or min(args.latencies) < 0 or args.batch < 1:

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import Figures, add_benchmark_options, skip
 from tandem.errors import UserError
 
 DESIGNS = ("hpu", "rnn", "sparse-mpe", "spmm")
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     parser.add_argument("--designs", nargs="+", choices=DESIGNS, default=list(DESIGNS))
     parser.add_argument("--context", type=int, default=1000, help="hpu sequence length")
     parser.add_argument("--runs", type=int, default=3, help="runs of each path; the fastest counts")
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     try:
         from tandem.sim.toolchain import prepare

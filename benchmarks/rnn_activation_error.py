@@ -12,7 +12,7 @@ import sys
 import numpy as np
 from tandem.host.rnn import RnnParams, sigmoid_fixed, tanh_fixed
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 from tandem.config import resolve_params
 from tandem.errors import UserError
 
@@ -34,7 +34,7 @@ def errors(params: RnnParams) -> dict[str, tuple[float, float]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     try:
         base = resolve_params(RnnParams, None, args.overrides, design="rnn")

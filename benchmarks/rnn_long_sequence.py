@@ -41,7 +41,7 @@ from tandem.host.common.errors import SaturationWarning
 from tandem.host.rnn import RnnParams, torch_lstm_reference
 from tandem.host.rnn.device import RnnDevice
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "data" / "rnn_silero_vad.npz"
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1250, help="steps per sequence (<= 1250)")
     parser.add_argument("--train-steps", type=int, default=400, help="char-lstm training steps")
-    add_figures_option(parser)
+    add_benchmark_options(parser)
     args = parser.parse_args(argv)
     figures = Figures("rnn-long-sequence", config=vars(args) | {"figures": None})
     models = {"silero-vad": silero_vad(args.steps)}

@@ -25,7 +25,7 @@ from tandem.mappings.rnn.schedule import choose_shape
 from tandem.mappings.rnn.tiling import build_program
 from tandem.sim.runner import run_regression
 
-from tandem.bench import Figures, add_figures_option
+from tandem.bench import Figures, add_benchmark_options
 
 
 def _array(text: str) -> tuple[int, int]:
@@ -49,8 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cycle-budget", type=int, default=2_000_000)
     parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
-    parser.add_argument("--seed", type=int, default=1)
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True)
     args = parser.parse_args(argv)
     rows, cols = args.array
 

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tandem.bench import Figures, Provenance, add_figures_option, skip
+from tandem.bench import Figures, Provenance, add_benchmark_options, skip
 
 #: Loaded / quiet wall time allowed: one of two cores taken costs at most 2x, plus noise.
 WALL_TARGET = 2.5
@@ -103,13 +103,12 @@ def _both(command, log: Path, before=None) -> tuple[Timing, Timing]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     workloads = ("compile", "decode", "decode-compare", "program", "decode-speed", "suite")
-    parser.add_argument("--quick", action="store_true", help="small workloads (minutes)")
     parser.add_argument(
         "--only", nargs="+", choices=workloads, help="these workloads only (default: all but suite)"
     )
     parser.add_argument("--suite", action="store_true", help="also time the test suite")
     parser.add_argument("--keep", type=Path, help="keep logs and the compiled program here")
-    add_figures_option(parser)
+    add_benchmark_options(parser, quick="small workloads (minutes)")
     args = parser.parse_args(argv)
     from tandem.host.system.model import find_model
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from tandem.sim.runner import run_regression
 
-from tandem.bench import Figures, add_figures_option, skip
+from tandem.bench import BENCHMARK_OUT, Figures, add_benchmark_options, skip
 from tandem.errors import UserError
 from tandem.registry import all_designs, get_design
 
@@ -73,10 +73,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--simulators", nargs="+", choices=("verilator", "icarus"), default=["verilator", "icarus"]
     )
-    parser.add_argument("--quick", action="store_true", help="one test per design")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("build") / "benchmarks" / "sim_speed")
-    add_figures_option(parser)
+    add_benchmark_options(
+        parser, quick="one test per design", seed=True, out=BENCHMARK_OUT / "sim_speed"
+    )
     args = parser.parse_args(argv)
     try:
         names = args.designs or [d.name for d in all_designs()]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tandem.bench import Figures, Provenance, add_figures_option
+from tandem.bench import Figures, Provenance, add_benchmark_options
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "data" / "sparse_dsp_smollm2_q0.npz"
@@ -99,11 +99,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1024)
     parser.add_argument("--cols", type=int, default=1024)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--plot", type=Path, help="draw speed-up and utilization (PNG)")
     parser.add_argument("--synth", action="store_true", help="also synthesize it for the U280")
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True, json="also write the figures here")
     args = parser.parse_args(argv)
     if args.rows < 2 or args.cols < 16:
         print("sparse_dsp_performance: error: --rows >= 2 and --cols >= 16", file=sys.stderr)

@@ -16,7 +16,7 @@ import tempfile
 def main(argv=None) -> int:
     from tandem.sim.runner import run_regression
 
-    from tandem.bench import Figures, add_figures_option
+    from tandem.bench import Figures, add_benchmark_options
     from tandem.registry import get_design
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -24,8 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tile", type=int, default=64)
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--densities", default="0.001,0.005,0.02,0.05,0.1,0.2,0.4,0.7,1.0")
-    parser.add_argument("--seed", type=int, default=1)
-    add_figures_option(parser)
+    add_benchmark_options(parser, seed=True)
     args = parser.parse_args(argv)
     figures = Figures("spmm-cost-model", config=vars(args) | {"figures": None})
     plusargs = (

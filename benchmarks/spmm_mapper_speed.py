@@ -135,7 +135,7 @@ def one(nonzeros: int, tile: int, features: int, threads: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from tandem.bench import Figures, Provenance, add_figures_option
+    from tandem.bench import Figures, Provenance, add_benchmark_options
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000, 30_000_000])
@@ -144,9 +144,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--threads", type=int, nargs="+", default=[2], help="threads (several: one run each)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON line per size")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
-    add_figures_option(parser)
+    add_benchmark_options(parser, json_lines="print one JSON line per size")
     args = parser.parse_args(argv)
     figures = Figures("spmm-mapper-speed", config={"tile": args.tile, "features": args.features})
     if args.one:

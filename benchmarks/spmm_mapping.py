@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     from tandem.mappings.spmm.readers import read_graph
     from tandem.mappings.spmm.synthetic import power_law_graph
 
-    from tandem.bench import Figures, Provenance, add_figures_option
+    from tandem.bench import Figures, Provenance, add_benchmark_options
     from tandem.boards import load_board
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -52,8 +52,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tile", type=int, default=64)
     parser.add_argument("--board", default="vck190")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/tandem/graphs")
-    parser.add_argument("--quick", action="store_true", help="without the 5 M power-law graph")
-    add_figures_option(parser)
+    add_benchmark_options(parser, quick="without the 5 M power-law graph")
     args = parser.parse_args(argv)
     figures = Figures(
         "spmm-mapping", config={"tile": args.tile, "features": args.features, "board": args.board}

@@ -57,11 +57,14 @@ from .errors import UserError
 
 __all__ = [
     "BENCHMARKS",
+    "BENCHMARK_HELP",
+    "BENCHMARK_OUT",
     "SKIP_EXIT",
     "Benchmark",
     "Figure",
     "Figures",
     "Provenance",
+    "add_benchmark_options",
     "add_figures_option",
     "find_benchmarks_dir",
     "markdown_summary",
@@ -466,11 +469,80 @@ BENCHMARKS: tuple[Benchmark, ...] = (
 )
 
 
+#: Where a benchmark script's ``--out`` writes its builds, plots and reports by default.
+BENCHMARK_OUT = Path("build") / "benchmarks"
+#: The help of each option :func:`add_benchmark_options` adds, unless a script gives its own.
+BENCHMARK_HELP = {
+    "seed": "random seed (default: %(default)s)",
+    "out": "folder for the runs' builds, plots and reports (default: %(default)s)",
+    "figures": "also write the figures here as JSON",
+}
+
+
+def add_benchmark_options(
+    parser,
+    *,
+    quick: str | None = None,
+    seed: bool = False,
+    json: str | None = None,
+    json_lines: str | None = None,
+    out: bool | str | Path | None = False,
+    figures: bool = True,
+    helps: dict[str, str] | None = None,
+) -> None:
+    """Add the options benchmark scripts share, each with one spelling, to ``parser``.
+
+    The options come in this order: ``--quick``, ``--seed N``, ``--json`` (``--json PATH``, or
+    the flag ``--json``), ``--out PATH``, ``--figures PATH``. A script adds each only where it
+    uses it, and gives its own help text where what the option does is particular to it.
+
+    Parameters
+    ----------
+    parser
+        The script's :class:`argparse.ArgumentParser`.
+    quick
+        Add the flag ``--quick`` (what ``tandem bench --quick`` passes where a script lists it
+        in its ``quick_args``) with this help text: what the small run does.
+    seed
+        Add ``--seed N`` (an int, default 1).
+    json
+        Add ``--json PATH`` (a :class:`~pathlib.Path`, default None) with this help text: what
+        the script writes there.
+    json_lines
+        Add the flag ``--json`` with this help text: what the script prints as JSON lines.
+    out
+        Add ``--out PATH`` (a :class:`~pathlib.Path`): False, none; True, the default is
+        :data:`BENCHMARK_OUT`; a path, the default is that path; None, no default (the script
+        decides what a run without ``--out`` writes).
+    figures
+        Add ``--figures PATH``, where the suite reads the script's :class:`Figures`.
+    helps
+        Help texts that replace those of :data:`BENCHMARK_HELP`, by option name (``"seed"``).
+    """
+    if json is not None and json_lines is not None:
+        raise ValueError("--json is either a file (json) or a flag (json_lines), not both")
+    helps = BENCHMARK_HELP | (helps or {})
+    if quick is not None:
+        parser.add_argument("--quick", action="store_true", help=quick)
+    if seed:
+        parser.add_argument("--seed", type=int, default=1, metavar="N", help=helps["seed"])
+    if json is not None:
+        parser.add_argument("--json", type=Path, metavar="PATH", help=json)
+    if json_lines is not None:
+        parser.add_argument("--json", action="store_true", help=json_lines)
+    if out is not False:
+        default = BENCHMARK_OUT if out is True else None if out is None else Path(out)
+        parser.add_argument("--out", type=Path, default=default, metavar="PATH", help=helps["out"])
+    if figures:
+        parser.add_argument("--figures", type=Path, metavar="PATH", help=helps["figures"])
+
+
 def add_figures_option(parser) -> None:
-    """Add ``--figures PATH`` (the suite's JSON) to a benchmark script's argument parser."""
-    parser.add_argument(
-        "--figures", type=Path, metavar="PATH", help="also write the figures here as JSON"
-    )
+    """Add ``--figures PATH`` (the suite's JSON) to a benchmark script's argument parser.
+
+    The same as ``add_benchmark_options(parser)``, for a script with no other shared option.
+    """
+    add_benchmark_options(parser)
 
 
 def skip(reason: str) -> int:

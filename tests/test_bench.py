@@ -13,6 +13,7 @@ import pytest
 from tandem.sim.runner import _parse_results_xml
 
 from tandem.bench import (
+    BENCHMARK_OUT,
     BENCHMARKS,
     MAX_CELL,
     SKIP_EXIT,
@@ -20,6 +21,8 @@ from tandem.bench import (
     Figure,
     Figures,
     Provenance,
+    add_benchmark_options,
+    add_figures_option,
     markdown_summary,
     results_page,
     run_suite,
@@ -310,9 +313,42 @@ def test_every_listed_script_exists_and_takes_figures():
     assert len(names) == len(set(names))
     for bench in BENCHMARKS:
         source = (ROOT / "benchmarks" / bench.script).read_text()
-        assert "add_figures_option(parser)" in source, bench.script
+        assert re.search(r"add_(benchmark_options|figures_option)\(\s*parser\b", source), (
+            bench.script
+        )
         for design in bench.designs:
             get_design(design)  # a registered design
+
+
+def test_benchmark_options_one_spelling_each():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_benchmark_options(parser, quick="small", seed=True, json="rows here", out=True)
+    args = parser.parse_args([])
+    assert (args.quick, args.seed, args.json, args.out, args.figures) == (
+        False, 1, None, BENCHMARK_OUT, None
+    )  # fmt: skip
+    args = parser.parse_args(["--quick", "--seed", "7", "--json", "r.json", "--out", "o"])
+    assert (args.quick, args.seed, args.json, args.out) == (True, 7, Path("r.json"), Path("o"))
+    lines = argparse.ArgumentParser()
+    add_benchmark_options(lines, json_lines="one line per size", out=None, figures=False)
+    args = lines.parse_args(["--json"])
+    assert args.json is True and args.out is None and not hasattr(args, "figures")
+    assert "nextpnr seed" in _help_of(seed=True, helps={"seed": "nextpnr seed"})
+    only_figures = argparse.ArgumentParser()
+    add_figures_option(only_figures)
+    assert vars(only_figures.parse_args(["--figures", "f.json"])) == {"figures": Path("f.json")}
+    with pytest.raises(ValueError, match="either a file"):
+        add_benchmark_options(argparse.ArgumentParser(), json="a", json_lines="b")
+
+
+def _help_of(**options) -> str:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_benchmark_options(parser, **options)
+    return parser.format_help()
 
 
 def test_real_scripts_through_the_suite(tmp_path):

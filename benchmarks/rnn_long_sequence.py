@@ -9,7 +9,7 @@ Models (trained weights, realistic inputs):
 ``silero-vad``
     The ``nn.LSTMCell(128, 128)`` of silero VAD v6 (PyPI ``silero-vad``), with its own encoder's
     outputs on two clips of espeak-ng speech as inputs: ``tests/data/rnn_silero_vad.npz``
-    (``benchmarks/rnn_fixture.py``), 1250 steps of 32 ms each.
+    (``tools/rnn_fixture.py``), 1250 steps of 32 ms each.
 ``char-lstm``
     A character-level language model (``nn.Embedding(V, 32)``, ``nn.LSTM(32, 128)``,
     ``nn.Linear(128, V)``) trained here, deterministically (seed 0, one thread, Adam 3e-3,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ("host", "hw", "sim", "mappings", "tandem", "benchmarks", "constraints")
+SOURCE_DIRS = ("host", "hw", "sim", "mappings", "tandem", "benchmarks", "tools", "constraints")
 SOURCE_SUFFIXES = (".py", ".c", ".h", ".yaml", ".yml")
 MAX_CELL = 200
 

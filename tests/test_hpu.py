@@ -529,7 +529,7 @@ def test_gateware_partials_merge_to_full():
 
 
 def test_error_on_smollm2_attention_meets_the_targets():
-    # Real q/K/V of SmolLM2-135M (tests/data, made by benchmarks/hpu_fixture.py); the full
+    # Real q/K/V of SmolLM2-135M (tests/data, made by tools/hpu_fixture.py); the full
     # sweep is `python benchmarks/hpu_error.py`.
     fixture = load_smollm2_qkv()
     l2 = {}

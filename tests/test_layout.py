@@ -128,7 +128,9 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("folder", ["tandem", "hw", "sim", "host", "mappings", "benchmarks"])
+@pytest.mark.parametrize(
+    "folder", ["tandem", "hw", "sim", "host", "mappings", "benchmarks", "tools"]
+)
 def test_no_private_names_imported_across_modules(folder):
     offenders = []
     for path in sorted((ROOT / folder).rglob("*.py")):

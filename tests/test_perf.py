@@ -573,7 +573,7 @@ def test_stored_efficiency_names_the_command_that_measured_it():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "perf_efficiency_data.py"
+    path = Path(__file__).resolve().parent.parent / "tools" / "perf_efficiency_data.py"
     spec = importlib.util.spec_from_file_location("perf_efficiency_data", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

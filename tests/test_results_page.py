@@ -339,7 +339,7 @@ ALLOWED = {
     ("benchmarks/perf_paper.py", "200 MHz"): "the clock sweep's range, a parameter",
     ("benchmarks/perf_paper.py", "300 MHz"): "the U55C's engine clock (data sheet)",
     ("benchmarks/pnr.py", "25 MHz"): "the ULX3S board's oscillator (board data sheet)",
-    ("benchmarks/rnn_fixture.py", "32 ms"): "the VAD model's audio chunk, the workload",
+    ("tools/rnn_fixture.py", "32 ms"): "the VAD model's audio chunk, the workload",
     ("benchmarks/rnn_long_sequence.py", "32 ms"): "the VAD model's audio chunk, the workload",
     ("benchmarks/rnn_long_sequence.py", "85 %"): "the training split, a parameter",
     ("benchmarks/shared_machine.py", "2x"): "the expected slow-down the target is built on",

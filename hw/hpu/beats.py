@@ -30,14 +30,17 @@ __all__ = [
     "v_request_layout",
 ]
 
-#: Depth of the K read-data FIFO and of the row FIFO between the K and V sides.
-DATA_FIFO_DEPTH = 32
+#: Depth of the K read-data FIFO (32 beats and the entry the reader keeps free, so that its
+#: room is a register: a buffered FIFO of 33 has 32 in LUTRAM) and of the row FIFO between
+#: the K and V sides.
+DATA_FIFO_DEPTH = 33
 ROW_FIFO_DEPTH = 64
 #: Depth of the V read-data FIFO: the V side takes a row's first beat only once the K side has
 #: pushed that row's entry, so it lags the V port by the K pipeline's latency and a row; with
 #: 32 entries a 13-stage K pipeline left the V port a cycle idle now and then. 64 entries cost
-#: no more LUTs per bit than 32 would with a deeper K pipeline (LUTRAM is 32 or 64 deep).
-V_DATA_FIFO_DEPTH = 64
+#: no more LUTs per bit than 32 would with a deeper K pipeline (LUTRAM is 32 or 64 deep); one
+#: more for the entry the reader keeps free, as for K.
+V_DATA_FIFO_DEPTH = 65
 #: Requests the K side may run ahead of the output (V requests queued, (m, l) results held).
 REQUEST_QUEUE_DEPTH = 4
 #: Descriptor slots: the K side's request, the next one, and one more being parsed, so a short

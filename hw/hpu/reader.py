@@ -276,11 +276,22 @@ class Reader(wiring.Component):
         m.submodules.destinations = destinations = fifo.SyncFIFO(
             width=len(fifos), depth=self.params.max_outstanding
         )
+        # Room for a beat, registered from each FIFO's level the cycle before: R beats are
+        # taken only where the level was at most depth - 2 (the FIFO takes at most one beat a
+        # cycle, and its inner memory only fills while its output register is full, so it
+        # has room a cycle on). From the FIFOs' levels through the R handshake into the
+        # destination FIFO's count was the engine's longest path. The depths hold one entry
+        # more than the beats they buffer for it.
+        rooms = []
+        for value, data_fifo in zip(self.parts, fifos, strict=True):
+            room = Signal(init=1, name="v_room" if value else "k_room")
+            m.d.sync += room.eq(data_fifo.level <= data_fifo.depth - 2)
+            rooms.append(room)
         if len(fifos) == 1:
-            target, room = 0, fifos[0].w_rdy
+            target, room = 0, rooms[0]
         else:
             target = destinations.r_data[1]
-            room = Mux(target, fifos[1].w_rdy, fifos[0].w_rdy)
+            room = Mux(target, rooms[1], rooms[0])
         m.d.comb += [
             destinations.w_en.eq(ar_fire),
             destinations.w_data.eq(Cat(request_end, part)),

@@ -57,6 +57,7 @@ POINTS: tuple[tuple[str, dict], ...] = (
     ("adder-tree", {"n_inputs": 4, "in_bits": 8}),
     ("reciprocal", {}),
     ("adder-tree", {"n_inputs": 64, "in_bits": 16}),
+    ("adder-tree", {"n_inputs": 8, "in_bits": 32}),
     ("exp2", {"lut_bits": 4, "out_frac_bits": 12, "lut_frac_bits": 16}),
     ("exp2", {"lut_bits": 8, "lut_frac_bits": 24}),
     ("exp2", {"in_frac_bits": 12, "out_frac_bits": 20}),
@@ -68,6 +69,7 @@ POINTS: tuple[tuple[str, dict], ...] = (
     ("reciprocal", {"newton_steps": 0}),
     ("reciprocal", {"newton_steps": 1}),
     ("reciprocal", {"newton_steps": 1, "multipliers": "fabric"}),
+    ("reciprocal", {"seed_bits": 8}),
     ("systolic", {"rows": 2, "cols": 2}),
     ("sparse-dsp-chain", {}),
     ("sparse-dsp-chain", {"stages": 4}),
@@ -77,6 +79,7 @@ POINTS: tuple[tuple[str, dict], ...] = (
     ("sparse-engine", {"lanes": 4}),
     ("sparse-engine", {"lanes": 2, "tile": 32, "acc_bits": 32}),
     ("sparse-engine", {"lanes": 1, "tile": 16, "acc_bits": 40}),
+    ("sparse-engine", {"lanes": 8, "tile": 32}),
     ("rnn", {"tile_rows": 4, "tile_cols": 4}),
     ("rnn", {"cell": "gru", "tile_rows": 4, "tile_cols": 4}),
     ("rnn", {}),
@@ -103,12 +106,14 @@ def _loader(path: Path):
     return load
 
 
-def _place(design, params, seed):
+def _place(design, params, seed, cached_only):
     """The nextpnr report of one point, placed again when its cached run kept no netlist."""
-    from tandem.pnr import NETLIST, place_and_route
+    from tandem.pnr import NETLIST, NotCachedError, place_and_route
 
-    report = place_and_route(design, params, BOARD, seed=seed)
+    report = place_and_route(design, params, BOARD, seed=seed, cached_only=cached_only)
     if not (Path(report.cache_dir) / NETLIST).exists():
+        if cached_only:
+            raise NotCachedError(f"the cached run of {design.name} kept no netlist")
         report = place_and_route(design, params, BOARD, seed=seed, use_cache=False)
     return report, Path(report.cache_dir) / NETLIST
 
@@ -135,6 +140,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few small points")
     parser.add_argument("--designs", nargs="+", help="only these designs' points")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
+    parser.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="leave out the points with no cached place-and-route run (listed)",
+    )
     parser.add_argument("--out", type=Path, help=f"calibration YAML (full run default: {OUT})")
     add_figures_option(parser)
     args = parser.parse_args(argv)
@@ -156,7 +166,7 @@ def main(argv=None) -> int:
         points = [p for p in points if p[0] in args.designs]
     out = args.out if args.out is not None else (None if args.quick or args.designs else OUT)
 
-    from tandem.pnr import tool_versions
+    from tandem.pnr import NotCachedError, tool_versions
     from tandem.timing import ECP5_6_UNFITTED, estimate_timing
     from tandem.timing_calibration import (
         COEFFICIENTS,
@@ -167,13 +177,17 @@ def main(argv=None) -> int:
         with_terms,
     )
 
-    placed, failed = [], []
+    placed, failed, left_out = [], [], []
     for name, overrides in points:
         design = get_design(name)
         params = design.params(**overrides)
         start = time.perf_counter()
         try:
-            report, netlist = _place(design, params, args.seed)
+            report, netlist = _place(design, params, args.seed, args.cached_only)
+        except NotCachedError:
+            left_out.append(f"{name} ({_params_text(overrides)})")
+            print(f"{name:<17} {_params_text(overrides)}: not in the cache, left out")
+            continue
         except (UserError, ToolError) as exc:  # one point's failure is a result, not the end
             failed.append(f"{name} ({_params_text(overrides)})")
             print(f"{name:<17} {_params_text(overrides)}: {str(exc).splitlines()[0]}")
@@ -276,6 +290,7 @@ def main(argv=None) -> int:
                 provenance=Provenance.PLACE_AND_ROUTE,
             )
     figures.config["failed"] = failed
+    figures.config["left_out"] = left_out
     figures.write(args.figures)
     if out is not None:
         data = {
@@ -302,6 +317,8 @@ def main(argv=None) -> int:
                 "validation": "leave-one-out on the fitted model's paths",
             },
             "coefficients_ns": terms,
+            "failed": failed,
+            "left_out_not_cached": left_out,
             "rows": rows,
         }
         header = (

@@ -52,6 +52,7 @@ from .registry import Design
 __all__ = [
     "BITSTREAM_PREAMBLE",
     "NETLIST",
+    "NotCachedError",
     "PnrReport",
     "default_cache_dir",
     "mapped_netlist",
@@ -268,6 +269,10 @@ def _cache_key(verilog_sha: str, board: Board, tools: dict[str, str], settings: 
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class NotCachedError(UserError):
+    """:func:`place_and_route` was asked for a cached run only, and the cache holds none."""
+
+
 def place_and_route(
     design: Design,
     params: Params,
@@ -277,6 +282,7 @@ def place_and_route(
     freq_mhz: float | None = None,
     cache_dir: Path | None = None,
     use_cache: bool = True,
+    cached_only: bool = False,
     progress: Progress | None = None,
 ) -> PnrReport:
     """Synthesize, place and route ``design`` on ``board`` and report Fmax and utilization.
@@ -295,6 +301,8 @@ def place_and_route(
         Folder of cached runs (default :func:`default_cache_dir`).
     use_cache
         Read a cached run with the same inputs; False runs the tools again (and replaces it).
+    cached_only
+        Only read the cache: :class:`NotCachedError` where it holds no run with these inputs.
     progress
         Called with one line per step (:mod:`tandem.progress`); None: silent.
 
@@ -308,6 +316,8 @@ def place_and_route(
     ------
     UserError
         A board without place-and-route settings, a missing tool, a design that does not fit.
+    NotCachedError
+        ``cached_only`` and no cached run.
     ToolError
         yosys, nextpnr or ecppack failed on the design.
     """
@@ -341,6 +351,8 @@ def place_and_route(
         report = PnrReport(**json.loads((entry / "report.json").read_text()))
         report.cached = True
         return report
+    if cached_only:
+        raise NotCachedError(f"no cached place-and-route run of {design.name} with these inputs")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{design.name}-", dir=root) as tmp:
         work = Path(tmp)

@@ -116,7 +116,7 @@ def fit(
     measured_ns: Sequence[float],
     start: Ecp5DelayModel,
     *,
-    rounds: int = 4,
+    rounds: int = 6,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Ecp5DelayModel, list[PathFeatures]]:
     """Fit the routing terms, re-walking the netlists until the longest paths settle.

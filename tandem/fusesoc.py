@@ -36,7 +36,7 @@ import yaml
 from . import __version__
 from .boards import Board, load_board
 from .generate import GeneratedDesign
-from .pnr import _place_config, _port_bits
+from .pnr import place_config, port_bits
 from .registry import Design
 
 __all__ = ["PNR_BOARD", "core_files", "core_name", "fusesoc_names", "vivado_board"]
@@ -96,7 +96,7 @@ def core_files(generated: GeneratedDesign) -> dict[str, bytes]:
     board = load_board(given["name"]) if given is not None else None
     vivado = vivado_board(design, board)
     ecp5 = load_board(PNR_BOARD)
-    config = _place_config(ecp5)
+    config = place_config(ecp5)
     core_file, lpf_file = fusesoc_names(design)
     files: dict[str, bytes] = {}
 
@@ -117,7 +117,7 @@ def core_files(generated: GeneratedDesign) -> dict[str, bytes]:
         *("--freq", f"{ecp5.default_clock_mhz:g}", "--seed", str(PNR_SEED)),
     ]
     pins = int(config["user_io"])
-    bits = _port_bits(generated.manifest)
+    bits = port_bits(generated.manifest)
     pnr_sets = ["rtl"]
     pnr_flow: dict[str, Any] = {"nextpnr_options": nextpnr}
     if bits <= pins:

@@ -57,6 +57,8 @@ __all__ = [
     "default_cache_dir",
     "mapped_netlist",
     "place_and_route",
+    "place_config",
+    "port_bits",
 ]
 
 #: The ECP5 bitstream's preamble, after ecppack's comment block (Lattice TN1260).
@@ -175,7 +177,9 @@ def _tool_command(program: str) -> list[str]:
     ]
 
 
-def _place_config(board: Board) -> dict[str, Any]:
+def place_config(board: Board) -> dict[str, Any]:
+    """The board file's ``place_and_route`` section (device, package, speed, clock pin, user
+    I/O); a :class:`~tandem.errors.UserError` for a board nextpnr-ecp5 cannot place."""
     config = board.extra.get("place_and_route")
     if board.synth_pass != "synth_ecp5" or not config:
         raise UserError(
@@ -228,7 +232,8 @@ def _check_fit(cells: dict[str, int], board: Board, name: str) -> None:
             )
 
 
-def _port_bits(manifest: dict[str, Any]) -> int:
+def port_bits(manifest: dict[str, Any]) -> int:
+    """The design's port bits, summed over the ports its manifest lists."""
     return sum(int(port["width"]) for port in manifest["ports"])
 
 
@@ -323,7 +328,7 @@ def place_and_route(
     """
     if isinstance(board, str):
         board = load_board(board)
-    config = _place_config(board)
+    config = place_config(board)
     say = progress or (lambda line: None)
     target = float(freq_mhz if freq_mhz is not None else board.default_clock_mhz)
     commands = {program: _tool_command(program) for program in _PROGRAMS}
@@ -331,7 +336,7 @@ def place_and_route(
     say(f"generating the Verilog of {design.name}")
     generated = generate(design, params)
     verilog_sha = generated.manifest["verilog"]["sha256"]
-    bits, pins = _port_bits(generated.manifest), int(config["user_io"])
+    bits, pins = port_bits(generated.manifest), int(config["user_io"])
     mode = "pins" if bits <= pins else "out-of-context"
     if mode == "pins":
         note = (

@@ -313,6 +313,8 @@ def figures_of(sections: dict[str, list[dict]], path: Path) -> Figures:
                 f"{timing.get('end_signal') or '?'}",
                 command=entry["command"],
             )
+        if design == "hpu-card":
+            add_card_overhead(figures, entry, label, current)
         if design == "hpu":
             fit = engine_fit(HpuParams(**entry["params"]), load_board(entry["board"]))
             if fit["checked"]:
@@ -326,6 +328,35 @@ def figures_of(sections: dict[str, list[dict]], path: Path) -> Figures:
                     command=entry["command"],
                 )
     return figures
+
+
+def add_card_overhead(figures: Figures, card: dict, label: str, current: list[dict]) -> None:
+    """The share of a card's LUTs and FFs outside its engines (the dispatcher, the result merge
+    and the ports' wiring): the card's count less N times its engine's, where an entry of the
+    present gateware synthesized that engine alone on the same board."""
+    from tandem.registry import get_design
+
+    engine = get_design("hpu-card").params(**card["params"]).engine.to_dict()
+    alone = [
+        e
+        for e in current
+        if design_of(e) == "hpu" and e["board"] == card["board"] and e["params"] == engine
+    ]
+    if not alone:
+        return
+    n = card["params"]["engines"]
+    for key, name in (("lut", "LUT"), ("ff", "FF")):
+        outside = card["used"][key] - n * alone[0]["used"][key]
+        figures.add(
+            f"{name} share outside the engines, {label}",
+            outside / card["used"][key],
+            higher_is_better=False,
+            design="hpu-card",
+            note=f"({card['used'][key]:,.0f} - {n} x {alone[0]['used'][key]:,.0f}) / "
+            f"{card['used'][key]:,.0f}: the card's count less {n} engines synthesized alone "
+            f"({alone[0]['command']})",
+            command=card["command"],
+        )
 
 
 if __name__ == "__main__":

@@ -651,6 +651,15 @@ def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware
     (clock,) = [f for name, f in figures.items() if name.startswith("clock estimate, 2 engines")]
     assert clock["value"] == 250.0 and clock["command"] == stored["cards"][0]["command"]
     assert clock["design"] == "hpu-card"
+    # With its engine synthesized alone, the card's share outside its engines is published.
+    engine = HpuParams(**{**small.to_dict(), "value_offset": 1 << 16})
+    alone = {"design": "hpu", "board": "u55c", "params": engine.to_dict()}
+    report.write_text(json.dumps({**alone, "used": {**used, "lut": 400, "ff": 450}}))
+    assert module.main([str(report), "--out", str(out)]) == 0
+    assert module.main(["--out", str(out), "--figures", str(figures_file)]) == 0
+    figures = {f["name"]: f for f in json.loads(figures_file.read_text())["figures"]}
+    (share,) = [f for name, f in figures.items() if name.startswith("LUT share outside")]
+    assert share["value"] == pytest.approx((1000 - 2 * 400) / 1000)
 
 
 def test_gpu_decode_efficiency_is_the_published_measurement_over_the_roofline():

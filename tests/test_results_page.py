@@ -95,7 +95,9 @@ def check_structure(page: str) -> dict[str, list[list[str]]]:
             assert how in provenances or how.startswith("modelled"), row
             if how.startswith("modelled"):
                 assert how != "modelled; assumptions not stated", row
-            assert command.startswith("`python benchmarks/") or re.fullmatch(
+            # A benchmark script, or the tandem command that measures the figure (a stored
+            # synthesis names its tandem synth command).
+            assert command.startswith(("`python benchmarks/", "`tandem ")) or re.fullmatch(
                 r"note \d+", command
             ), row
             for number in re.findall(r"note (\d+)", " ".join(row)):

@@ -36,7 +36,7 @@ import numpy as np
 import yaml
 from pnr import BOARD, SMALLER
 
-from tandem.bench import Figures, Provenance, add_figures_option, skip
+from tandem.bench import Figures, Provenance, add_benchmark_options, skip
 from tandem.errors import ToolError, UserError
 from tandem.registry import all_designs, get_design
 
@@ -137,16 +137,22 @@ def _loo_fixed(features, extra=None):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few small points")
     parser.add_argument("--designs", nargs="+", help="only these designs' points")
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr placer seed (default 1)")
     parser.add_argument(
         "--cached-only",
         action="store_true",
         help="leave out the points with no cached place-and-route run (listed)",
     )
-    parser.add_argument("--out", type=Path, help=f"calibration YAML (full run default: {OUT})")
-    add_figures_option(parser)
+    add_benchmark_options(
+        parser,
+        quick="a few small points",
+        seed=True,
+        out=None,
+        helps={
+            "seed": "nextpnr placer seed (default 1)",
+            "out": f"calibration YAML (full run default: {OUT})",
+        },
+    )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
     if "--figures" in given:  # where the suite keeps its figures is not part of the measurement

@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     print_table(sections["engines"], check)
     if sections["cards"]:
         print()
-        print_card_table(sections["cards"], check)
+        print_card_table(sections["cards"], sections["engines"], check)
     if args.figures is not None:
         figures_of(sections, args.out).write(args.figures)
     return 0
@@ -231,23 +231,43 @@ def print_table(engines: list[dict], check: bool = False) -> None:
         )
 
 
-def print_card_table(cards: list[dict], check: bool = False) -> None:
-    """Per stored card configuration: engines, LUTs and FFs in all and per engine, DSPs and
-    the timing estimate; with ``check``, ``current`` or ``older`` as for engines."""
+def print_card_table(cards: list[dict], engines: list[dict], check: bool = False) -> None:
+    """Per stored card configuration: engines, LUTs and FFs in all and per engine, DSPs, the
+    timing estimate and, where its engine is stored synthesized alone, the share of its LUTs
+    outside the engines; with ``check``, ``current`` or ``older`` as for engines."""
     print(
         f"{'card configuration (--set)':<64} {'N':>3} {'DSP':>5} {'LUT':>7} {'LUT/N':>7} "
-        f"{'FF':>7} {'MHz':>6}" + (f" {'RTL':>7}" if check else "")
+        f"{'FF':>7} {'MHz':>6} {'outside':>7}" + (f" {'RTL':>7}" if check else "")
     )
     for entry in cards:
-        engines = entry["params"]["engines"]
+        n = entry["params"]["engines"]
         used = entry["used"]
         fmax = (entry.get("timing") or {}).get("fmax_mhz")
+        alone = engine_alone(entry, engines)
+        outside = "-" if alone is None else f"{outside_share(entry, alone, 'lut'):.1%}"
         print(
-            f"{settings(entry):<64} {engines:>3} {used['dsp']:>5.0f} "
-            f"{used['lut'] / 1000:>6.1f}k {used['lut'] / engines / 1000:>6.1f}k "
-            f"{used['ff'] / 1000:>6.1f}k {'-' if fmax is None else f'{fmax:.1f}':>6}"
-            + (f" {rtl_state(entry):>7}" if check else "")
+            f"{settings(entry):<64} {n:>3} {used['dsp']:>5.0f} "
+            f"{used['lut'] / 1000:>6.1f}k {used['lut'] / n / 1000:>6.1f}k "
+            f"{used['ff'] / 1000:>6.1f}k {'-' if fmax is None else f'{fmax:.1f}':>6} "
+            f"{outside:>7}" + (f" {rtl_state(entry):>7}" if check else "")
         )
+
+
+def engine_alone(card: dict, engines: list[dict]) -> dict | None:
+    """The entry of ``engines`` that synthesized ``card``'s engine alone on its board."""
+    from tandem.registry import get_design
+
+    engine = get_design("hpu-card").params(**card["params"]).engine.to_dict()
+    for entry in engines:
+        if entry["board"] == card["board"] and entry["params"] == engine:
+            return entry
+    return None
+
+
+def outside_share(card: dict, alone: dict, key: str) -> float:
+    """The share of ``card``'s ``key`` cells outside its engines: its count less N engines'."""
+    n = card["params"]["engines"]
+    return (card["used"][key] - n * alone["used"][key]) / card["used"][key]
 
 
 def settings(entry: dict) -> str:
@@ -332,29 +352,21 @@ def figures_of(sections: dict[str, list[dict]], path: Path) -> Figures:
 
 def add_card_overhead(figures: Figures, card: dict, label: str, current: list[dict]) -> None:
     """The share of a card's LUTs and FFs outside its engines (the dispatcher, the result merge
-    and the ports' wiring): the card's count less N times its engine's, where an entry of the
-    present gateware synthesized that engine alone on the same board."""
-    from tandem.registry import get_design
-
-    engine = get_design("hpu-card").params(**card["params"]).engine.to_dict()
-    alone = [
-        e
-        for e in current
-        if design_of(e) == "hpu" and e["board"] == card["board"] and e["params"] == engine
-    ]
-    if not alone:
+    and the ports' wiring), where an entry of the present gateware synthesized its engine
+    alone on the same board."""
+    alone = engine_alone(card, [e for e in current if design_of(e) == "hpu"])
+    if alone is None:
         return
     n = card["params"]["engines"]
     for key, name in (("lut", "LUT"), ("ff", "FF")):
-        outside = card["used"][key] - n * alone[0]["used"][key]
         figures.add(
             f"{name} share outside the engines, {label}",
-            outside / card["used"][key],
+            outside_share(card, alone, key),
             higher_is_better=False,
             design="hpu-card",
-            note=f"({card['used'][key]:,.0f} - {n} x {alone[0]['used'][key]:,.0f}) / "
+            note=f"({card['used'][key]:,.0f} - {n} x {alone['used'][key]:,.0f}) / "
             f"{card['used'][key]:,.0f}: the card's count less {n} engines synthesized alone "
-            f"({alone[0]['command']})",
+            f"({alone['command']})",
             command=card["command"],
         )
 

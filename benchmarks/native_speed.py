@@ -20,7 +20,8 @@ simulator) that is not timed. Each path runs ``--runs`` times (default 3, a fres
 time) and the fastest run counts: on a shared machine the others' load only ever slows a run
 down.
 
-Run: ``python benchmarks/native_speed.py [--designs hpu rnn ...] [--context 1000] [--runs 3]``
+Run: ``python benchmarks/native_speed.py [--quick] [--designs hpu rnn ...] [--context 1000]
+[--runs 3]``
 """
 
 import argparse
@@ -151,10 +152,18 @@ def same(a, b) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--designs", nargs="+", choices=DESIGNS, default=list(DESIGNS))
-    parser.add_argument("--context", type=int, default=1000, help="hpu sequence length")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each path; the fastest counts")
-    add_benchmark_options(parser)
+    parser.add_argument(
+        "--context", type=int, help="hpu sequence length (default 1000, --quick 256)"
+    )
+    parser.add_argument(
+        "--runs", type=int, help="runs of each path; the fastest counts (default 3, --quick 1)"
+    )
+    add_benchmark_options(parser, quick="256 tokens of context, one run of each path")
     args = parser.parse_args(argv)
+    if args.context is None:
+        args.context = 256 if args.quick else 1000
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
     try:
         from tandem.sim.toolchain import prepare
 

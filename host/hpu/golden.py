@@ -221,20 +221,8 @@ def hpu_golden_batch(
     g, d = p.gqa_group, p.head_dim
     q, k, v, lengths = check_batch_inputs(p, q, k, v, lengths)
     r, n = lengths.size, k.shape[1]
-    c_value = _scale_value(score_scale, (r, g, 1))
-    k_value = _scale_value(k_scale, (r, 1, n))
     v_value = _scale_value(v_scale, (r, 1, n))
-    # Exact in float64: |dot| < 2**(q_bits + kv_bits - 2 + log2(row elements)) <= 2**37.
-    dots = np.matmul(q.astype(np.float64), k.astype(np.float64).transpose(0, 2, 1))
-    # s = dot * c * k_scale with score_frac_bits fraction bits (see _round_scaled).
-    if p.kv_bits == 8:
-        scores, score_clipped = _round_scaled(
-            dots * (c_value * (k_value * float(1 << p.score_frac_bits))), p.score_bits, True
-        )  # [R, G, N]
-    else:  # the product has up to 59 significant bits: exact in int64, not in float64
-        scores, score_clipped = _round_scaled_int(
-            p, dots.astype(np.int64), score_scale, k_scale, (r, g, n)
-        )
+    scores, score_clipped = _batch_scores(p, q, score_scale, k, k_scale, (r, g, n))
     padded = bool(r) and int(lengths.min()) < n
     valid = (np.arange(n) < lengths[:, None])[:, None, :]  # [R, 1, N]
     saturated = {"score": _per_request(score_clipped, valid if padded else None, r)}
@@ -242,15 +230,7 @@ def hpu_golden_batch(
     if padded:
         scores = np.where(valid, scores, p.score_min)
     scores = scores.reshape(r * g, n)
-    # The running max is an integer in log2 units: ceil of the largest score so far (never
-    # below max_start), so a row grows it by a whole number of octaves or not at all.
-    unit = 1 << p.score_frac_bits
-    maxes = np.empty((r * g, n + 1), dtype=np.int64)
-    maxes[:, 0] = p.max_start
-    np.maximum.accumulate(scores, axis=1, out=maxes[:, 1:])
-    maxes[:, 1:] += unit - 1  # ceil; scores >= score_min, whose ceil is max_start
-    maxes[:, 1:] >>= p.score_frac_bits
-    grown = np.diff(maxes, axis=1)  # [R * G, N]: by how much each row grows the max
+    maxes, grown = _running_maxes(p, scores)
     distance = np.minimum((maxes[:, 1:] << p.score_frac_bits) - scores, 1 << (p.exp2.in_width - 1))
     prob = _exp2_of_distance(p.exp2)[distance].reshape(r, g, n)  # exp2(s - m), in (0, 1]
     # w = p * v_scale with w_frac_bits fraction bits (see _round_scaled).
@@ -260,6 +240,55 @@ def hpu_golden_batch(
     if padded:
         prob = np.where(valid, prob, 0)
         w = np.where(valid, w, 0)
+    l_acc, o_acc = _accumulate_segments(p, prob, w, v, grown)
+    m = maxes[:, -1] << p.score_frac_bits
+    y, output_clipped = _normalized_output(p, l_acc, o_acc)
+    saturated["output"] = _per_request(output_clipped, None, r)
+    return HpuBatchResult(
+        m.reshape(r, g),
+        l_acc.reshape(r, g),
+        o_acc.reshape(r, g, d),
+        y.reshape(r, g, d),
+        saturated,
+    )
+
+
+def _batch_scores(p: HpuParams, q, score_scale, k, k_scale, shape):
+    """Scores ``s = dot * c * k_scale`` [R, G, N] with ``score_frac_bits`` fraction bits, and
+    where they clipped to ``score_bits`` (see :func:`_round_scaled`)."""
+    r, g, n = shape
+    c_value = _scale_value(score_scale, (r, g, 1))
+    k_value = _scale_value(k_scale, (r, 1, n))
+    # Exact in float64: |dot| < 2**(q_bits + kv_bits - 2 + log2(row elements)) <= 2**37.
+    dots = np.matmul(q.astype(np.float64), k.astype(np.float64).transpose(0, 2, 1))
+    if p.kv_bits == 8:
+        return _round_scaled(
+            dots * (c_value * (k_value * float(1 << p.score_frac_bits))), p.score_bits, True
+        )
+    # The product has up to 59 significant bits: exact in int64, not in float64.
+    return _round_scaled_int(p, dots.astype(np.int64), score_scale, k_scale, shape)
+
+
+def _running_maxes(p: HpuParams, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The running maximum [R * G, N + 1] of ``scores`` [R * G, N] (``max_start`` first) and by
+    how much each row grows it [R * G, N].
+
+    The running max is an integer in log2 units: ceil of the largest score so far (never below
+    max_start), so a row grows it by a whole number of octaves or not at all.
+    """
+    unit = 1 << p.score_frac_bits
+    maxes = np.empty((scores.shape[0], scores.shape[1] + 1), dtype=np.int64)
+    maxes[:, 0] = p.max_start
+    np.maximum.accumulate(scores, axis=1, out=maxes[:, 1:])
+    maxes[:, 1:] += unit - 1  # ceil; scores >= score_min, whose ceil is max_start
+    maxes[:, 1:] >>= p.score_frac_bits
+    return maxes, np.diff(maxes, axis=1)
+
+
+def _accumulate_segments(p: HpuParams, prob, w, v, grown) -> tuple[np.ndarray, np.ndarray]:
+    """The running sums ``l`` [R * G] and ``o`` [R * G, head_dim] of probabilities ``prob`` and
+    weights ``w`` [R, G, N] over values ``v`` [R, N, head_dim], rescaled where ``grown``."""
+    r, g, n = prob.shape
     # Segments start at row 0 and at every row that grows the max; inside a segment the shift
     # is 0, so l and o are plain sums there. ``segment`` numbers them per query.
     starts_mask = grown > 0
@@ -285,7 +314,7 @@ def hpu_golden_batch(
         seg_o = _segment_sums(w.reshape(r * g, n), v >> 8, flat, segments, g) << 8
         seg_o += _segment_sums(w.reshape(r * g, n), v & 0xFF, flat, segments, g)
     l_acc = np.zeros(r * g, dtype=np.int64)
-    o_acc = np.zeros((r * g, d), dtype=np.int64)
+    o_acc = np.zeros((r * g, p.head_dim), dtype=np.int64)
     for j in range(segments):
         # Rows without a j-th segment shift by 0, the identity, so every row takes the same
         # exact arithmetic.
@@ -294,7 +323,12 @@ def hpu_golden_batch(
         if j:
             o_acc = shift_round_half_up(o_acc, shift[:, None])
         o_acc += seg_o[:, j]
-    m = maxes[:, -1] << p.score_frac_bits
+    return l_acc, o_acc
+
+
+def _normalized_output(p: HpuParams, l_acc, o_acc) -> tuple[np.ndarray, np.ndarray]:
+    """The full-mode output ``y = o / l`` [R * G, head_dim] in ``out_bits``, and where it (or
+    its operand ``o'``) clipped."""
     recip = reciprocal_golden(p.reciprocal, l_acc)  # 1/m of l's mantissa m
     msb = np.maximum(leading_one(l_acc, p.l_bits), p.prob_frac_bits - 1)
     o_shift = msb + p.out_o_shift_offset
@@ -305,14 +339,7 @@ def hpu_golden_batch(
     # o' has at most 35 bits (out_bits <= 32) and 1/m 17: the product is exact in int64.
     unclipped = shift_round_half_up(o_clamped * recip[:, None], p.out_product_shift)
     y = np.minimum(np.maximum(unclipped, lo), hi)
-    saturated["output"] = _per_request((y != unclipped) | (o_clamped != o_scaled), None, r)
-    return HpuBatchResult(
-        m.reshape(r, g),
-        l_acc.reshape(r, g),
-        o_acc.reshape(r, g, d),
-        y.reshape(r, g, d),
-        saturated,
-    )
+    return y, (y != unclipped) | (o_clamped != o_scaled)
 
 
 def check_batch_inputs(params: HpuParams, q, k, v, lengths):

@@ -205,3 +205,31 @@ def test_auto_kernel_runs_the_twin_for_every_format_and_head(kv_bits):
         p = HpuParams(head_dim=head_dim, gqa_group=4, kv_bits=kv_bits, lanes=256 // kv_bits)
         auto = GoldenHpuBackend(p, 1 << 20)
         assert auto.kernel == "native" and auto.kernel_note == "", (head_dim, auto.kernel_note)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["params", "view"])
+def test_ctypes_structs_lay_out_as_the_compiled_c_structs(which):
+    """The ctypes classes and the C structs come from one field list: the compiler's sizeof
+    and offsetof of every field are the ctypes class's."""
+    import ctypes
+
+    from tandem.host.hpu.golden_native import PARAM_FIELDS, VIEW_FIELDS, _Params, _View
+
+    built = native_golden()
+    if built.library is None:
+        pytest.skip(built.reason)
+    structure, fields = [(_Params, PARAM_FIELDS), (_View, VIEW_FIELDS)][which]
+    offsets = np.zeros(len(fields), dtype=np.int64)
+    size = built.library.hpu_golden_layout(which, offsets.ctypes.data)
+    assert [name for name, _ in structure._fields_] == [f.name for f in fields]
+    assert size == ctypes.sizeof(structure)
+    assert offsets.tolist() == [getattr(structure, f.name).offset for f in fields]
+
+
+def test_params_header_declares_every_field_once():
+    from tandem.host.hpu.golden_native import PARAM_FIELDS, VIEW_FIELDS, params_header
+
+    text = params_header()
+    for field in PARAM_FIELDS + VIEW_FIELDS:
+        assert text.count(f" {field.ctype} {field.name};") == 1
+        assert text.count(f"X({field.name})") == 1

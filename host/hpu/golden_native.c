@@ -10,26 +10,17 @@
    w * v products sum in int64 (below 2**58 over the longest sequence). */
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-typedef struct {
-    int32_t gqa_group, head_dim;
-    int32_t score_frac_bits, score_bits, prob_frac_bits;
-    int32_t weight_bits;
-    int32_t out_bits, out_operand_bits, out_o_shift_offset, out_product_shift;
-    int64_t max_start, distance_cap; /* the integer running max's start, in log2 units */
-    double weight_shift; /* 2 ** (w_frac_bits - prob_frac_bits) */
-    /* reciprocal unit */
-    int32_t recip_in_bits, recip_in_frac_bits, recip_out_bits, recip_out_frac_bits;
-    int32_t recip_seed_bits, recip_work_frac_bits, recip_newton_steps, recip_left_shift;
-    int32_t recip_mantissa_only; /* 1/m of x's mantissa m in [1, 2), not 1/x */
-    int32_t dot_fits_int32; /* |q| * 128 * head_dim < 2**31 */
-    /* exp2 unit (tandem.host.common.exp2): linear segments of a 2**lut_bits table */
-    int32_t exp2_in_frac_bits, exp2_rem_bits, exp2_lut_frac_bits, exp2_out_frac_bits;
-    int32_t exp2_max_shift;
-    int32_t kv_bytes; /* 1: int8 K and V rows, 2: little-endian int16 */
-} hpu_golden_params;
+/* hpu_golden_params (the kernel's parameters) and hpu_kv_view (where token t of request r
+   keeps its K and V rows and scales: byte offsets from buffer + base[r] + (t / page_tokens)
+   * page_stride), generated at build time from PARAM_FIELDS and VIEW_FIELDS of
+   golden_native.py, which also makes their ctypes classes. The view describes the device
+   memory's KV layout (tandem.mappings.hpu.kv_layout: pages of 32 tokens, each a K part and a
+   V part of one scale block and 32 rows), or plain [N, D] arrays as one page. */
+#include "golden_native_params.h"
 
 /* Longest head the kernel keeps one query's accumulators for (a local array). */
 #define MAX_HEAD_DIM 256
@@ -120,14 +111,22 @@ static int64_t round_scaled(double product, double lo, double hi, int64_t *satur
     return (int64_t)clipped;
 }
 
-/* Where token t of request r keeps its K and V rows and scales: byte offsets from
-   buffer + base[r] + (t / page_tokens) * page_stride. The device memory's KV layout
-   (tandem.mappings.hpu.kv_layout: pages of 32 tokens, each a K part and a V part of one
-   scale block and 32 rows), or plain [N, D] arrays as one page. */
-typedef struct {
-    int64_t page_tokens, page_stride, row_stride;
-    int64_t k_rows, k_scales, v_rows, v_scales;
-} hpu_kv_view;
+/* sizeof(hpu_golden_params) (which 0) or sizeof(hpu_kv_view) (which 1), and each field's
+   offset into offsets, in declaration order: the test that the ctypes classes lay the
+   structs out as the compiler does. */
+int64_t hpu_golden_layout(int32_t which, int64_t *offsets) {
+    int i = 0;
+    if (which == 0) {
+#define X(name) offsets[i++] = (int64_t)offsetof(hpu_golden_params, name);
+        HPU_GOLDEN_PARAMS_FIELDS
+#undef X
+        return (int64_t)sizeof(hpu_golden_params);
+    }
+#define X(name) offsets[i++] = (int64_t)offsetof(hpu_kv_view, name);
+    HPU_KV_VIEW_FIELDS
+#undef X
+    return (int64_t)sizeof(hpu_kv_view);
+}
 
 /* R requests, each G queries over the first lengths[r] tokens at base[r] in buffer.
 

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import numpy as np
 from tandem.host.common.exp2 import exp2_table
-from tandem.host.common.native import NativeLibrary, load_native
+from tandem.host.common.native import (
+    CField,
+    NativeLibrary,
+    c_struct_text,
+    c_structure,
+    c_values,
+    load_native,
+)
 from tandem.host.common.reciprocal import reciprocal_seed_table
 from tandem.mappings.hpu.kv_layout import BLOCK_BYTES, PAGE_TOKENS, KvLayout
 
@@ -27,57 +34,104 @@ __all__ = ["hpu_golden_batch_native", "hpu_golden_regions_native", "native_golde
 SOURCE = Path(__file__).with_name("golden_native.c")
 
 
-class _Params(ctypes.Structure):
-    """``hpu_golden_params`` of golden_native.c, field for field."""
+def _dot_fits_int32(p: HpuParams) -> int:
+    """|q| <= 2**(q_bits - 1), |k| <= 128: whether the dot of head_dim products fits int32."""
+    return int((p.q_bits - 1) + 7 + (p.head_dim - 1).bit_length() < 31)
 
-    _fields_ = (
-        [
-            (name, ctypes.c_int32)
-            for name in (
-                "gqa_group",
-                "head_dim",
-                "score_frac_bits",
-                "score_bits",
-                "prob_frac_bits",
-                "weight_bits",
-                "out_bits",
-                "out_operand_bits",
-                "out_o_shift_offset",
-                "out_product_shift",
-            )
-        ]
-        + [
-            ("max_start", ctypes.c_int64),
-            ("distance_cap", ctypes.c_int64),
-            ("weight_shift", ctypes.c_double),
-        ]
-        + [
-            (name, ctypes.c_int32)
-            for name in (
-                "recip_in_bits",
-                "recip_in_frac_bits",
-                "recip_out_bits",
-                "recip_out_frac_bits",
-                "recip_seed_bits",
-                "recip_work_frac_bits",
-                "recip_newton_steps",
-                "recip_left_shift",
-                "recip_mantissa_only",
-                "dot_fits_int32",
-                "exp2_in_frac_bits",
-                "exp2_rem_bits",
-                "exp2_lut_frac_bits",
-                "exp2_out_frac_bits",
-                "exp2_max_shift",
-                "kv_bytes",
-            )
-        ]
+
+def _int32s(*names: str, unit: str = "", prefix: str = "", comment: str = "") -> tuple:
+    """int32 fields ``prefix + name``, each the attribute ``name`` of ``params.unit`` (of
+    ``params`` without a unit); the first carries ``comment``."""
+    return tuple(
+        CField(prefix + n, "int32_t", f"{unit}.{n}" if unit else n, comment if i == 0 else "")
+        for i, n in enumerate(names)
+    )
+
+
+#: ``hpu_golden_params``, the kernel's parameters, and where each value comes from in
+#: :class:`~tandem.host.hpu.params.HpuParams`: the one description of the C struct (generated
+#: into ``golden_native_params.h``), its ctypes class and its values.
+PARAM_FIELDS = (
+    *_int32s("gqa_group", "head_dim", "score_frac_bits", "score_bits", "prob_frac_bits"),
+    *_int32s("weight_bits", "out_bits", "out_operand_bits", "out_o_shift_offset"),
+    *_int32s("out_product_shift"),
+    CField("max_start", "int64_t", comment="the integer running max's start, in log2 units"),
+    CField("distance_cap", "int64_t", lambda p: 1 << (p.exp2.in_width - 1)),
+    CField(
+        "weight_shift",
+        "double",
+        lambda p: float(2.0 ** (p.w_frac_bits - p.prob_frac_bits)),
+        "2 ** (w_frac_bits - prob_frac_bits)",
+    ),
+    *_int32s(
+        "in_bits",
+        "in_frac_bits",
+        "out_bits",
+        "out_frac_bits",
+        "seed_bits",
+        "work_frac_bits",
+        "newton_steps",
+        "left_shift",
+        unit="reciprocal",
+        prefix="recip_",
+        comment="reciprocal unit",
+    ),
+    CField(
+        "recip_mantissa_only",
+        "int32_t",
+        "reciprocal.mantissa_only",
+        "1/m of x's mantissa m in [1, 2), not 1/x",
+    ),
+    CField("dot_fits_int32", "int32_t", _dot_fits_int32, "|q| * 128 * head_dim < 2**31"),
+    *_int32s(
+        "in_frac_bits",
+        "rem_bits",
+        "lut_frac_bits",
+        "out_frac_bits",
+        "max_shift",
+        unit="exp2",
+        prefix="exp2_",
+        comment="exp2 unit (tandem.host.common.exp2): linear segments of a 2**lut_bits table",
+    ),
+    CField(
+        "kv_bytes",
+        "int32_t",
+        lambda p: p.kv_bits // 8,
+        "1: int8 K and V rows, 2: little-endian int16",
+    ),
+)
+
+#: ``hpu_kv_view``: where a request's token rows and scales lie (byte offsets).
+VIEW_FIELDS = tuple(
+    CField(name, "int64_t")
+    for name in (
+        "page_tokens",
+        "page_stride",
+        "row_stride",
+        "k_rows",
+        "k_scales",
+        "v_rows",
+        "v_scales",
+    )
+)
+
+_Params = c_structure("hpu_golden_params", PARAM_FIELDS)
+_View = c_structure("hpu_kv_view", VIEW_FIELDS)
+
+
+def params_header() -> str:
+    """``golden_native_params.h``: the C declarations of :data:`PARAM_FIELDS` and
+    :data:`VIEW_FIELDS`, which ``golden_native.c`` includes."""
+    return (
+        "/* Generated by tandem.host.hpu.golden_native from PARAM_FIELDS and VIEW_FIELDS. */\n"
+        + c_struct_text("hpu_golden_params", PARAM_FIELDS)
+        + c_struct_text("hpu_kv_view", VIEW_FIELDS)
     )
 
 
 def native_golden() -> NativeLibrary:
     """The built twin (``library`` None and ``reason`` where there is no C compiler)."""
-    built = load_native(SOURCE)
+    built = load_native(SOURCE, (("golden_native_params.h", params_header()),))
     if built.library is not None and not hasattr(built.library.hpu_golden_batch, "_ready"):
         function = built.library.hpu_golden_batch
         function.restype = None
@@ -88,6 +142,9 @@ def native_golden() -> NativeLibrary:
             ctypes.c_int64,
         ] + [ctypes.c_void_p] * 17
         function._ready = True
+        layout = built.library.hpu_golden_layout
+        layout.restype = ctypes.c_int64
+        layout.argtypes = [ctypes.c_int32, ctypes.c_void_p]
     return built
 
 
@@ -95,59 +152,11 @@ def native_golden() -> NativeLibrary:
 def _tables(params: HpuParams):
     """The C view of ``params`` and the small tables the kernel indexes (exp2 segments,
     reciprocal seeds)."""
-    p, recip = params, params.reciprocal
-    fields = _Params(
-        gqa_group=p.gqa_group,
-        head_dim=p.head_dim,
-        score_frac_bits=p.score_frac_bits,
-        score_bits=p.score_bits,
-        prob_frac_bits=p.prob_frac_bits,
-        weight_bits=p.weight_bits,
-        out_bits=p.out_bits,
-        out_operand_bits=p.out_operand_bits,
-        out_o_shift_offset=p.out_o_shift_offset,
-        out_product_shift=p.out_product_shift,
-        max_start=p.max_start,
-        distance_cap=1 << (p.exp2.in_width - 1),
-        weight_shift=float(2.0 ** (p.w_frac_bits - p.prob_frac_bits)),
-        recip_in_bits=recip.in_bits,
-        recip_in_frac_bits=recip.in_frac_bits,
-        recip_out_bits=recip.out_bits,
-        recip_out_frac_bits=recip.out_frac_bits,
-        recip_seed_bits=recip.seed_bits,
-        recip_work_frac_bits=recip.work_frac_bits,
-        recip_newton_steps=recip.newton_steps,
-        recip_left_shift=recip.left_shift,
-        recip_mantissa_only=recip.mantissa_only,
-        # |q| <= 2**(q_bits - 1), |k| <= 128: the dot of head_dim products fits int32
-        dot_fits_int32=int((p.q_bits - 1) + 7 + (p.head_dim - 1).bit_length() < 31),
-        exp2_in_frac_bits=p.exp2.in_frac_bits,
-        exp2_rem_bits=p.exp2.rem_bits,
-        exp2_lut_frac_bits=p.exp2.lut_frac_bits,
-        exp2_out_frac_bits=p.exp2.out_frac_bits,
-        exp2_max_shift=p.exp2.max_shift,
-        kv_bytes=p.kv_bits // 8,
-    )
-    seeds = np.ascontiguousarray(reciprocal_seed_table(recip), dtype=np.int64)
+    p = params
+    fields = _Params(**c_values(PARAM_FIELDS, p))
+    seeds = np.ascontiguousarray(reciprocal_seed_table(p.reciprocal), dtype=np.int64)
     base, slope = (np.ascontiguousarray(t, dtype=np.int64) for t in exp2_table(p.exp2))
     return fields, base, slope, seeds
-
-
-class _View(ctypes.Structure):
-    """``hpu_kv_view`` of golden_native.c: where a request's token rows and scales lie."""
-
-    _fields_ = [
-        (name, ctypes.c_int64)
-        for name in (
-            "page_tokens",
-            "page_stride",
-            "row_stride",
-            "k_rows",
-            "k_scales",
-            "v_rows",
-            "v_scales",
-        )
-    ]
 
 
 @cache

@@ -131,25 +131,27 @@ def _port_names(model: NativeModel) -> list[str]:
     return [port["name"] for port in model.manifest["ports"]]
 
 
-class HpuServer:
-    """The ``hpu`` server's messages on a native model (see ``hpu_server``)."""
+class _MemoryServer:
+    """What the ``hpu`` and ``hpu-card`` servers share: device memory reads and writes,
+    descriptors in, result beats out up to each request's ``last`` beat."""
 
-    def __init__(self, model: NativeModel, params):
-        from tandem.host.hpu.codec import result_fields
+    #: What the engine or card is called in messages, and the result beats it waits for.
+    unit = "engine"
+    awaited = "result"
 
+    def __init__(self, model: NativeModel, result_fields):
         self.model = model
-        self.p = params
-        # The `last` flag's bit in a result beat: the engine ends each request with one.
-        offsets = {
-            field.name: offset for field, offset in bits.field_offsets(result_fields(params))
-        }
+        # The `last` flag's bit in a result beat: each request's results end with one.
+        offsets = {field.name: offset for field, offset in bits.field_offsets(result_fields)}
         self.last_bit = offsets["last"]
-        self.read_ports = [
-            n[: -len("__araddr")] for n in _port_names(model) if n.endswith("__araddr")
-        ]
         self.records: dict = {}
-        model.enable("result_o")  # the cocotb server's sink exists before its first reset
-        model.hold_memory(True)  # as the cocotb models: idle until the first reset is over
+
+    def _reset(self) -> None:
+        """The first reset, as the cocotb server: its sink exists before it, and the memory
+        models stay idle until it is over."""
+        model = self.model
+        model.enable("result_o")
+        model.hold_memory(True)
         model.reset(RESET_CYCLES)
         model.hold_memory(False)
 
@@ -157,59 +159,37 @@ class HpuServer:
         if address < 0 or size < 0 or address + size > len(self.model.memory):
             raise ValueError(f"access {address:#x}+{size} outside device memory")
 
-    def run(self, descriptors: list[bytes]):
-        from tandem.host.hpu import decode_result
-        from tandem.host.hpu.codec import result_error, unpack_header
-
-        model, p = self.model, self.p
-        step = p.beat_bytes
-        work = 0
+    def _send(self, descriptors: list[bytes], work: int) -> int:
+        """Send the descriptors' beats, wait (a budget of ``work``) for every request's last
+        result beat; the cycles from the first descriptor beat."""
+        model, step = self.model, self.p.beat_bytes
         beats = []
         for data in descriptors:
             beats += [
                 int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)
             ]
-            length = unpack_header(p, data)["length"]
-            work += len(data) // step + p.layout.region_bytes(length) // step
-            work += p.gqa_group * p.row_beats
         model.send("desc_i", beats)
-        start = model.cycle
+        self.start = model.cycle
         budget = 5000 + 40 * work
-        if not model.until_marked("result_o", self.last_bit, len(descriptors), start + budget):
+        if not model.until_marked("result_o", self.last_bit, len(descriptors), self.start + budget):
             raise TimeoutError(
-                f"{len(descriptors)} requests: not every result within {budget} cycles "
-                f"({model.received('result_o')} beats so far)"
+                f"{len(descriptors)} requests: not every {self.awaited} within {budget} "
+                f"cycles ({model.received('result_o')} beats so far)"
             )
-        cycles = model.cycle - start
-        raw = words_to_ints(model.take("result_o"))
-        results, request, failed = [], [], []
-        for payload in raw:
-            words, _tag, last = decode_result(p, payload)
-            request.append(words)
-            if last:
-                if result_error(p, payload):
-                    failed.append(len(results))
-                results.append(request)
-                request = []
-        if request or len(results) != len(descriptors):
-            raise RuntimeError(f"{len(results)} results for {len(descriptors)} requests")
+        return model.cycle - self.start
+
+    def _finish(self) -> None:
+        """Wait for the memory writes to be answered."""
+        model = self.model
         if not model.until_memory_idle(model.cycle + 5000):
-            raise TimeoutError("engine writes not answered 5000 cycles after the last result")
-        self.records = {  # cycles counted from the batch's start, as `cycles` is
-            name: {
-                "r_beats": r["r_beats"],
-                "first_ar": r["first_ar"] - start,
-                "last_r": r["last_r"] - start,
-                "bursts": len(r["bursts"]),
-            }
-            for name, r in model.axi_records().items()
-            if name in self.read_ports
-        }
-        model.clear_records()
-        errors = model.errors()
+            raise TimeoutError(f"{self.unit} writes not answered 5000 cycles after the last result")
+
+    def _check_errors(self) -> None:
+        """Clear the AXI records; raise on AXI protocol errors."""
+        self.model.clear_records()
+        errors = self.model.errors()
         if errors:
             raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
-        return results, cycles, failed
 
     def handle(self, message) -> tuple:
         op = message[0]
@@ -225,11 +205,74 @@ class HpuServer:
             return (memory[address : address + size].tobytes(),)
         if op == "run":
             return self.run(message[1])
+        if op == "records":
+            return (self.records,)
+        return self.handle_more(op, message)
+
+    def handle_more(self, op: str, message) -> tuple:
+        """The messages of one server only."""
+        raise ValueError(f"unknown operation {op!r}")
+
+    def recover(self) -> None:
+        pass  # as the cocotb server: the engine is not reset after a failed request
+
+
+class HpuServer(_MemoryServer):
+    """The ``hpu`` server's messages on a native model (see ``hpu_server``)."""
+
+    def __init__(self, model: NativeModel, params):
+        from tandem.host.hpu.codec import result_fields
+
+        super().__init__(model, result_fields(params))
+        self.p = params
+        self.read_ports = [
+            n[: -len("__araddr")] for n in _port_names(model) if n.endswith("__araddr")
+        ]
+        self._reset()
+
+    def run(self, descriptors: list[bytes]):
+        from tandem.host.hpu import decode_result
+        from tandem.host.hpu.codec import result_error, unpack_header
+
+        model, p = self.model, self.p
+        step = p.beat_bytes
+        work = 0
+        for data in descriptors:
+            length = unpack_header(p, data)["length"]
+            work += len(data) // step + p.layout.region_bytes(length) // step
+            work += p.gqa_group * p.row_beats
+        cycles = self._send(descriptors, work)
+        start = self.start
+        raw = words_to_ints(model.take("result_o"))
+        results, request, failed = [], [], []
+        for payload in raw:
+            words, _tag, last = decode_result(p, payload)
+            request.append(words)
+            if last:
+                if result_error(p, payload):
+                    failed.append(len(results))
+                results.append(request)
+                request = []
+        if request or len(results) != len(descriptors):
+            raise RuntimeError(f"{len(results)} results for {len(descriptors)} requests")
+        self._finish()
+        self.records = {  # cycles counted from the batch's start, as `cycles` is
+            name: {
+                "r_beats": r["r_beats"],
+                "first_ar": r["first_ar"] - start,
+                "last_r": r["last_r"] - start,
+                "bursts": len(r["bursts"]),
+            }
+            for name, r in model.axi_records().items()
+            if name in self.read_ports
+        }
+        self._check_errors()
+        return results, cycles, failed
+
+    def handle_more(self, op: str, message) -> tuple:
         if op == "latency":
             self.model.set_read_latency(int(message[1]))
             return ()
-        if op == "records":
-            return (self.records,)
         if op == "hbm":  # ("hbm", HbmParams, {read port: home channels} or None)
             self.model.set_hbm(message[1], message[2] if len(message) > 2 else None)
             return ()
@@ -237,13 +280,10 @@ class HpuServer:
             served, beats = self.model.hbm_channel_bytes()
             self.model.clear_hbm_counters()
             return (served.tolist(), beats)
-        raise ValueError(f"unknown operation {op!r}")
-
-    def recover(self) -> None:
-        pass  # as the cocotb server: the engine is not reset after a failed request
+        return super().handle_more(op, message)
 
 
-class CardServer:
+class CardServer(_MemoryServer):
     """The ``hpu-card`` server's messages on a native model (see ``card_server``).
 
     One device memory serves every engine's AXI ports: an engine reads and writes only its own
@@ -262,17 +302,16 @@ class CardServer:
         The card's parameters.
     """
 
+    unit = "card"
+    awaited = "last result beat"
+
     def __init__(self, model: NativeModel, params):
         from tandem.host.hpu.card import card_result_fields, engine_channels
         from tandem.sim.hpu.hbm import HbmParams
 
-        self.model = model
+        super().__init__(model, card_result_fields(params))
         self.card = params
         self.p = params.engine
-        offsets = {
-            field.name: offset for field, offset in bits.field_offsets(card_result_fields(params))
-        }
-        self.last_bit = offsets["last"]
         names = model.read_ports()
         self.engine_ports = [
             [f"{name}_{e}" for name in self.p.read_port_names] for e in range(params.engines)
@@ -287,15 +326,7 @@ class CardServer:
         # harness's read ports come engine by engine, each engine's in `read_port_names` order:
         # the cocotb card's order of attaching them, so a channel's round robin is the same.
         model.set_hbm(HbmParams.of_board(params.geometry, self.p.beat_bytes), homes)
-        self.records: dict = {}
-        model.enable("result_o")
-        model.hold_memory(True)
-        model.reset(RESET_CYCLES)
-        model.hold_memory(False)
-
-    def _check(self, address: int, size: int) -> None:
-        if address < 0 or size < 0 or address + size > len(self.model.memory):
-            raise ValueError(f"access {address:#x}+{size} outside device memory")
+        self._reset()
 
     def run(self, descriptors: list[bytes]):
         from tandem.host.hpu.card import split_card_results
@@ -304,28 +335,17 @@ class CardServer:
         model, card, p = self.model, self.card, self.p
         step = p.beat_bytes
         work = 0
-        beats, bases = [], []
+        bases = []
         for data in descriptors:
-            beats += [
-                int.from_bytes(data[i : i + step], "little") for i in range(0, len(data), step)
-            ]
             header = unpack_header(p, data)
             bases.append(header["base"])
             work += len(data) // step + 2 * p.layout.region_bytes(header["length"]) // step
         model.clear_records()
         model.clear_hbm_counters()
-        model.send("desc_i", beats)
-        start = model.cycle
-        budget = 5000 + 40 * work
-        if not model.until_marked("result_o", self.last_bit, len(descriptors), start + budget):
-            raise TimeoutError(
-                f"{len(descriptors)} requests: not every last result beat within {budget} "
-                f"cycles ({model.received('result_o')} beats so far)"
-            )
-        cycles = model.cycle - start
+        cycles = self._send(descriptors, work)
+        start = self.start
         results, failed = split_card_results(card, bases, words_to_ints(model.take("result_o")))
-        if not model.until_memory_idle(model.cycle + 5000):
-            raise TimeoutError("card writes not answered 5000 cycles after the last result")
+        self._finish()
         served, _beats = model.hbm_channel_bytes()
         ports = model.axi_records()
         windows = []
@@ -337,34 +357,13 @@ class CardServer:
                 else None
             )
         self.records = {"channel_bytes": served.tolist(), "read_windows": windows}
-        model.clear_records()
-        errors = model.errors()
-        if errors:
-            raise RuntimeError("AXI protocol errors: " + "; ".join(errors[:3]))
+        self._check_errors()
         return results, cycles, failed
 
-    def handle(self, message) -> tuple:
-        op = message[0]
-        memory = self.model.memory
-        if op == "write":
-            _, address, data = message
-            self._check(address, len(data))
-            memory[address : address + len(data)] = np.frombuffer(data, dtype=np.uint8)
-            return ()
-        if op == "read":
-            _, address, size = message
-            self._check(address, size)
-            return (memory[address : address + size].tobytes(),)
-        if op == "run":
-            return self.run(message[1])
+    def handle_more(self, op: str, message) -> tuple:
         if op == "latency":
             raise ValueError("the card's read latency is its HBM model's")
-        if op == "records":
-            return (self.records,)
-        raise ValueError(f"unknown operation {op!r}")
-
-    def recover(self) -> None:
-        pass  # as the cocotb server: the card is not reset after a failed request
+        return super().handle_more(op, message)
 
 
 def serve(socket_path: str, server) -> None:

@@ -20,7 +20,7 @@ from .cards import (
     hpu_params_for_model,
     place_sequences,
 )
-from .inputs import ModelShape, load_efficiency, load_model
+from .inputs import ModelShape, load_efficiency, load_model_shape
 
 #: Bytes per result element sent back over PCIe (out_bits <= 32 packed in 32-bit words).
 RESULT_ELEM_BYTES = 4
@@ -142,27 +142,13 @@ def decode_projection(
     list of dict
         One row per (system, batch); see :mod:`tandem.host.system.perf` and ``docs/perf.md``.
     """
-    m = load_model(model) if isinstance(model, str) else model
+    m = load_model_shape(model) if isinstance(model, str) else model
     g = load_gpu(gpu) if isinstance(gpu, str) else gpu
     batches = [int(b) for b in batches]
-    if not batches or min(batches) < 1:
-        raise UserError(f"batch sizes must be positive integers, not {batches}")
-    if input_tokens < 1 or output_tokens < 1:
-        raise UserError(
-            f"--input and --output must be at least 1, not {input_tokens} and {output_tokens}"
-        )
-    capacity_tokens = input_tokens + output_tokens
-    if capacity_tokens > m.max_context:
-        raise UserError(
-            f"--input + --output = {capacity_tokens} exceeds {m.name}'s context of "
-            f"{m.max_context} tokens"
-        )
-    if hpus < 0:
-        raise UserError(f"--hpus must be 0 or more, not {hpus}")
-    if not pcie_latency_us >= 0 or math.isinf(pcie_latency_us):
-        raise UserError(f"--pcie-latency-us must be 0 or more, not {pcie_latency_us}")
+    _check_projection_inputs(m, batches, input_tokens, output_tokens, hpus, pcie_latency_us)
     if clock_mhz is not None and not (clock_mhz > 0 and math.isfinite(clock_mhz)):
         raise UserError(f"--hpu-clock-mhz must be positive, not {clock_mhz}")
+    capacity_tokens = input_tokens + output_tokens
     peak = (g.fp16_dense_tflops if m.dtype_bytes == 2 else g.bf16_dense_tflops) * 1e12
     gpu_bw = g.memory_bandwidth_gb_s * 1e9
     gpu_capacity = g.memory_gib * GIB
@@ -181,6 +167,55 @@ def decode_projection(
             f"--hpu-latency {latency}: the stream efficiency was measured at read latencies "
             f"{', '.join(map(str, eff.latencies))} only"
         )
+    params = _card_params(m, capacity_tokens, kv_bits, placement)
+    chosen = best_engine(params, board, clock_mhz)
+    params = chosen["params"]
+    engines, limited_by, fit = _engines_per_card(params, board, engines)
+    if clock_mhz is not None and not clock_mhz > 0:
+        raise UserError(f"--hpu-clock-mhz must be positive, not {clock_mhz}")
+    timing = engine_clock(params, board, clock_mhz)
+    clock = timing["clock_mhz"] * 1e6
+    hw = _hardware_summary(
+        board, params, chosen, eff, timing, hpus=hpus, engines=engines, limited_by=limited_by,
+        fit=fit, clock=clock, clock_mhz=clock_mhz, latency=latency,
+    )  # fmt: skip
+    for b in batches:
+        rows.append(
+            _gpu_hpu(
+                m, g, board, params, eff, hw, b, contexts, input_tokens, output_tokens,
+                peak=peak, gpu_bw=gpu_bw, gpu_capacity=gpu_capacity, hpus=hpus,
+                engines=engines, clock=clock, latency=latency,
+                pcie_latency_s=pcie_latency_us * 1e-6, kv_placement=placement,
+            )
+        )  # fmt: skip
+    return rows
+
+
+def _check_projection_inputs(
+    m: ModelShape, batches: list[int], input_tokens, output_tokens, hpus, pcie_latency_us
+) -> None:
+    """Raise :class:`UserError` for the :func:`decode_projection` options out of range."""
+    if not batches or min(batches) < 1:
+        raise UserError(f"batch sizes must be positive integers, not {batches}")
+    if input_tokens < 1 or output_tokens < 1:
+        raise UserError(
+            f"--input and --output must be at least 1, not {input_tokens} and {output_tokens}"
+        )
+    capacity_tokens = input_tokens + output_tokens
+    if capacity_tokens > m.max_context:
+        raise UserError(
+            f"--input + --output = {capacity_tokens} exceeds {m.name}'s context of "
+            f"{m.max_context} tokens"
+        )
+    if hpus < 0:
+        raise UserError(f"--hpus must be 0 or more, not {hpus}")
+    if not pcie_latency_us >= 0 or math.isinf(pcie_latency_us):
+        raise UserError(f"--pcie-latency-us must be 0 or more, not {pcie_latency_us}")
+
+
+def _card_params(m: ModelShape, capacity_tokens: int, kv_bits, placement: str):
+    """The :class:`HpuParams` of ``m``'s cards holding ``capacity_tokens`` per sequence in
+    ``kv_bits`` rows (None: the default), after checking ``kv_bits`` and ``placement``."""
     params = hpu_params_for_model(m, max_seq_len=max(capacity_tokens, 1))
     if kv_bits is None:
         kv_bits = params.kv_bits
@@ -190,13 +225,16 @@ def decode_projection(
         raise UserError(f"--placement must be one of {', '.join(KV_PLACEMENTS)}, not {placement!r}")
     if kv_bits != params.kv_bits:
         params = hpu_params_for_model(m, max_seq_len=max(capacity_tokens, 1), kv_bits=kv_bits)
-    chosen = best_engine(params, board, clock_mhz)
-    params = chosen["params"]
+    return params
+
+
+def _engines_per_card(params, board: Board, engines) -> tuple[int, str, dict]:
+    """``(engines, limited_by, fit)``: the engines per card (``engines``, else one per pair of
+    HBM ports, as many as the card's resources hold), what limits them, and the resource fit."""
     hbm = board.memory[0]
     fit = engine_fit(params, board)
     port_engines = max(1, int(hbm["channels"]) // params.read_ports)
     if engines is None:
-        # One engine per pair of HBM ports, as many as the card's resources hold.
         engines, limited_by = port_engines, "HBM ports"
         if fit["checked"] and fit["engines_fit"] < engines:
             engines, limited_by = max(1, fit["engines_fit"]), fit["bound_by"].upper()
@@ -206,11 +244,16 @@ def decode_projection(
         raise UserError(f"--engines must be at least 1, not {engines}")
     if fit["checked"]:
         fit["fits"] = engines <= fit["engines_fit"]
-    if clock_mhz is not None and not clock_mhz > 0:
-        raise UserError(f"--hpu-clock-mhz must be positive, not {clock_mhz}")
-    timing = engine_clock(params, board, clock_mhz)
-    clock = timing["clock_mhz"] * 1e6
-    hw = {
+    return engines, limited_by, fit
+
+
+def _hardware_summary(
+    board: Board, params, chosen, eff, timing, *, hpus, engines, limited_by, fit, clock, clock_mhz,
+    latency,
+) -> dict:  # fmt: skip
+    """The ``hw`` entry of every GPU + HPU row: the cards, their engines, clock and formats."""
+    hbm = board.memory[0]
+    return {
         "board": board.name,
         "cards": hpus,
         "engines_per_card": engines,
@@ -237,16 +280,6 @@ def decode_projection(
         "kv_format": f"int{params.kv_bits} rows + binary16 scale per token (KvLayout)",
         "kv_bytes_per_token": params.layout.token_bytes,
     }
-    for b in batches:
-        rows.append(
-            _gpu_hpu(
-                m, g, board, params, eff, hw, b, contexts, input_tokens, output_tokens,
-                peak=peak, gpu_bw=gpu_bw, gpu_capacity=gpu_capacity, hpus=hpus,
-                engines=engines, clock=clock, latency=latency,
-                pcie_latency_s=pcie_latency_us * 1e-6, kv_placement=placement,
-            )
-        )  # fmt: skip
-    return rows
 
 
 def _common(m: ModelShape, g: Gpu, system: str, b: int, tin: int, tout: int) -> dict:

@@ -226,22 +226,7 @@ def run_program(args) -> int:
         ends = (c.eos_id, tokenizer.special.get("<|im_end|>"))
         stop = () if args.compare else tuple(i for i in ends if i is not None)
         pick = _sampler(flags["temperature"], args.seed)
-        tokens, step_s, kept = [], [], []
-        runner.start(0, capacity)
-        started = time.perf_counter()
-        hidden = runner.prefill(0, ids)
-        prefill_s = time.perf_counter() - started
-        position = len(ids)
-        for _ in range(args.tokens):
-            logits = runner.logits(hidden)
-            kept.append(logits if args.compare else None)
-            tokens.append(pick(logits))
-            if tokens[-1] in stop or len(tokens) == args.tokens:
-                break
-            started = time.perf_counter()
-            hidden = runner.step(0, tokens[-1], position)
-            step_s.append(time.perf_counter() - started)
-            position += 1
+        tokens, step_s, kept, prefill_s = _decode_tokens(args, runner, ids, capacity, stop, pick)
     except CapacityError as exc:
         raise UserError(f"HPU memory: {exc} (raise --hpu-memory-mib)") from None
     finally:
@@ -285,9 +270,41 @@ def run_program(args) -> int:
     if args.json:
         print(json.dumps(outcome, indent=2))
         return 0
+    _print_program_outcome(args, outcome, step_s, hpu_clock, card, stats)
+    return 0
+
+
+def _decode_tokens(args, runner, ids: list[int], capacity: int, stop, pick):
+    """Prefill ``ids`` and decode up to ``--tokens`` tokens on ``runner``, stopping after a token
+    in ``stop``; returns ``(tokens, step_s, kept, prefill_s)`` (``kept``: the logits of every
+    token with ``--compare``, else None each)."""
+    tokens, step_s, kept = [], [], []
+    runner.start(0, capacity)
+    started = time.perf_counter()
+    hidden = runner.prefill(0, ids)
+    prefill_s = time.perf_counter() - started
+    position = len(ids)
+    for _ in range(args.tokens):
+        logits = runner.logits(hidden)
+        kept.append(logits if args.compare else None)
+        tokens.append(pick(logits))
+        if tokens[-1] in stop or len(tokens) == args.tokens:
+            break
+        started = time.perf_counter()
+        hidden = runner.step(0, tokens[-1], position)
+        step_s.append(time.perf_counter() - started)
+        position += 1
+    return tokens, step_s, kept, prefill_s
+
+
+def _print_program_outcome(args, outcome: dict, step_s, hpu_clock: dict, card, stats) -> None:
+    """The text report of :func:`run_program` (without ``--json``)."""
+    label, text, prompt_tokens = outcome["model"], outcome["text"], outcome["prompt_tokens"]
+    prefill_s, steps, report = outcome["prefill_s"], outcome["step_cycles"], outcome["compare"]
+    modelled_ms = outcome["modelled_ms_per_step"]
     print(f"model {label}, program {args.program}, backend {args.backend}")
     print(f"{args.prompt[0]!r} -> {text!r}")
-    print(f"prefill {prefill_s:.2f} s ({len(ids)} tokens); decode {len(step_s)} steps")
+    print(f"prefill {prefill_s:.2f} s ({prompt_tokens} tokens); decode {len(step_s)} steps")
     for number, cycles in enumerate(steps[:4], start=1):
         print(
             f"  step {number}: cycles " + ", ".join(f"{k} {v}" for k, v in sorted(cycles.items()))
@@ -310,7 +327,6 @@ def run_program(args) -> int:
             f"{report['agreement']:.1%}, mean KL {report['mean_kl']:.3g}, max |logit error| "
             f"{report['max_logit_error']:.3g} over {report['positions']} positions"
         )
-    return 0
 
 
 def _program_flags(args) -> dict:

@@ -431,8 +431,7 @@ def compile_model(
     buffers, buckets) and ``summary.json``. Files are written to a temporary folder first and
     moved in place, so a failed compile leaves nothing half-written.
     """
-    from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH, HpuParams
-    from tandem.host.system.model import LlamaConfig
+    from tandem.host.hpu.params import KEY_SMOOTHING_STRENGTH
 
     from tandem.generate import staged_output
 
@@ -443,23 +442,8 @@ def compile_model(
         raise CompileError(f"text must be a string, not {type(text).__name__}")
     out_dir = check_output_folder(out_dir)
     c = getattr(model, "config", None)
-    if not isinstance(c, LlamaConfig):
-        # calibrate() and the programs are Llama's layer (RMSNorm, SwiGLU, one RoPE base).
-        raise CompileError(
-            f"{model_label}: architecture {type(model).__name__}, expected Llama (tandem "
-            "compile takes Llama-architecture models only)"
-        )
-    try:  # ATTEND runs on the HPU: refuse a head_dim or GQA group it has no configuration for
-        HpuParams.for_model(c)
-    except UserError as exc:
-        raise CompileError(f"the HPU cannot serve this model: {exc}") from None
+    _check_compilable(c, model, options, model_label)
     group = options.weight_group
-    columns = {c.dim, c.hidden, c.n_heads * c.head_dim}
-    if group and any(cols % group for cols in columns):
-        raise CompileError(
-            f"--weight-group {group} must divide every layer's columns "
-            f"({', '.join(map(str, sorted(columns)))})"
-        )
     ids = tokenizer.encode(text)[: options.calibration_tokens]
     if len(ids) < 8:
         raise CompileError(f"calibration text gives {len(ids)} tokens; at least 8 are needed")
@@ -483,15 +467,7 @@ def compile_model(
                 if own_bits != bits:
                     x = inputs[(layer, name)]
                     error = layer_error(q, scales, x, bits, x @ w.T)
-                key = f"blk.{layer}.{name}"
-                planes = split_digits(q) if wbits == 16 else (q,)
-                for plane, suffix in zip(planes, ("", ".lo"), strict=False):
-                    packed = pack_nm(plane, pattern)  # scales: stored beside, [rows(, blocks)]
-                    arrays[key + suffix + ".values"] = packed.values
-                    arrays[key + suffix + ".indices"] = packed.indices
-                arrays[key + ".scales"] = scales
-                arrays[key + ".pattern"] = np.asarray([pattern.n, pattern.m], dtype=np.int64)
-                arrays[key + ".shape"] = np.asarray(q.shape, dtype=np.int64)
+                _store_weights(arrays, f"blk.{layer}.{name}", q, scales, pattern, wbits)
                 if wbits == 16:
                     wide_weights.append((layer, name))
                 choices.append(
@@ -519,6 +495,64 @@ def compile_model(
     arrays["key_factors"] = _key_factors(keys, KEY_SMOOTHING_STRENGTH)
     card = prog.CardShape.for_model(c, options.tile, wide, wide_weights, options.weight_group)
     compiled = prog.compile_programs(card, options.max_prefill)
+    summary = _compile_summary(model_label, c, options, ids, compiled, arrays, choices, wide)
+    # ``group`` here is the layer loop's last input group (it reuses the name), as recorded.
+    summary["weight_group"] = group
+    try:
+        with staged_output(out_dir, compiled.images, flag="-o") as staging:
+            np.savez(staging / "weights.npz", **arrays)
+            for name, image in compiled.images.items():
+                (staging / name).write_bytes(image)
+            (staging / "program.json").write_text(json.dumps(compiled.table, indent=1) + "\n")
+            summary["compile_s"] = round(time.perf_counter() - started, 2)
+            (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    except UserError as exc:  # the folder could not be written: a ValueError to the API too
+        raise CompileError(str(exc)) from None
+    for stale in set(out_dir.glob("prefill_*.bin")) - {out_dir / n for n in compiled.images}:
+        stale.unlink(missing_ok=True)  # a former compile's buckets beyond this one's
+    return summary
+
+
+def _check_compilable(c, model, options: CompileOptions, model_label: str) -> None:
+    """Raise :class:`CompileError` unless ``model`` (config ``c``) is a Llama-architecture model
+    the HPU serves and ``options.weight_group`` divides every layer's columns."""
+    from tandem.host.hpu.params import HpuParams
+    from tandem.host.system.model import LlamaConfig
+
+    if not isinstance(c, LlamaConfig):
+        # calibrate() and the programs are Llama's layer (RMSNorm, SwiGLU, one RoPE base).
+        raise CompileError(
+            f"{model_label}: architecture {type(model).__name__}, expected Llama (tandem "
+            "compile takes Llama-architecture models only)"
+        )
+    try:  # ATTEND runs on the HPU: refuse a head_dim or GQA group it has no configuration for
+        HpuParams.for_model(c)
+    except UserError as exc:
+        raise CompileError(f"the HPU cannot serve this model: {exc}") from None
+    group = options.weight_group
+    columns = {c.dim, c.hidden, c.n_heads * c.head_dim}
+    if group and any(cols % group for cols in columns):
+        raise CompileError(
+            f"--weight-group {group} must divide every layer's columns "
+            f"({', '.join(map(str, sorted(columns)))})"
+        )
+
+
+def _store_weights(arrays: dict, key: str, q, scales, pattern, wbits: int) -> None:
+    """Put one linear's packed weights (two digit planes when ``wbits`` is 16), scales,
+    pattern and shape into ``arrays`` under ``key``."""
+    planes = split_digits(q) if wbits == 16 else (q,)
+    for plane, suffix in zip(planes, ("", ".lo"), strict=False):
+        packed = pack_nm(plane, pattern)  # scales: stored beside, [rows(, blocks)]
+        arrays[key + suffix + ".values"] = packed.values
+        arrays[key + suffix + ".indices"] = packed.indices
+    arrays[key + ".scales"] = scales
+    arrays[key + ".pattern"] = np.asarray([pattern.n, pattern.m], dtype=np.int64)
+    arrays[key + ".shape"] = np.asarray(q.shape, dtype=np.int64)
+
+
+def _compile_summary(model_label, c, options, ids, compiled, arrays, choices, wide) -> dict:
+    """``summary.json`` of a compile (without ``compile_s``)."""
     weight_bytes = sum(
         int(v.nbytes) for k, v in arrays.items() if k.endswith((".values", ".indices", ".scales"))
     )
@@ -545,23 +579,11 @@ def compile_model(
             f"{ch.layer}.{ch.name}": {k: round(v, 6) for k, v in ch.candidates.items()}
             for ch in choices
         },
-        "weight_group": group,
+        "weight_group": options.weight_group,
         "clipped_weights": sum(ch.clipped for ch in choices),
         "clipped_per_layer": {f"{ch.layer}.{ch.name}": ch.clipped for ch in choices if ch.clipped},
         "pattern_counts": _counts(_label(ch.pattern, ch.weight_bits, ch.bits) for ch in choices),
     }
-    try:
-        with staged_output(out_dir, compiled.images, flag="-o") as staging:
-            np.savez(staging / "weights.npz", **arrays)
-            for name, image in compiled.images.items():
-                (staging / name).write_bytes(image)
-            (staging / "program.json").write_text(json.dumps(compiled.table, indent=1) + "\n")
-            summary["compile_s"] = round(time.perf_counter() - started, 2)
-            (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    except UserError as exc:  # the folder could not be written: a ValueError to the API too
-        raise CompileError(str(exc)) from None
-    for stale in set(out_dir.glob("prefill_*.bin")) - {out_dir / n for n in compiled.images}:
-        stale.unlink(missing_ok=True)  # a former compile's buckets beyond this one's
     return summary
 
 

@@ -1,4 +1,4 @@
-"""SpMM graph readers (``mappings/spmm/readers.py``): the formats, every bad file as one
+"""SpMM graph readers (``mappings/spmm/readers/``): the formats, every bad file as one
 GraphError line, and the fast paths (``scipy.io.mmread`` and numpy on checked blocks) against
 the line walk they fall back to and against scipy.
 
@@ -51,14 +51,14 @@ def outcome(path, walk=False, threads=1):
     patches = {}
     if walk:  # the fast paths off: every file goes through the line walk
         patches = {
-            "_mtx_fast": lambda path, head, text, threads=1: None,
-            "_edges_fast": lambda path, text, threads=1: None,
-            "_metis_fast": lambda text, threads=1: None,
+            (readers.mtx, "_mtx_fast"): lambda path, head, text, threads=1: None,
+            (readers.edges, "_edges_fast"): lambda path, text, threads=1: None,
+            (readers.metis, "_metis_fast"): lambda text, threads=1: None,
         }
-    saved = {name: getattr(readers, name) for name in patches}
+    saved = {key: getattr(*key) for key in patches}
     try:
-        for name, value in patches.items():
-            setattr(readers, name, value)
+        for (module, name), value in patches.items():
+            setattr(module, name, value)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             try:
@@ -68,8 +68,8 @@ def outcome(path, walk=False, threads=1):
                 assert "\n" not in message and message.startswith(str(path)), message
                 return ("error", message)
     finally:
-        for name, value in saved.items():
-            setattr(readers, name, value)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
     assert m.format == "csr" and m.dtype == np.float64 and m.has_canonical_format
     return (
         "ok",
@@ -355,14 +355,14 @@ def test_a_pipe_is_read_once(tmp_path):
 
 
 def test_limits_on_nodes_and_non_zeros(tmp_path, monkeypatch):
-    monkeypatch.setattr(readers, "MAX_NODES", 4)
+    monkeypatch.setattr(readers.limits, "MAX_NODES", 4)
     too_many = write(tmp_path, "five.txt", "0 1\n2 3\n4 0\n")
     assert re.search(r"five.txt: 5 nodes: more than the 4", outcome(too_many)[1])
     assert re.search(r"five.txt: 5 nodes", outcome(too_many, walk=True)[1])
     sp.save_npz(tmp_path / "five.npz", sp.identity(5, format="csr"))
     assert "5 nodes: more than the 4" in outcome(tmp_path / "five.npz")[1]
-    monkeypatch.setattr(readers, "MAX_NODES", 1 << 25)
-    monkeypatch.setattr(readers, "MAX_NONZEROS", 3)
+    monkeypatch.setattr(readers.limits, "MAX_NODES", 1 << 25)
+    monkeypatch.setattr(readers.limits, "MAX_NONZEROS", 3)
     assert "non-zeros: more than the 3" in outcome(write(tmp_path, "e.txt", "0 1\n1 2\n"))[1]
     mtx = write(
         tmp_path, "sym.mtx", HEADER.replace("general", "symmetric") + "3 3 2\n2 1 1\n3 1 1\n"
@@ -453,9 +453,9 @@ def test_fast_paths_take_the_usual_files(tmp_path, monkeypatch):
     def no_walk(*args):
         raise AssertionError("walked")
 
-    monkeypatch.setattr(readers, "_mtx_walk", no_walk)
-    monkeypatch.setattr(readers, "_edges_walk", no_walk)
-    monkeypatch.setattr(readers, "_metis_walk", no_walk)
+    monkeypatch.setattr(readers.mtx, "_mtx_walk", no_walk)
+    monkeypatch.setattr(readers.edges, "_edges_walk", no_walk)
+    monkeypatch.setattr(readers.metis, "_metis_walk", no_walk)
     rng = np.random.default_rng(5)
     for gz in (False, True):
         suffix = ".gz" if gz else ""
@@ -519,7 +519,7 @@ def test_what_mmread_reads_otherwise_is_read_as_python_does(tmp_path):
 
 def test_threads_read_the_same(tmp_path, monkeypatch):
     # Blocks of 4 KiB: each file is dozens of them, checked and parsed side by side.
-    monkeypatch.setattr(readers, "_BLOCK", 1 << 12)
+    monkeypatch.setattr(readers.text, "_BLOCK", 1 << 12)
     rng = np.random.default_rng(11)
     edges = "".join(f"{u}\t{v}\n" for u, v in rng.integers(0, 3000, (20_000, 2)))
     weighted = "".join(
@@ -554,8 +554,8 @@ def test_integers_are_read_as_python_reads_them():
     text = " ".join(tokens).encode()
     ends = np.flatnonzero(np.frombuffer(text + b" ", np.uint8) == ord(" "))
     lengths = np.array([len(t) for t in tokens])
-    assert readers._integers(text, ends, lengths).tolist() == [int(t) for t in tokens]
-    assert readers._integers(b"1" * 20, np.array([20]), np.array([20])) is None
+    assert readers.block_checks._integers(text, ends, lengths).tolist() == [int(t) for t in tokens]
+    assert readers.block_checks._integers(b"1" * 20, np.array([20]), np.array([20])) is None
 
 
 def test_memory_scales_with_entries(tmp_path):

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
     from tandem.host.hpu import HpuParams
-    from tandem.host.system.decode import load_model
+    from tandem.host.system.decode import load_model_weights
     from tandem.host.system.texts import load_text
 
     from tandem.errors import UserError
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         args.kv_bits = HpuParams().kv_bits
     torch.set_grad_enabled(False)
     try:
-        model, tokenizer, label = load_model(args.model, device="cpu")
+        model, tokenizer, label = load_model_weights(args.model, device="cpu")
     except UserError as exc:
         print(f"compile_accuracy: skipped: {exc}")
         return 0

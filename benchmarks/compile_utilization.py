@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import numpy as np
     import torch
-    from tandem.host.system.decode import load_model
+    from tandem.host.system.decode import load_model_weights
     from tandem.host.system.texts import load_text
     from tandem.mappings.llm.compiler import CompileOptions, compile_model
     from tandem.mappings.llm.runner import CompiledModel
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
     torch.set_grad_enabled(False)
     try:
-        model, tokenizer, label = load_model("smollm2-135m", device="cpu")
+        model, tokenizer, label = load_model_weights("smollm2-135m", device="cpu")
     except UserError as exc:
         print(f"compile_utilization: skipped: {exc}")
         return 0

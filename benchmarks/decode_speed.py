@@ -114,13 +114,13 @@ def main(argv=None) -> int:
         Decoder,
         HpuAttention,
         TorchAttention,
-        load_model,
+        load_model_weights,
     )
     from tandem.host.system.model import find_model
 
     if find_model("smollm2-135m") is None:
         return skip("SmolLM2-135M is not fetched; run: tandem model fetch smollm2-135m")
-    model, tokenizer, label = load_model("smollm2-135m")
+    model, tokenizer, label = load_model_weights("smollm2-135m")
     config = model.config
     try:
         batch = prompts(tokenizer, args.batch, args.prompt_tokens)

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
 
     if args.kv_bits is None:
         args.kv_bits = HpuParams().kv_bits
-    from tandem.host.system.perf import load_model
+    from tandem.host.system.perf import load_model_shape
     from tandem.mappings.llm.program import CardShape
     from tandem.mappings.nm import NMPattern
 
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     for board_name in BOARDS:
         board = load_board(board_name)
         for model_name in MODELS:
-            model = load_model(model_name)
+            model = load_model_shape(model_name)
             shape = CardShape(
                 model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
                 model.intermediate, 16,

@@ -469,7 +469,7 @@ def main(argv=None) -> int:
         return 2
     import torch
     from tandem.host.hpu import HpuParams
-    from tandem.host.system.decode import load_model
+    from tandem.host.system.decode import load_model_weights
     from tandem.host.system.model import MODELS, find_model
 
     from tandem.config import resolve_params
@@ -484,7 +484,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     try:
         overrides = resolve_params(HpuParams, None, args.set, design="hpu")
-        model, tokenizer, label = load_model(args.model, "cpu")
+        model, tokenizer, label = load_model_weights(args.model, "cpu")
         c = model.config
         length = args.prompt_tokens + args.tokens + 1  # the last token is only predicted
         params = overrides.replace(

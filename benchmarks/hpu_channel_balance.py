@@ -32,7 +32,7 @@ from tandem.host.hpu.allocator import PLACEMENTS
 from tandem.host.hpu.device import HpuDevice
 from tandem.host.system.decode import HpuAttention
 from tandem.host.system.model import LlamaConfig
-from tandem.host.system.perf import PAPER, hpu_params_for_model, load_model
+from tandem.host.system.perf import PAPER, hpu_params_for_model, load_model_shape
 from tandem.mappings.hpu.channels import board_channels, request_channel_bytes
 
 from tandem.bench import Figures, Provenance, add_benchmark_options
@@ -50,7 +50,7 @@ CAP_ASSUMPTIONS = (
 
 def config_of(name: str) -> LlamaConfig:
     """The decode runtime's shape of the model ``constraints/models/<name>.yaml`` describes."""
-    m = load_model(name)
+    m = load_model_shape(name)
     return LlamaConfig(m.layers, m.hidden, m.heads, m.kv_heads, m.intermediate, m.vocab)
 
 
@@ -63,7 +63,7 @@ def place_batch(name: str, batch: int, cards: int, capacity: int, policy: str) -
     channels, channel_bytes = board_channels(BOARD)
     memory = channels * channel_bytes
     params = hpu_params_for_model(
-        load_model(name), max_seq_len=capacity, addr_bits=max(32, (memory - 1).bit_length())
+        load_model_shape(name), max_seq_len=capacity, addr_bits=max(32, (memory - 1).bit_length())
     )
     devices = [
         HpuDevice(

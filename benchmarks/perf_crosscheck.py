@@ -17,7 +17,7 @@ import sys
 import time
 
 import numpy as np
-from tandem.host.system.perf import hpu_step_cycles, load_model
+from tandem.host.system.perf import hpu_step_cycles, load_model_shape
 
 from tandem.bench import Figures, Provenance, add_benchmark_options
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     from tandem.host.system.model import LlamaConfig, random_llama
 
     torch.set_num_threads(1)
-    shape = load_model("smollm2-135m")
+    shape = load_model_shape("smollm2-135m")
     layers = args.layers or shape.layers
     config = LlamaConfig(
         n_layers=layers,

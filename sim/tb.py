@@ -18,7 +18,7 @@ from cocotb.clock import Clock
 from cocotb.handle import HierarchyObject
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
-import tandem.designs  # noqa: F401  (registers the designs now, not in the first test's time)
+import tandem.builtin_designs  # noqa: F401  (registers the designs now, not in the first test's time)
 from tandem.registry import get_design
 
 from .measure import CLOCK_PERIOD_NS, timed_golden

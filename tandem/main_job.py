@@ -116,7 +116,7 @@ def run(args) -> int:
     progress = _Steps(2 if args.no_verify else 3)
 
     progress.begin(f"generating the HPU Verilog for {model}'s attention")
-    config = decode.load_model(model)[0].config
+    config = decode.load_model_weights(model)[0].config
     try:
         params = HpuParams.for_model(config)
     except ValueError as exc:

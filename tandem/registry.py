@@ -4,16 +4,17 @@ design looks it up here.
 A design bundles its name, its parameter class, its Amaranth generator, its golden model, its
 cocotb test module and every other per-design fact (default board, mapper or packer,
 co-simulation server, host device, sweep benchmark, docs page): see :class:`Design`.
-``tandem/designs.py`` holds the registrations of the designs that ship with tandem; other
+``tandem/builtin_designs.py`` holds the registrations of the designs that ship with tandem; other
 packages can call :func:`register` too.
 
-The modules form no import cycle: :mod:`tandem.design` holds the record and :func:`register`
-and imports neither this module nor :mod:`tandem.designs`; :mod:`tandem.designs` imports only
-:mod:`tandem.design` (and the generators and golden models); this module imports both, the
-built-ins only on the first lookup, so that importing it stays cheap (no Amaranth, no numpy).
+The modules form no import cycle: :mod:`tandem.design_record` holds the record and
+:func:`register` and imports neither this module nor :mod:`tandem.builtin_designs`;
+:mod:`tandem.builtin_designs` imports only :mod:`tandem.design_record` (and the generators and
+golden models); this module imports both, the built-ins only on the first lookup, so that
+importing it stays cheap (no Amaranth, no numpy).
 """
 
-from .design import Design, SweepBenchmark, Tool, register, registered
+from .design_record import Design, SweepBenchmark, Tool, register, registered
 from .errors import UserError, did_you_mean
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
 
 def _registered() -> dict[str, Design]:
     """Every design registered so far, the built-ins loaded first."""
-    from . import designs  # noqa: F401  (registers the built-in designs on first import)
+    from . import builtin_designs  # noqa: F401  (registers the built-in designs on first import)
 
     return registered()
 

@@ -47,7 +47,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .design import SweepBenchmark
+from .design_record import SweepBenchmark
 from .errors import UserError
 
 __all__ = [

@@ -37,7 +37,7 @@ from tandem.mappings.hpu.kv_layout import BLOCK_BYTES
 from tandem.config import ParamError
 
 from .test_hpu import SMALL, golden_for, make_sequence, request_for, store
-from .test_hpu_components import _Source
+from .test_hpu_control_blocks import _Source
 
 #: A small card: 2 engines over 4 channels of 32 KiB (engine 0: channels 0 and 1, its K spans
 #: in channel 0 and its V spans 32 KiB above, in channel 1).

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from tandem.host.hpu import HpuParams, merge_partials  # noqa: E402
 from tandem.host.hpu.codec import HpuResult  # noqa: E402
-from tandem.host.system.decode import TINY, load_model  # noqa: E402
+from tandem.host.system.decode import TINY, load_model_weights  # noqa: E402
 from tandem.mappings.llm.compiler import CompileError, CompileOptions, compile_model  # noqa: E402
 from tandem.mappings.llm.runner import CompiledModel, ProgramError, ProgramRunner  # noqa: E402
 
@@ -45,7 +45,7 @@ def _compile(model, tokenizer, out, **options):
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
-    model, tokenizer, _ = load_model("tiny", device="cpu")
+    model, tokenizer, _ = load_model_weights("tiny", device="cpu")
     return model, tokenizer
 
 
@@ -450,7 +450,7 @@ def test_tokens_are_bounded_by_the_model_context(tiny, tmp_path, capsys):
     config = replace(TINY, context_length=24)
     path = write_gguf(tmp_path / "short.gguf", config, random_llama(config, 0), tiny[1])
     assert load_gguf(path)[0].context_length == 24
-    model, tokenizer, _ = load_model(str(path), device="cpu")
+    model, tokenizer, _ = load_model_weights(str(path), device="cpu")
     _compile(model, tokenizer, tmp_path / "short")
     argv = [*C, "--model", path, "--prompt", "hi", "--program", tmp_path / "short"]
     refused([*argv, "--tokens", "23"], capsys, "exceed the model's 24-token context (at most 22)")

@@ -134,10 +134,10 @@ def test_program_tracks_the_float_model_on_the_golden_devices(model_file, compil
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
-    from tandem.host.system.decode import HpuAttention, load_model
+    from tandem.host.system.decode import HpuAttention, load_model_weights
     from tandem.mappings.llm.runner import CompiledModel, ProgramRunner
 
-    model, tokenizer, _ = load_model(str(model_file[0]), device="cpu")
+    model, tokenizer, _ = load_model_weights(str(model_file[0]), device="cpu")
     program = CompiledModel(compiled)
     params = HpuParams.for_model(model.config, max_seq_len=256)
     assert (params.head_dim, params.gqa_group) == (32, 3)

@@ -16,7 +16,7 @@ from tandem.host.system.perf import (
     hpu_params_for_model,
     hpu_step_cycles,
     load_efficiency,
-    load_model,
+    load_model_shape,
     model_names,
     paper_comparison,
     pingpong_step,
@@ -77,23 +77,23 @@ def table_efficiency(rows) -> StreamEfficiency:
     ],
 )
 def test_model_parameter_counts(name, params):
-    m = load_model(name)
+    m = load_model_shape(name)
     assert m.params == params
     assert m.weight_bytes == 2 * params
 
 
 def test_models_shipped_and_gqa():
     assert {"llama-2-7b", "llama-3-8b", "smollm2-135m"} <= set(model_names())
-    assert load_model("llama-2-7b").gqa_group == 1
-    assert load_model("llama-3-8b").gqa_group == 4
-    assert load_model("smollm2-135m").gqa_group == 3
+    assert load_model_shape("llama-2-7b").gqa_group == 1
+    assert load_model_shape("llama-3-8b").gqa_group == 4
+    assert load_model_shape("smollm2-135m").gqa_group == 3
     # Llama-2-7B, fp16: 2 * 32 layers * 4096 * 2 bytes = 512 KiB of KV per token.
-    assert load_model("llama-2-7b").kv_bytes_per_token == 512 << 10
+    assert load_model_shape("llama-2-7b").kv_bytes_per_token == 512 << 10
 
 
 def test_unknown_model():
     with pytest.raises(UserError, match="did you mean 'llama-2-7b'"):
-        load_model("llama-2-7")
+        load_model_shape("llama-2-7")
 
 
 # --- HPU engine ----------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_call_cycles_by_hand():
 
 
 def test_step_cycles_follow_runtime_calls():
-    m = load_model("smollm2-135m")
+    m = load_model_shape("smollm2-135m")
     p = hpu_params_for_model(m, 4096)
     eff = load_efficiency()
     contexts = [40, 50, 60]
@@ -253,7 +253,7 @@ def test_gpu_oom_boundary():
 
 
 def test_hpu_kv_capacity_boundary():
-    m = load_model("llama-2-7b")
+    m = load_model_shape("llama-2-7b")
     board = load_board("u55c")
     region = hpu_params_for_model(m, 2048).layout.region_bytes(2048)
     per_seq = m.layers * m.kv_heads * region
@@ -319,7 +319,7 @@ def test_engine_clock_comes_from_the_synthesis_timing_estimate(monkeypatch):
     from tandem.boards import load_board
 
     board = load_board("u55c")
-    params = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048)
+    params = hpu_params_for_model(load_model_shape("smollm2-135m"), max_seq_len=2048)
     entry = dict(perf.synthesized_engine(params))
     for fmax, clock, source in ((212.5, 212.5, "timing estimate"), (412.0, 300.0, "board default")):
         entry["timing"] = {"fmax_mhz": fmax}
@@ -352,7 +352,7 @@ def test_engines_per_card_from_synthesized_resources():
     board = load_board("u55c")
     fits, ports = {}, {}
     for model in ("llama-3-8b", "smollm2-135m"):
-        reference = hpu_params_for_model(load_model(model), max_seq_len=2048)
+        reference = hpu_params_for_model(load_model_shape(model), max_seq_len=2048)
         params = best_engine(reference, board)["params"]  # the configuration the model runs
         ports[model] = board.memory[0]["channels"] // params.read_ports  # engines HBM serves
         fit = fits[model] = engine_fit(params, board)
@@ -379,7 +379,7 @@ def test_engines_per_card_from_synthesized_resources():
     forced = decode_projection("smollm2-135m", "l40s", [8], hpus=1, engines=too_many)[-1]
     assert forced["hpu"]["engines_limited_by"] == "--engines"
     assert forced["hpu"]["resources"]["fits"] is False
-    odd = hpu_params_for_model(load_model("smollm2-135m"), max_seq_len=2048, q_bits=8)
+    odd = hpu_params_for_model(load_model_shape("smollm2-135m"), max_seq_len=2048, q_bits=8)
     assert engine_fit(odd, board) == {"checked": False, "reason": engine_fit(odd, board)["reason"]}
     assert "no synthesis" in engine_fit(odd, board)["reason"]
 
@@ -391,7 +391,7 @@ def test_best_engine_is_the_synthesis_drawing_the_most_card_bandwidth():
     from tandem.host.system.perf import best_engine, card_kv_bandwidth, hpu_params_for_model
 
     board = load_board("u55c")
-    smol = load_model("smollm2-135m")
+    smol = load_model_shape("smollm2-135m")
     reference = hpu_params_for_model(
         smol, max_seq_len=2048, kv_bits=16, lanes=16, mem_data_bits=256
     )
@@ -502,7 +502,7 @@ def test_step_cycles_agree_with_runtime():
     from tandem.host.system.decode import Decoder, HpuAttention, Llama
     from tandem.host.system.model import LlamaConfig, random_llama
 
-    m = load_model("smollm2-135m")
+    m = load_model_shape("smollm2-135m")
     # The runtime's cycles depend on the shape of attention only: the vocabulary is cut to keep
     # the random weights small.
     config = LlamaConfig(

@@ -354,7 +354,7 @@ def test_bmc_says_how_far_it_checks_past_the_first_beat(engine, tmp_path):
 
 
 def test_proof_parameters_are_parameters_of_the_design():
-    from tandem.design import Design
+    from tandem.design_record import Design
 
     for design in all_designs():
         design.params().replace(**design.prove_params)  # legal values
@@ -391,8 +391,8 @@ def test_cli_json(capsys):
 
 
 def test_cli_failure_exits_1(monkeypatch, tmp_path, capsys):
-    import tandem.design
-    from tandem.design import Design
+    import tandem.design_record
+    from tandem.design_record import Design
 
     # not XDG_CACHE_HOME: YoWASP keeps its compiled yosys there, and compiling it takes minutes
     monkeypatch.setattr("tandem.prove.proof.default_trace_dir", lambda: tmp_path)
@@ -405,7 +405,7 @@ def test_cli_failure_exits_1(monkeypatch, tmp_path, capsys):
         golden=exp2.golden,
         testbench=exp2.testbench,
     )
-    monkeypatch.setitem(tandem.design._designs, mutant.name, mutant)
+    monkeypatch.setitem(tandem.design_record._designs, mutant.name, mutant)
     assert main(["prove", "test-dropper", "--depth", "8"]) == 1
     captured = capsys.readouterr()
     assert "FAILED at cycle 5" in captured.out

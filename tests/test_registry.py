@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tandem.boards import board_names
-from tandem.design import Design, SweepBenchmark, Tool, register, registered
+from tandem.design_record import Design, SweepBenchmark, Tool, register, registered
 from tandem.registry import all_designs, all_tools, get_design
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def test_rnn_registers_in_designs_and_is_the_same_entry_in_hw():
 
 
 def test_two_tools_with_one_name_are_an_error(monkeypatch):
-    import tandem.design
+    import tandem.design_record
 
     clash = dataclasses.replace(
         get_design("exp2"),
@@ -113,7 +113,7 @@ def test_two_tools_with_one_name_are_an_error(monkeypatch):
         tools=(Tool("map", "spmm", "tandem.mappings.rnn.cli", "another mapper"),),
     )
     # Registered for this test only: monkeypatch takes the entry out again.
-    monkeypatch.setitem(tandem.design._designs, clash.name, clash)
+    monkeypatch.setitem(tandem.design_record._designs, clash.name, clash)
     assert clash.name in registered()
     with pytest.raises(ValueError, match="different `tandem map spmm`"):
         all_tools("map")
@@ -165,11 +165,13 @@ def _imported_after(statement: str) -> set[str]:
 
 def test_registry_import_is_light_and_loads_the_builtins_on_first_use():
     loaded = _imported_after("import tandem.registry")
-    assert "tandem.designs" not in loaded
+    assert "tandem.builtin_designs" not in loaded
     assert not {"amaranth", "numpy", "torch", "cocotb"} & loaded
 
 
 def test_no_import_cycle():
     # The built-ins and the record module never import the lookup module.
-    assert "tandem.registry" not in _imported_after("import tandem.designs")
-    assert not {"tandem.registry", "tandem.designs"} & _imported_after("import tandem.design")
+    assert "tandem.registry" not in _imported_after("import tandem.builtin_designs")
+    assert not {"tandem.registry", "tandem.builtin_designs"} & _imported_after(
+        "import tandem.design_record"
+    )

@@ -620,7 +620,7 @@ def chrome_trace(events: list[dict], path: str | Path, metadata: dict | None = N
 TINY = LlamaConfig(n_layers=2, dim=128, n_heads=4, n_kv_heads=2, hidden=256, vocab=256)
 
 
-def load_model(name: str, device=None):
+def load_model_weights(name: str, device=None):
     """``(model, tokenizer, label)`` for ``--model``: a known name, a .gguf path (Llama or
     Gemma 3 architecture), ``tiny`` (a random Llama) or ``tiny-gemma`` (a random Gemma 3 with
     a window of 8 positions)."""

@@ -26,7 +26,7 @@ from tandem.host.system.decode import (
     channel_report,
     chrome_trace,
     compare_with_torch,
-    load_model,
+    load_model_weights,
     schedule,
 )
 
@@ -171,7 +171,7 @@ def _setup(args) -> _Setup:
     params, memory_bytes = _engine_params(args, hpus, mib)
     if args.threads is not None:
         configure_threads(args.threads)
-    model, tokenizer, label = load_model(args.model)
+    model, tokenizer, label = load_model_weights(args.model)
     c = model.config
     try:
         params = HpuParams.for_model(c, base=params)

@@ -1,6 +1,6 @@
 """The ``rnn`` design entry (``tandem generate|sim|synth rnn``), for code that imports it here.
 
-``tandem/designs.py`` registers ``rnn`` like every other design; :data:`RNN_DESIGN` is that
+``tandem/builtin_designs.py`` registers ``rnn`` like every other design; :data:`RNN_DESIGN` is that
 registry entry, looked up on first use (importing this module registers nothing).
 """
 

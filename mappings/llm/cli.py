@@ -86,7 +86,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     """``tandem compile``."""
-    from tandem.host.system.decode import load_model
+    from tandem.host.system.decode import load_model_weights
     from tandem.host.system.texts import load_text
 
     from .compiler import CompileOptions, check_output_folder, compile_model
@@ -110,7 +110,7 @@ def run(args) -> int:
     check_output_folder(args.output)
     _llama_only(args.model)
     say = (lambda *a, **k: None) if args.json else print
-    model, tokenizer, label = load_model(args.model, device="cpu")
+    model, tokenizer, label = load_model_weights(args.model, device="cpu")
     summary = compile_model(
         model, tokenizer, args.output, options, text=text, model_label=label, log=say
     )
@@ -171,7 +171,7 @@ def run_program(args) -> int:
     from tandem.host.hpu.device import HpuDevice
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
-    from tandem.host.system.decode import HpuAttention, channel_report, load_model
+    from tandem.host.system.decode import HpuAttention, channel_report, load_model_weights
     from tandem.host.system.model import LlamaConfig
     from tandem.host.system.perf import engine_clock
 
@@ -181,7 +181,7 @@ def run_program(args) -> int:
 
     flags = _program_flags(args)
     compiled = CompiledModel(args.program)
-    model, tokenizer, label = load_model(args.model)
+    model, tokenizer, label = load_model_weights(args.model)
     c = model.config
     if not isinstance(c, LlamaConfig):
         raise UserError(

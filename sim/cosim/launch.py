@@ -71,7 +71,7 @@ def _native(args) -> int:
     from tandem.sim.native.model import NativeModel
     from tandem.sim.native.server import CardServer, HpuServer, StreamServer, serve
 
-    import tandem.designs  # noqa: F401  (registers the designs)
+    import tandem.builtin_designs  # noqa: F401  (registers the designs)
     from tandem.registry import get_design
 
     design = get_design(args.design)

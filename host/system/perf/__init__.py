@@ -171,7 +171,7 @@ from .inputs import (
     StreamEfficiency,
     load_efficiency,
     load_engine_resources,
-    load_model,
+    load_model_shape,
     model_names,
 )
 from .model import RESULT_ELEM_BYTES, decode_projection, pingpong_step
@@ -217,7 +217,7 @@ __all__ = [
     "hpu_step_cycles",
     "load_efficiency",
     "load_engine_resources",
-    "load_model",
+    "load_model_shape",
     "model_names",
     "paper_comparison",
     "pingpong_step",

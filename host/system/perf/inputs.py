@@ -107,7 +107,7 @@ def model_names() -> list[str]:
 
 
 @cache
-def load_model(name: str) -> ModelShape:
+def load_model_shape(name: str) -> ModelShape:
     """The model shape called ``name`` (file stem in ``constraints/models``)."""
     names = model_names()
     if name not in names:

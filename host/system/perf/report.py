@@ -8,7 +8,7 @@ from tandem.boards import load_board, load_gpu
 from tandem.errors import UserError
 
 from .cards import KV_PLACEMENTS
-from .inputs import load_efficiency, load_model, model_names
+from .inputs import load_efficiency, load_model_shape, model_names
 from .model import decode_projection
 from .paper import PAPER, paper_comparison
 
@@ -250,7 +250,7 @@ def check_arguments(args) -> list[int]:
     from tandem.args import MAX_CLOCK_MHZ, integer, output_file, real
     from tandem.boards import board_names
 
-    load_model(args.model)
+    load_model_shape(args.model)
     load_gpu(args.gpu)
     board = load_board(args.hpu_board)
     integer(args.hpus, "--hpus", 0, MAX_HPUS, " (cards beside one GPU)")

@@ -1,6 +1,6 @@
 """The :class:`Design` record, everything tandem knows about one design, and :func:`register`.
 
-This module is the leaf of the registry: it imports nothing from :mod:`tandem.designs` (the
+This module is the leaf of the registry: it imports nothing from :mod:`tandem.builtin_designs` (the
 built-in designs, which import this module to register themselves) nor from any generator or
 golden model, so it stays cheap to import. Lookups go through :mod:`tandem.registry`, which
 loads the built-ins on first use.

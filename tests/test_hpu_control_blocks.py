@@ -1,4 +1,4 @@
-"""The ``hpu`` engine's components, each alone in Amaranth's simulator against the host model.
+"""The ``hpu`` engine's control and memory blocks, each alone in Amaranth's simulator.
 
 The whole engine is checked bit- and cycle-exact against the golden model in ``test_hpu.py``;
 these tests pin each component's own contract (its class docstring, the layouts of

@@ -1,4 +1,4 @@
-"""The ``hpu`` engine's datapath components, each alone in Amaranth's simulator against the host.
+"""The ``hpu`` engine's datapath blocks, each alone in Amaranth's simulator against the host.
 
 The whole engine is checked bit- and cycle-exact against the golden model in ``test_hpu.py``;
 these tests pin the K side, the V side and the output on their own ports (their class

@@ -1,7 +1,7 @@
 """Registrations of the designs that ship with tandem: one entry per design, every fact of it.
 
-Importing this module registers them (:func:`tandem.design.register`); :mod:`tandem.registry`
-does so on its first lookup. This module imports :mod:`tandem.design`, never
+Importing this module registers them (:func:`tandem.design_record.register`); :mod:`tandem.registry`
+does so on its first lookup. This module imports :mod:`tandem.design_record`, never
 :mod:`tandem.registry`, so the two form no import cycle.
 """
 
@@ -35,7 +35,7 @@ from tandem.hw.sparse_dsp.mpe import SparseMpe
 from tandem.hw.spmm.sparse_engine import SparseEngine
 from tandem.hw.spmm.systolic import Systolic
 
-from .design import Design, SweepBenchmark, Tool, register
+from .design_record import Design, SweepBenchmark, Tool, register
 
 __all__ = ["HPU_SERVER", "NM_PACKER", "RNN_MAPPER", "SPMM_MAPPER", "STREAM_SERVER"]
 

@@ -351,44 +351,12 @@ def run_regression(
         cache_root
         / f"{design.name}-{simulator}-{_cache_key(design, params, simulator, sha, waves)}"
     )
-    run_dir = (
-        Path(run_dir)
-        if run_dir is not None
-        else Path("build") / "sim" / f"{design.name}-{simulator}"
-    )
-    run_dir = run_dir.resolve()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--run-dir {run_dir}: cannot create it: {exc.strerror}") from None
+    run_dir = _make_run_dir(run_dir, design, simulator)
 
     runner = get_runner(simulator)
-    built_marker = build_dir / ".tandem-built"
-    cached = True
-    with build_lock(cache_root / f".{build_dir.name}.lock"):
-        if not built_marker.exists():
-            cached = False
-            if files is None:
-                say(f"generating the Verilog of {design.name}")
-                files = generate(design, params).files()
-            say(
-                f"building the {simulator} model of {design.name} (once per parameter set; "
-                f"{'minutes' if simulator == 'verilator' else 'seconds'}), into {build_dir}"
-            )
-            build_dir.mkdir(parents=True, exist_ok=True)
-            for name, content in files.items():
-                (build_dir / name).write_bytes(content)
-            with open(build_dir / "build.log", "w") as log, redirect_stdout(log):
-                runner.build(
-                    sources=[build_dir / f"{design.name}.v"],
-                    hdl_toplevel=design.top,
-                    build_dir=build_dir,
-                    build_args=_build_args(simulator),
-                    timescale=("1ns", "1ps"),
-                    waves=waves,
-                    log_file=build_dir / "build.log",
-                )
-            built_marker.write_text("ok\n")
+    cached, files = _build_model(
+        runner, design, params, simulator, waves, cache_root, build_dir, files, say
+    )
 
     manifest_path = run_dir / f"{design.name}.manifest.json"
     if files is None:  # a cached build: its manifest was written beside the Verilog
@@ -427,18 +395,7 @@ def run_regression(
             results_xml=str(results_xml),
             log_file=log_file if quiet else None,
         )
-    tests = _parse_results_xml(results_xml)
-    if results_json.exists():
-        figures = json.loads(results_json.read_text())
-        for test in tests:
-            test.figures.update(figures.get(test.name, {}))
-    golden_s = 0.0
-    if golden_times.exists():
-        golden_s = sum(float(line) for line in golden_times.read_text().split())
-    waves_file = None
-    if waves:
-        candidates = sorted(run_dir.glob("*.fst")) + sorted(run_dir.glob("*.vcd"))
-        waves_file = candidates[0] if candidates else None
+    tests, golden_s, waves_file = _collect_results(run_dir, results_xml, results_json, waves)
     return SimResult(
         design=design.name,
         simulator=simulator,
@@ -451,3 +408,72 @@ def run_regression(
         waves=waves_file,
         golden_s=golden_s,
     )
+
+
+def _build_model(
+    runner, design, params, simulator, waves, cache_root: Path, build_dir: Path, files, say
+):
+    """Build the simulator model of ``design`` into ``build_dir`` unless a finished build is
+    there (under the cache's lock); returns ``(cached, files)``, ``files`` the generated
+    Verilog when this call generated it (else as given)."""
+    built_marker = build_dir / ".tandem-built"
+    cached = True
+    with build_lock(cache_root / f".{build_dir.name}.lock"):
+        if not built_marker.exists():
+            cached = False
+            if files is None:
+                say(f"generating the Verilog of {design.name}")
+                files = generate(design, params).files()
+            say(
+                f"building the {simulator} model of {design.name} (once per parameter set; "
+                f"{'minutes' if simulator == 'verilator' else 'seconds'}), into {build_dir}"
+            )
+            build_dir.mkdir(parents=True, exist_ok=True)
+            for name, content in files.items():
+                (build_dir / name).write_bytes(content)
+            with open(build_dir / "build.log", "w") as log, redirect_stdout(log):
+                runner.build(
+                    sources=[build_dir / f"{design.name}.v"],
+                    hdl_toplevel=design.top,
+                    build_dir=build_dir,
+                    build_args=_build_args(simulator),
+                    timescale=("1ns", "1ps"),
+                    waves=waves,
+                    log_file=build_dir / "build.log",
+                )
+            built_marker.write_text("ok\n")
+    return cached, files
+
+
+def _collect_results(run_dir: Path, results_xml: Path, results_json: Path, waves: bool):
+    """``(tests, golden_s, waves_file)`` of a finished run in ``run_dir``: the tests with their
+    figures, the seconds the golden models took and the waveform written (or None)."""
+    golden_times = run_dir / "golden_times.txt"
+    tests = _parse_results_xml(results_xml)
+    if results_json.exists():
+        figures = json.loads(results_json.read_text())
+        for test in tests:
+            test.figures.update(figures.get(test.name, {}))
+    golden_s = 0.0
+    if golden_times.exists():
+        golden_s = sum(float(line) for line in golden_times.read_text().split())
+    waves_file = None
+    if waves:
+        candidates = sorted(run_dir.glob("*.fst")) + sorted(run_dir.glob("*.vcd"))
+        waves_file = candidates[0] if candidates else None
+    return tests, golden_s, waves_file
+
+
+def _make_run_dir(run_dir, design, simulator: str) -> Path:
+    """``run_dir`` (default ``build/sim/<design>-<simulator>``), resolved and created."""
+    run_dir = (
+        Path(run_dir)
+        if run_dir is not None
+        else Path("build") / "sim" / f"{design.name}-{simulator}"
+    )
+    run_dir = run_dir.resolve()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--run-dir {run_dir}: cannot create it: {exc.strerror}") from None
+    return run_dir

@@ -67,7 +67,7 @@ def prompts(tokenizer, batch: int, length: int) -> list[list[int]]:
     return [ids[b * step : b * step + length] for b in range(batch)]
 
 
-def main(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4, help="sequences decoded together")
     parser.add_argument("--prompt-tokens", type=int, default=240, help="tokens per prompt")
@@ -86,7 +86,11 @@ def main(argv=None) -> int:
         "or the twin where a C compiler builds it (auto, the default)",
     )
     add_benchmark_options(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _check_args(args) -> bool:
+    """Whether the options are in range (else says why)."""
     for flag, value in (
         ("--batch", args.batch),
         ("--prompt-tokens", args.prompt_tokens),
@@ -96,39 +100,24 @@ def main(argv=None) -> int:
     ):
         if value < 1:
             print(f"decode_speed: {flag} must be at least 1, not {value}", file=sys.stderr)
-            return 2
+            return False
     if args.prompt_tokens + args.new_tokens > MAX_SEQ_LEN:
         print(
             f"decode_speed: --prompt-tokens + --new-tokens must be at most {MAX_SEQ_LEN} (the "
             f"engine's max_seq_len here), not {args.prompt_tokens + args.new_tokens}",
             file=sys.stderr,
         )
-        return 2
-    from tandem.host.common.threads import configure_threads
+        return False
+    return True
 
-    configure_threads(args.threads)  # before torch loads: its pool reads the size then
-    import torch
-    from tandem.host.hpu import HpuParams
+
+def _measure(args, model, batch, params):
+    """Each side's best run ``{"torch" | "hpu": (output, attention s)}`` and the golden
+    kernels that ran, as ``(kernel, why not the twin)``."""
     from tandem.host.hpu.device import HpuDevice
-    from tandem.host.system.decode import (
-        Decoder,
-        HpuAttention,
-        TorchAttention,
-        load_model_weights,
-    )
-    from tandem.host.system.model import find_model
+    from tandem.host.system.decode import Decoder, HpuAttention, TorchAttention
 
-    if find_model("smollm2-135m") is None:
-        return skip("SmolLM2-135M is not fetched; run: tandem model fetch smollm2-135m")
-    model, tokenizer, label = load_model_weights("smollm2-135m")
     config = model.config
-    try:
-        batch = prompts(tokenizer, args.batch, args.prompt_tokens)
-    except ValueError as exc:
-        print(f"decode_speed: {exc}", file=sys.stderr)
-        return 2
-    params = HpuParams.for_model(config, max_seq_len=MAX_SEQ_LEN)
-
     kernels = []
 
     def run(kind: str):
@@ -149,13 +138,65 @@ def main(argv=None) -> int:
 
     # The two sides alternate, so a load that comes and goes hits both alike; each side's
     # best run counts.
-    start = time.perf_counter()
     best: dict[str, tuple] = {}
     for _ in range(args.repeat):
         for kind in ("torch", "hpu"):
             out, attend_s = run(kind)
             if kind not in best or out.wall_s < best[kind][0].wall_s:
                 best[kind] = (out, attend_s)
+    return best, kernels
+
+
+def _figures(args, label, threads: int, kernel, torch_rate, hpu_rate, ratio) -> Figures:
+    figures = Figures(
+        "decode-speed",
+        config={
+            "model": label,
+            "batch": args.batch,
+            "prompt_tokens": args.prompt_tokens,
+            "new_tokens": args.new_tokens,
+            "threads": threads,
+            "golden_kernel": kernel,
+        },
+    )
+    note = f"SmolLM2-135M, batch {args.batch}, {args.prompt_tokens}-token prompts, CPU"
+    figures.add("decode tokens/s, torch attention", torch_rate, "tokens/s", note=note)
+    figures.add("decode tokens/s, golden HPU attention", hpu_rate, "tokens/s", note=note)
+    figures.add(
+        "golden HPU / torch attention tokens/s",
+        ratio,
+        "ratio",
+        reference=TARGET_RATIO,
+        reference_label="target",
+        note=note,
+    )
+    return figures
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    if not _check_args(args):
+        return 2
+    from tandem.host.common.threads import configure_threads
+
+    configure_threads(args.threads)  # before torch loads: its pool reads the size then
+    import torch
+    from tandem.host.hpu import HpuParams
+    from tandem.host.system.decode import load_model_weights
+    from tandem.host.system.model import find_model
+
+    if find_model("smollm2-135m") is None:
+        return skip("SmolLM2-135M is not fetched; run: tandem model fetch smollm2-135m")
+    model, tokenizer, label = load_model_weights("smollm2-135m")
+    try:
+        batch = prompts(tokenizer, args.batch, args.prompt_tokens)
+    except ValueError as exc:
+        print(f"decode_speed: {exc}", file=sys.stderr)
+        return 2
+    params = HpuParams.for_model(model.config, max_seq_len=MAX_SEQ_LEN)
+
+    start = time.perf_counter()
+    best, kernels = _measure(args, model, batch, params)
     (reference, torch_attend_s), (golden, hpu_attend_s) = best["torch"], best["hpu"]
     steps = golden.decode_tokens
     torch_rate = reference.decode_tokens / reference.wall_s
@@ -183,29 +224,8 @@ def main(argv=None) -> int:
         f"{hpu_attend_s / golden.wall_s:.0%} of the golden run; same tokens {same}/{total}; "
         f"{time.perf_counter() - start:.0f} s in all"
     )
-    figures = Figures(
-        "decode-speed",
-        config={
-            "model": label,
-            "batch": args.batch,
-            "prompt_tokens": args.prompt_tokens,
-            "new_tokens": args.new_tokens,
-            "threads": torch.get_num_threads(),
-            "golden_kernel": kernel,
-        },
-    )
-    note = f"SmolLM2-135M, batch {args.batch}, {args.prompt_tokens}-token prompts, CPU"
-    figures.add("decode tokens/s, torch attention", torch_rate, "tokens/s", note=note)
-    figures.add("decode tokens/s, golden HPU attention", hpu_rate, "tokens/s", note=note)
-    figures.add(
-        "golden HPU / torch attention tokens/s",
-        ratio,
-        "ratio",
-        reference=TARGET_RATIO,
-        reference_label="target",
-        note=note,
-    )
-    figures.write(args.figures)
+    threads = torch.get_num_threads()
+    _figures(args, label, threads, kernel, torch_rate, hpu_rate, ratio).write(args.figures)
     return 0
 
 

@@ -409,7 +409,7 @@ def _print_table(label: str, rows: dict) -> None:
         print(f"{name:>10} {_pct(s['mean']):>8} {_pct(s['p99']):>8} {_pct(s['max']):>8}")
 
 
-def main(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--texts",
@@ -449,7 +449,12 @@ def main(argv=None) -> int:
         "--threads", type=int, default=1, help="torch CPU threads (more only help on idle cores)"
     )
     add_benchmark_options(parser, json="write the summary and every record here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _load_texts(args) -> list | None:
+    """The texts of ``--texts``; None (after saying why) when an option is out of range or a
+    text cannot be read."""
     for flag, value in (
         ("--prompt-tokens", args.prompt_tokens),
         ("--tokens", args.tokens),
@@ -457,16 +462,21 @@ def main(argv=None) -> int:
     ):
         if value < 1:
             print(f"error: {flag} must be at least 1, not {value}", file=sys.stderr)
-            return 2
+            return None
     strength = args.smoothing_strength
     if strength is not None and not 0.0 <= strength <= 1.0:  # NaN fails too
         print(f"error: --smoothing-strength must be in 0..1, not {strength}", file=sys.stderr)
-        return 2
+        return None
     try:
-        texts = [load_text(name) for name in args.texts]
+        return [load_text(name) for name in args.texts]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return None
+
+
+def _load_model(args, length: int):
+    """``(model, tokenizer, label, params)``, or the exit code: a skip in the suite where the
+    weights are not fetched, else 2 after saying why."""
     import torch
     from tandem.host.hpu import HpuParams
     from tandem.host.system.decode import load_model_weights
@@ -486,7 +496,6 @@ def main(argv=None) -> int:
         overrides = resolve_params(HpuParams, None, args.set, design="hpu")
         model, tokenizer, label = load_model_weights(args.model, "cpu")
         c = model.config
-        length = args.prompt_tokens + args.tokens + 1  # the last token is only predicted
         params = overrides.replace(
             head_dim=c.head_dim,
             gqa_group=c.gqa_group,
@@ -495,6 +504,11 @@ def main(argv=None) -> int:
     except (UserError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return model, tokenizer, label, params
+
+
+def _split_texts(args, texts, tokenizer, length: int):
+    """``(prompts, forced)`` token ids of each text; None (after saying why) for a short one."""
     prompts, forced = [], []
     for name, text in zip(args.texts, texts):
         ids = tokenizer.encode(text)
@@ -504,31 +518,14 @@ def main(argv=None) -> int:
                 f"--tokens = {length}",
                 file=sys.stderr,
             )
-            return 2
+            return None
         prompts.append(ids[: args.prompt_tokens])
         forced.append(ids[args.prompt_tokens : length])  # step s feeds forced[s - 1]
-    probe, got, reference = measure(
-        model,
-        prompts,
-        forced,
-        params,
-        smoothing=not args.no_smoothing,
-        strength=args.smoothing_strength,
-        simulate=args.simulate_format,
-    )
-    records = probe.records
-    summary = summarize(records, list(args.texts))
-    agreement = agreement_in_chunks(reference.logits, got.logits)
-    # Decode step s predicts forced[s]: each run's top-1 accuracy on the text itself.
-    truth = np.array([f[1:] for f in forced]).T  # [steps, batch]
-    accuracy = {
-        side: float((result.logits.argmax(-1) == truth).mean())
-        for side, result in (("hpu", got), ("torch", reference))
-    }
-    strength = args.smoothing_strength
-    if strength is None:
-        strength = KEY_SMOOTHING_STRENGTH
-    smoothing = "off" if args.no_smoothing else f"on (prefill keys, strength {strength:g})"
+    return prompts, forced
+
+
+def _print_report(args, label, c, params, length, smoothing, summary, agreement, accuracy):
+    """The printed report: the run, the error tables, the worst case, the logits."""
     print(
         f"{label}: {c.n_layers} layers x {c.n_heads} query heads ({c.n_kv_heads} KV, head_dim "
         f"{c.head_dim}); texts {', '.join(args.texts)}: prompt {args.prompt_tokens} tokens, then "
@@ -568,11 +565,11 @@ def main(argv=None) -> int:
         f"|logit error| {agreement['max_logit_error']:.3f}; top-1 = the text's next token: HPU "
         f"{accuracy['hpu']:.2%}, torch {accuracy['torch']:.2%}"
     )
-    note = (
-        f"{label}, texts {'+'.join(args.texts)}, prompt {args.prompt_tokens} + "
-        f"{args.tokens} decode steps, every step x layer x head, int{params.q_bits} q, "
-        f"key smoothing {smoothing}, vs float32 SDPA"
-    )
+
+
+def _figures(args, params, note: str, summary, agreement) -> Figures:
+    """The suite's figures: the error targets, the components alone, the logits' agreement."""
+    o = summary["overall"]
     figures = Figures("hpu-accuracy-dense", config=params.to_dict() | {"texts": args.texts})
     for name, value, target in (
         ("mean relative L2 error", o["mean"], TARGET_MEAN),
@@ -614,7 +611,53 @@ def main(argv=None) -> int:
         design="hpu",
         note=note,
     )
-    figures.write(args.figures)
+    return figures
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    texts = _load_texts(args)
+    if texts is None:
+        return 2
+    length = args.prompt_tokens + args.tokens + 1  # the last token is only predicted
+    loaded = _load_model(args, length)
+    if not isinstance(loaded, tuple):
+        return loaded
+    model, tokenizer, label, params = loaded
+    c = model.config
+    split = _split_texts(args, texts, tokenizer, length)
+    if split is None:
+        return 2
+    prompts, forced = split
+    probe, got, reference = measure(
+        model,
+        prompts,
+        forced,
+        params,
+        smoothing=not args.no_smoothing,
+        strength=args.smoothing_strength,
+        simulate=args.simulate_format,
+    )
+    records = probe.records
+    summary = summarize(records, list(args.texts))
+    agreement = agreement_in_chunks(reference.logits, got.logits)
+    # Decode step s predicts forced[s]: each run's top-1 accuracy on the text itself.
+    truth = np.array([f[1:] for f in forced]).T  # [steps, batch]
+    accuracy = {
+        side: float((result.logits.argmax(-1) == truth).mean())
+        for side, result in (("hpu", got), ("torch", reference))
+    }
+    strength = args.smoothing_strength
+    if strength is None:
+        strength = KEY_SMOOTHING_STRENGTH
+    smoothing = "off" if args.no_smoothing else f"on (prefill keys, strength {strength:g})"
+    _print_report(args, label, c, params, length, smoothing, summary, agreement, accuracy)
+    note = (
+        f"{label}, texts {'+'.join(args.texts)}, prompt {args.prompt_tokens} + "
+        f"{args.tokens} decode steps, every step x layer x head, int{params.q_bits} q, "
+        f"key smoothing {smoothing}, vs float32 SDPA"
+    )
+    _figures(args, params, note, summary, agreement).write(args.figures)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(

@@ -204,7 +204,7 @@ def _synthesize_reference(design) -> dict:
     return report_dict(report)
 
 
-def main(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
@@ -226,7 +226,147 @@ def main(argv=None) -> int:
         help=f"also synthesize the reference configuration for {REFERENCE_BOARD} (~20 min)",
     )
     add_benchmark_options(parser, seed=True, out=True)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _at_2k(rows, lat):
+    """The row of one request of 2048 tokens at latency ``lat``, or None."""
+    return next(
+        (r for r in rows if r["latency"] == lat and r["tokens"] == 2048 and r["batch"] == 1),
+        None,
+    )
+
+
+def _print_rows(args, params, rows, lengths, built, elapsed) -> dict:
+    """Print the efficiency table and the 2K-token rows; each latency's ratio to the paper."""
+    print(f"hpu {params}")
+    print(
+        f"{args.simulator}, seed {args.seed}, {built}, {elapsed:.0f} s; efficiency = R bytes / "
+        f"(read-window cycles x 2 ports x {params.beat_bytes} B)"
+    )
+    print(_table(rows, lengths, args.latencies, args.batch))
+    if min(args.latencies) < MODEL_LATENCY:
+        print(
+            f"(latency below {MODEL_LATENCY} runs at the memory model's minimum, {MODEL_LATENCY})"
+        )
+    paper = {}
+    for lat in args.latencies:
+        at_2k = _at_2k(rows, lat)
+        if at_2k is not None:
+            paper[lat] = at_2k["efficiency"] / PAPER_EFFICIENCY_2K
+            print(
+                f"2K tokens, latency {lat}: the engine's port utilization {at_2k['efficiency']:.4f}"
+                f" (the paper's {PAPER_EFFICIENCY_2K} is a share of HBM peak: see the card level)"
+            )
+    return paper
+
+
+def _card_level(args, params, rows):
+    """``(board, {latency@clock: card KV bandwidth})`` at 2K tokens, printed.
+
+    The figure to set beside the paper's: the card's share of HBM peak, not one engine's port
+    utilization (every engine that fits, each port one beat a cycle on its own pseudo-channel,
+    times the efficiency measured here)."""
+    from tandem.host.system.perf import best_engine, card_kv_bandwidth
+
+    from tandem.boards import load_board
+
+    card = {}
+    board = load_board(REFERENCE_BOARD)
+    # The card runs the port width the performance model chooses for this head and format
+    # (the most KV bandwidth of the synthesized ones); the efficiency measured here is per beat.
+    chosen = best_engine(params, board)
+    print(f"card level: {chosen['choice']}")
+    card_params = chosen["params"]
+    for lat in args.latencies:
+        at_2k = _at_2k(rows, lat)
+        if at_2k is None:
+            continue
+        # The clock the performance model takes (the synthesized configuration's timing
+        # estimate where it is below the board's default), and the board's default beside it.
+        for clock in dict.fromkeys((None, float(board.default_clock_mhz))):
+            kv = card_kv_bandwidth(card_params, board, at_2k["efficiency"], clock)
+            if f"{lat}@{kv['clock_mhz']:g}" in card:
+                continue
+            card[f"{lat}@{kv['clock_mhz']:g}"] = kv
+            print(
+                f"card level, {board.name}, 2K tokens, latency {lat}, {kv['clock_mhz']:g} MHz "
+                f"({kv['clock_source'] if clock is None else 'the board default'}): "
+                f"{kv['engines']} engines of {card_params.mem_data_bits}-bit ports "
+                f"({kv['engines_limited_by']}) x {card_params.read_ports} "
+                f"ports x {kv['port_gb_s']:.2f} GB/s x {at_2k['efficiency']:.4f} = "
+                f"{kv['card_gb_s']:.0f} GB/s = {kv['hbm_fraction']:.3f} of {kv['hbm_gb_s']:g} "
+                f"GB/s HBM peak (paper: {PAPER_EFFICIENCY_2K})"
+            )
+    return board, card
+
+
+def _figures(args, params, rows, board, card) -> Figures:
+    """Each row's efficiency and the card's share of HBM peak."""
+    figures = Figures("hpu-efficiency", config=params.to_dict())
+    for r in rows:
+        queued = "one request" if r["batch"] == 1 else f"{r['batch']} requests queued"
+        paper_ref = r["tokens"] == 2048 and r["batch"] == 1
+        figures.add(
+            f"stream efficiency, {r['tokens']} tokens, {queued}, latency {r['latency']}",
+            r["efficiency"],
+            reference=PAPER_EFFICIENCY_2K if paper_ref else None,
+            reference_label="HPU paper, 2K tokens" if paper_ref else "",
+            design="hpu",
+            note=f"{args.simulator} RTL ({args.harness}), {r['latency']}-cycle memory",
+        )
+    for key, kv in card.items():
+        figures.add(
+            f"card KV bandwidth, share of HBM peak, 2K tokens, latency {key.split('@')[0]}, "
+            f"{kv['clock_mhz']:g} MHz",
+            kv["hbm_fraction"],
+            reference=PAPER_EFFICIENCY_2K,
+            reference_label="HPU paper, 2K tokens",
+            design="hpu",
+            note=f"{board.name}: {kv['engines']} engines x {params.read_ports} ports x "
+            f"{kv['port_gb_s']:.2f} GB/s x the measured efficiency",
+            provenance=Provenance.MODELLED,
+            assumptions=[
+                "every engine port streams from an HBM pseudo-channel of its own, one beat a "
+                f"cycle, at most the board's sustained fraction (constraints/boards/{board.name}"
+                ".yaml)",
+                "engines per card: as many as the ports serve and a yosys synthesis's resources "
+                "hold (constraints/measured/hpu_resources.yaml)",
+                "the engine clock of that synthesis's timing estimate, or the board's default",
+                "the stream efficiency this run measured in RTL at 2K tokens",
+            ],
+        )
+    return figures
+
+
+def _add_reference_synth(design, report: dict, figures: Figures) -> None:
+    """Synthesize the reference configuration into ``report`` and ``figures``."""
+    report["reference_synth"] = _synthesize_reference(design)
+    for name, value in report["reference_synth"]["used"].items():
+        figures.add(
+            f"{name} of the reference configuration on {REFERENCE_BOARD}",
+            value,
+            "cells",
+            design="hpu",
+            higher_is_better=None,
+            note=f"yosys, {REFERENCE}",
+            provenance=Provenance.SYNTHESIS,
+        )
+
+
+def _write_outputs(args, report: dict, rows) -> None:
+    json_path = args.out / "hpu_stream_efficiency.json"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {json_path}")
+    png = args.out / "hpu_stream_efficiency.png"
+    if _plot(rows, args.latencies, args.batch, png):
+        print(f"wrote {png}")
+    else:
+        print("note: matplotlib is not installed; no plot (pip install matplotlib)")
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
     design = get_design("hpu")
     if min(args.lengths) < 1 or min(args.latencies) < 0 or args.batch < 1:
         print(
@@ -265,65 +405,8 @@ def main(argv=None) -> int:
             return 1
     elapsed = time.perf_counter() - start
 
-    print(f"hpu {params}")
-    print(
-        f"{args.simulator}, seed {args.seed}, {built}, {elapsed:.0f} s; efficiency = R bytes / "
-        f"(read-window cycles x 2 ports x {params.beat_bytes} B)"
-    )
-    print(_table(rows, lengths, args.latencies, args.batch))
-    if min(args.latencies) < MODEL_LATENCY:
-        print(
-            f"(latency below {MODEL_LATENCY} runs at the memory model's minimum, {MODEL_LATENCY})"
-        )
-    paper = {}
-    for lat in args.latencies:
-        at_2k = next(
-            (r for r in rows if r["latency"] == lat and r["tokens"] == 2048 and r["batch"] == 1),
-            None,
-        )
-        if at_2k is not None:
-            paper[lat] = at_2k["efficiency"] / PAPER_EFFICIENCY_2K
-            print(
-                f"2K tokens, latency {lat}: the engine's port utilization {at_2k['efficiency']:.4f}"
-                f" (the paper's {PAPER_EFFICIENCY_2K} is a share of HBM peak: see the card level)"
-            )
-    # The figure to set beside the paper's: the card's share of HBM peak, not one engine's
-    # port utilization (every engine that fits, each port one beat a cycle on its own
-    # pseudo-channel, times the efficiency measured here).
-    from tandem.host.system.perf import best_engine, card_kv_bandwidth
-
-    from tandem.boards import load_board
-
-    card = {}
-    board = load_board(REFERENCE_BOARD)
-    # The card runs the port width the performance model chooses for this head and format
-    # (the most KV bandwidth of the synthesized ones); the efficiency measured here is per beat.
-    chosen = best_engine(params, board)
-    print(f"card level: {chosen['choice']}")
-    card_params = chosen["params"]
-    for lat in args.latencies:
-        at_2k = next(
-            (r for r in rows if r["latency"] == lat and r["tokens"] == 2048 and r["batch"] == 1),
-            None,
-        )
-        if at_2k is None:
-            continue
-        # The clock the performance model takes (the synthesized configuration's timing
-        # estimate where it is below the board's default), and the board's default beside it.
-        for clock in dict.fromkeys((None, float(board.default_clock_mhz))):
-            kv = card_kv_bandwidth(card_params, board, at_2k["efficiency"], clock)
-            if f"{lat}@{kv['clock_mhz']:g}" in card:
-                continue
-            card[f"{lat}@{kv['clock_mhz']:g}"] = kv
-            print(
-                f"card level, {board.name}, 2K tokens, latency {lat}, {kv['clock_mhz']:g} MHz "
-                f"({kv['clock_source'] if clock is None else 'the board default'}): "
-                f"{kv['engines']} engines of {card_params.mem_data_bits}-bit ports "
-                f"({kv['engines_limited_by']}) x {card_params.read_ports} "
-                f"ports x {kv['port_gb_s']:.2f} GB/s x {at_2k['efficiency']:.4f} = "
-                f"{kv['card_gb_s']:.0f} GB/s = {kv['hbm_fraction']:.3f} of {kv['hbm_gb_s']:g} "
-                f"GB/s HBM peak (paper: {PAPER_EFFICIENCY_2K})"
-            )
+    paper = _print_rows(args, params, rows, lengths, built, elapsed)
+    board, card = _card_level(args, params, rows)
     report = {
         "design": "hpu",
         "params": params.to_dict(),
@@ -338,60 +421,11 @@ def main(argv=None) -> int:
         "ratio_to_paper_2k": {str(k): v for k, v in paper.items()},
         "card_level_2k": card,
     }
-    figures = Figures("hpu-efficiency", config=params.to_dict())
-    for r in rows:
-        queued = "one request" if r["batch"] == 1 else f"{r['batch']} requests queued"
-        paper_ref = r["tokens"] == 2048 and r["batch"] == 1
-        figures.add(
-            f"stream efficiency, {r['tokens']} tokens, {queued}, latency {r['latency']}",
-            r["efficiency"],
-            reference=PAPER_EFFICIENCY_2K if paper_ref else None,
-            reference_label="HPU paper, 2K tokens" if paper_ref else "",
-            design="hpu",
-            note=f"{args.simulator} RTL ({args.harness}), {r['latency']}-cycle memory",
-        )
-    for key, kv in card.items():
-        figures.add(
-            f"card KV bandwidth, share of HBM peak, 2K tokens, latency {key.split('@')[0]}, "
-            f"{kv['clock_mhz']:g} MHz",
-            kv["hbm_fraction"],
-            reference=PAPER_EFFICIENCY_2K,
-            reference_label="HPU paper, 2K tokens",
-            design="hpu",
-            note=f"{board.name}: {kv['engines']} engines x {params.read_ports} ports x "
-            f"{kv['port_gb_s']:.2f} GB/s x the measured efficiency",
-            provenance=Provenance.MODELLED,
-            assumptions=[
-                "every engine port streams from an HBM pseudo-channel of its own, one beat a "
-                f"cycle, at most the board's sustained fraction (constraints/boards/{board.name}"
-                ".yaml)",
-                "engines per card: as many as the ports serve and a yosys synthesis's resources "
-                "hold (constraints/measured/hpu_resources.yaml)",
-                "the engine clock of that synthesis's timing estimate, or the board's default",
-                "the stream efficiency this run measured in RTL at 2K tokens",
-            ],
-        )
+    figures = _figures(args, params, rows, board, card)
     if args.synth:
-        report["reference_synth"] = _synthesize_reference(design)
-        for name, value in report["reference_synth"]["used"].items():
-            figures.add(
-                f"{name} of the reference configuration on {REFERENCE_BOARD}",
-                value,
-                "cells",
-                design="hpu",
-                higher_is_better=None,
-                note=f"yosys, {REFERENCE}",
-                provenance=Provenance.SYNTHESIS,
-            )
+        _add_reference_synth(design, report, figures)
     figures.write(args.figures)
-    json_path = args.out / "hpu_stream_efficiency.json"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {json_path}")
-    png = args.out / "hpu_stream_efficiency.png"
-    if _plot(rows, args.latencies, args.batch, png):
-        print(f"wrote {png}")
-    else:
-        print("note: matplotlib is not installed; no plot (pip install matplotlib)")
+    _write_outputs(args, report, rows)
     return 0
 
 

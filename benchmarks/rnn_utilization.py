@@ -33,7 +33,7 @@ def _array(text: str) -> tuple[int, int]:
     return int(rows), int(cols)
 
 
-def main(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--array", type=_array, default=(16, 16), metavar="RxC")
     parser.add_argument(
@@ -50,90 +50,78 @@ def main(argv=None) -> int:
     parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
     add_benchmark_options(parser, seed=True)
-    args = parser.parse_args(argv)
-    rows, cols = args.array
+    return parser.parse_args(argv)
 
-    choices = {h: choose_shape(h, h, rows, cols, 1, args.max_steps) for h in args.hidden}
-    largest: dict[tuple[int, int], int] = {}
-    for h, c in choices.items():
-        shape = (c.tile_rows, c.tile_cols)
-        largest[shape] = max(largest.get(shape, 0), h)
 
-    print(f"LSTM, X = H, batch 1, int8 weights streamed, {rows}x{cols} MAC array, {args.simulator}")
+def _measure_one(args, h: int, choice, cap: int):
+    """``(result, steps, wall s)``: the ``utilization`` test at H = X = ``h`` on an engine of
+    the chosen tile shape sized for H up to ``cap``."""
+    params = RnnParams(
+        tile_rows=choice.tile_rows,
+        tile_cols=choice.tile_cols,
+        batch=1,
+        max_input=cap,
+        max_hidden=cap,
+        weight_bits=8,
+        weight_source="stream",
+    )
+    per_step = choice.naive.cycles_per_step
+    steps = max(2, min(args.max_steps, args.cycle_budget // (2 * per_step)))
+    start = time.time()
+    result = run_regression(
+        RNN_DESIGN,
+        params,
+        simulator=args.simulator,
+        seed=args.seed,
+        testcase="utilization",
+        plusargs=(f"+rnn_bench_steps={steps}", f"+rnn_input={h}", f"+rnn_hidden={h}"),
+    )
+    return result, steps, time.time() - start
+
+
+def _report_one(args, h, shape, steps, wall, f, figures: Figures) -> bool:
+    """One H's line of the table and its figures; whether it meets the targets."""
+    measured = f["overlapped_utilization"]
+    predicted = f["overlapped_predicted_utilization"]
+    diff = (predicted - measured) / measured
+    ok = abs(diff) <= 0.05 and (h < 256 or measured >= 0.9)
+    note = (
+        f"LSTM H = X = {h}, batch 1, int8 streamed, {shape[0]}x{shape[1]} tiles, {steps} "
+        f"steps, {args.simulator} RTL"
+    )
+    figures.add(
+        f"MAC utilization, H = {h}",
+        measured,
+        design="rnn",
+        note=note,
+        reference=0.9 if h >= 256 else None,
+        reference_label="target" if h >= 256 else "",
+    )
+    figures.add(
+        f"speed-up over the naive schedule, H = {h}",
+        f["speedup"],
+        "x",
+        design="rnn",
+        note=note,
+    )
+    figures.add(
+        f"predicted / measured utilization, H = {h}",
+        predicted / measured,
+        design="rnn",
+        note=note,
+        higher_is_better=None,
+    )
     print(
-        f"{'H':>5} {'tile':>7} {'steps':>5} | {'overlapped: RTL':>15} {'predicted':>9}"
-        f" {'diff':>7} | {'naive: RTL':>10} {'predicted':>9} | {'speed-up':>8} | {'wall s':>6}"
+        f"{h:>5} {shape[0]:>3}x{shape[1]:<3} {steps:>5} | {measured:>15.4f} {predicted:>9.4f}"
+        f" {diff:>+7.2%} | {f['naive_utilization']:>10.4f}"
+        f" {f['naive_predicted_utilization']:>9.4f} | {f['speedup']:>7.3f}x | {wall:>6.0f}"
     )
-    ok = True
-    figures = Figures(
-        "rnn-utilization", config={"array": f"{rows}x{cols}", "simulator": args.simulator}
-    )
-    for h in args.hidden:
-        c = choices[h]
-        shape = (c.tile_rows, c.tile_cols)
-        cap = largest[shape]
-        params = RnnParams(
-            tile_rows=shape[0],
-            tile_cols=shape[1],
-            batch=1,
-            max_input=cap,
-            max_hidden=cap,
-            weight_bits=8,
-            weight_source="stream",
-        )
-        per_step = c.naive.cycles_per_step
-        steps = max(2, min(args.max_steps, args.cycle_budget // (2 * per_step)))
-        start = time.time()
-        result = run_regression(
-            RNN_DESIGN,
-            params,
-            simulator=args.simulator,
-            seed=args.seed,
-            testcase="utilization",
-            plusargs=(f"+rnn_bench_steps={steps}", f"+rnn_input={h}", f"+rnn_hidden={h}"),
-        )
-        wall = time.time() - start
-        if not result.passed:
-            print(result.summary(), file=sys.stderr)
-            return 1
-        f = result.tests[0].figures
-        measured = f["overlapped_utilization"]
-        predicted = f["overlapped_predicted_utilization"]
-        diff = (predicted - measured) / measured
-        ok &= abs(diff) <= 0.05 and (h < 256 or measured >= 0.9)
-        note = (
-            f"LSTM H = X = {h}, batch 1, int8 streamed, {shape[0]}x{shape[1]} tiles, {steps} "
-            f"steps, {args.simulator} RTL"
-        )
-        figures.add(
-            f"MAC utilization, H = {h}",
-            measured,
-            design="rnn",
-            note=note,
-            reference=0.9 if h >= 256 else None,
-            reference_label="target" if h >= 256 else "",
-        )
-        figures.add(
-            f"speed-up over the naive schedule, H = {h}",
-            f["speedup"],
-            "x",
-            design="rnn",
-            note=note,
-        )
-        figures.add(
-            f"predicted / measured utilization, H = {h}",
-            predicted / measured,
-            design="rnn",
-            note=note,
-            higher_is_better=None,
-        )
-        print(
-            f"{h:>5} {shape[0]:>3}x{shape[1]:<3} {steps:>5} | {measured:>15.4f} {predicted:>9.4f}"
-            f" {diff:>+7.2%} | {f['naive_utilization']:>10.4f}"
-            f" {f['naive_predicted_utilization']:>9.4f} | {f['speedup']:>7.3f}x | {wall:>6.0f}"
-        )
+    return ok
 
-    for arr in [(rows, cols), *args.predict_arrays]:
+
+def _print_predictions(args, arrays) -> None:
+    """The scheduler's prediction alone for H from 64 up to ``--predict-up-to``."""
+    for arr in arrays:
         print()
         print(
             f"scheduler prediction, {args.max_steps} steps, X = H, batch 1, {arr[0]}x{arr[1]} array"
@@ -154,6 +142,37 @@ def main(argv=None) -> int:
                 f"{program.entries} tiles/step; {reason.split(': ', 1)[1]}"
             )
             h *= 2
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    rows, cols = args.array
+
+    choices = {h: choose_shape(h, h, rows, cols, 1, args.max_steps) for h in args.hidden}
+    largest: dict[tuple[int, int], int] = {}
+    for h, c in choices.items():
+        shape = (c.tile_rows, c.tile_cols)
+        largest[shape] = max(largest.get(shape, 0), h)
+
+    print(f"LSTM, X = H, batch 1, int8 weights streamed, {rows}x{cols} MAC array, {args.simulator}")
+    print(
+        f"{'H':>5} {'tile':>7} {'steps':>5} | {'overlapped: RTL':>15} {'predicted':>9}"
+        f" {'diff':>7} | {'naive: RTL':>10} {'predicted':>9} | {'speed-up':>8} | {'wall s':>6}"
+    )
+    ok = True
+    figures = Figures(
+        "rnn-utilization", config={"array": f"{rows}x{cols}", "simulator": args.simulator}
+    )
+    for h in args.hidden:
+        c = choices[h]
+        shape = (c.tile_rows, c.tile_cols)
+        result, steps, wall = _measure_one(args, h, c, largest[shape])
+        if not result.passed:
+            print(result.summary(), file=sys.stderr)
+            return 1
+        ok &= _report_one(args, h, shape, steps, wall, result.tests[0].figures, figures)
+
+    _print_predictions(args, [(rows, cols), *args.predict_arrays])
     print(
         "targets: utilization >= 0.90 from H = 256 up, prediction within 5% of RTL:",
         "met" if ok else "NOT met",

@@ -100,27 +100,24 @@ def _both(command, log: Path, before=None) -> tuple[Timing, Timing]:
     return timings[0], timings[1]
 
 
-def main(argv=None) -> int:
+WORKLOADS = ("compile", "decode", "decode-compare", "program", "decode-speed", "suite")
+
+
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    workloads = ("compile", "decode", "decode-compare", "program", "decode-speed", "suite")
     parser.add_argument(
-        "--only", nargs="+", choices=workloads, help="these workloads only (default: all but suite)"
+        "--only", nargs="+", choices=WORKLOADS, help="these workloads only (default: all but suite)"
     )
     parser.add_argument("--suite", action="store_true", help="also time the test suite")
     parser.add_argument("--keep", type=Path, help="keep logs and the compiled program here")
     add_benchmark_options(parser, quick="small workloads (minutes)")
-    args = parser.parse_args(argv)
-    from tandem.host.system.model import find_model
+    return parser.parse_args(argv)
 
-    if find_model("smollm2-135m") is None:
-        return skip("SmolLM2-135M is not fetched; run: tandem model fetch smollm2-135m")
-    chosen = list(args.only or [w for w in workloads if w != "suite" or args.suite])
+
+def _commands(args, program: Path) -> tuple[dict, list, list]:
+    """``(commands, compile command, decode_speed.py's options)``: each workload's command."""
     tandem = [sys.executable, "-m", "tandem"]
     tokens = "2" if args.quick else "8"
-    work = Path(tempfile.mkdtemp(prefix="shared-machine-")) if args.keep is None else args.keep
-    work.mkdir(parents=True, exist_ok=True)
-    log = work / "commands.log"
-    program = work / "program"
     calibration = ["--calibration-tokens", "64"] if args.quick else []
     compile_command = [*tandem, "compile", "smollm2-135m", "-o", str(program), *calibration]
     decode = [*tandem, "cosim", "decode", "--prompt", PROMPT, "--tokens", tokens]
@@ -154,9 +151,99 @@ def main(argv=None) -> int:
         str(ROOT / "benchmarks" / "decode_speed.py"),
         *speed_args,
     ]
+    return commands, compile_command, speed_args
+
+
+def _measure(name: str, command: list, work: Path, log: Path, program: Path):
+    """``(quiet, loaded, ratios)``: one workload's timings alone and beside a CPU-bound
+    process, and for decode-speed the golden HPU / torch ratio of each run."""
 
     def fresh_program():
         shutil.rmtree(program, ignore_errors=True)
+
+    before = fresh_program if name == "compile" else None
+    ratios = []
+    if name == "decode-speed":
+        speed = {False: work / "speed-quiet.json", True: work / "speed-loaded.json"}
+        quiet, loaded_timing = _both(
+            lambda loaded, c=command, f=speed: [*c, "--figures", str(f[loaded])], log
+        )
+        for path in speed.values():
+            read = Figures.read(path)
+            ratios.append(
+                next(f.value for f in read.figures if f.name.startswith("golden HPU / torch"))
+            )
+    else:
+        quiet, loaded_timing = _both(lambda loaded, c=command: c, log, before)
+    return quiet, loaded_timing, ratios
+
+
+def _report(name, command, quiet, loaded_timing, ratios, speed_args, figures) -> None:
+    """One workload's line of the table, its ratios, and its figures."""
+    wall_x = loaded_timing.wall_s / quiet.wall_s
+    cpu_x = loaded_timing.cpu_s / quiet.cpu_s
+    print(
+        f"{name:<16} {quiet.wall_s:>8.1f} {loaded_timing.wall_s:>9.1f} {wall_x:>7.2f} "
+        f"{quiet.cpu_s:>12.1f} {loaded_timing.cpu_s:>13.1f} {cpu_x:>6.2f} "
+        f"{quiet.load:>9.1f}/{loaded_timing.load:<8.1f}"
+    )
+    note = " ".join(command[2 if command[1] == "-m" else 1 :])
+    figures.add(
+        f"{name}: wall s, quiet",
+        quiet.wall_s,
+        "s",
+        higher_is_better=False,
+        note=f"{note}; load average {quiet.load:.1f} after it",
+    )
+    figures.add(
+        f"{name}: wall s, beside one CPU-bound process",
+        loaded_timing.wall_s,
+        "s",
+        higher_is_better=False,
+        note=f"{note}; load average {loaded_timing.load:.1f} after it",
+    )
+    figures.add(
+        f"{name}: wall, loaded / quiet",
+        wall_x,
+        "x",
+        reference=WALL_TARGET,
+        reference_label="target",
+        higher_is_better=False,
+        note=note,
+    )
+    figures.add(
+        f"{name}: CPU time, loaded / quiet",
+        cpu_x,
+        "x",
+        reference=CPU_TARGET,
+        reference_label="target",
+        higher_is_better=False,
+        note=note,
+        provenance=Provenance.CPU_TIME,
+    )
+    for label, ratio in zip(("quiet", "beside one CPU-bound process"), ratios):
+        print(f"  golden HPU / torch attention tokens/s, {label}: {ratio:.2f}")
+        figures.add(
+            f"golden HPU / torch attention tokens/s, {label}",
+            ratio,
+            reference=DECODE_RATIO_TARGET,
+            reference_label="target",
+            note="benchmarks/decode_speed.py " + " ".join(speed_args),
+        )
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    from tandem.host.system.model import find_model
+
+    if find_model("smollm2-135m") is None:
+        return skip("SmolLM2-135M is not fetched; run: tandem model fetch smollm2-135m")
+    chosen = list(args.only or [w for w in WORKLOADS if w != "suite" or args.suite])
+    work = Path(tempfile.mkdtemp(prefix="shared-machine-")) if args.keep is None else args.keep
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "commands.log"
+    program = work / "program"
+    commands, compile_command, speed_args = _commands(args, program)
 
     figures = Figures(
         "shared-machine",
@@ -171,71 +258,8 @@ def main(argv=None) -> int:
     if "program" in chosen and "compile" not in chosen:
         _timed(compile_command, log)
     for name in chosen:
-        before = fresh_program if name == "compile" else None
-        ratios = []
-        if name == "decode-speed":
-            speed = {False: work / "speed-quiet.json", True: work / "speed-loaded.json"}
-            command = commands[name]
-            quiet, loaded_timing = _both(
-                lambda loaded, c=command, f=speed: [*c, "--figures", str(f[loaded])], log
-            )
-            for path in speed.values():
-                read = Figures.read(path)
-                ratios.append(
-                    next(f.value for f in read.figures if f.name.startswith("golden HPU / torch"))
-                )
-        else:
-            quiet, loaded_timing = _both(lambda loaded, c=commands[name]: c, log, before)
-        wall_x = loaded_timing.wall_s / quiet.wall_s
-        cpu_x = loaded_timing.cpu_s / quiet.cpu_s
-        print(
-            f"{name:<16} {quiet.wall_s:>8.1f} {loaded_timing.wall_s:>9.1f} {wall_x:>7.2f} "
-            f"{quiet.cpu_s:>12.1f} {loaded_timing.cpu_s:>13.1f} {cpu_x:>6.2f} "
-            f"{quiet.load:>9.1f}/{loaded_timing.load:<8.1f}"
-        )
-        note = " ".join(commands[name][2 if commands[name][1] == "-m" else 1 :])
-        figures.add(
-            f"{name}: wall s, quiet",
-            quiet.wall_s,
-            "s",
-            higher_is_better=False,
-            note=f"{note}; load average {quiet.load:.1f} after it",
-        )
-        figures.add(
-            f"{name}: wall s, beside one CPU-bound process",
-            loaded_timing.wall_s,
-            "s",
-            higher_is_better=False,
-            note=f"{note}; load average {loaded_timing.load:.1f} after it",
-        )
-        figures.add(
-            f"{name}: wall, loaded / quiet",
-            wall_x,
-            "x",
-            reference=WALL_TARGET,
-            reference_label="target",
-            higher_is_better=False,
-            note=note,
-        )
-        figures.add(
-            f"{name}: CPU time, loaded / quiet",
-            cpu_x,
-            "x",
-            reference=CPU_TARGET,
-            reference_label="target",
-            higher_is_better=False,
-            note=note,
-            provenance=Provenance.CPU_TIME,
-        )
-        for label, ratio in zip(("quiet", "beside one CPU-bound process"), ratios):
-            print(f"  golden HPU / torch attention tokens/s, {label}: {ratio:.2f}")
-            figures.add(
-                f"golden HPU / torch attention tokens/s, {label}",
-                ratio,
-                reference=DECODE_RATIO_TARGET,
-                reference_label="target",
-                note="benchmarks/decode_speed.py " + " ".join(speed_args),
-            )
+        quiet, loaded_timing, ratios = _measure(name, commands[name], work, log, program)
+        _report(name, commands[name], quiet, loaded_timing, ratios, speed_args, figures)
     print(f"targets: wall x <= {WALL_TARGET}, CPU x <= {CPU_TARGET}")
     figures.write(args.figures)
     if args.keep is None:

@@ -95,18 +95,18 @@ def run(rows: int, cols: int, seed: int):
     return params, figures
 
 
-def main(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1024)
     parser.add_argument("--cols", type=int, default=1024)
     parser.add_argument("--plot", type=Path, help="draw speed-up and utilization (PNG)")
     parser.add_argument("--synth", action="store_true", help="also synthesize it for the U280")
     add_benchmark_options(parser, seed=True, json="also write the figures here")
-    args = parser.parse_args(argv)
-    if args.rows < 2 or args.cols < 16:
-        print("sparse_dsp_performance: error: --rows >= 2 and --cols >= 16", file=sys.stderr)
-        return 2
-    params, figures = run(args.rows, args.cols, args.seed)
+    return parser.parse_args(argv)
+
+
+def _print_table(params, figures) -> None:
+    """Each problem's line, after adding its speed-up over dense and the M/N target to it."""
     dsps = params.chains * params.stages
     print(
         f"sparse-mpe: {params.chains} chains x {params.stages} DSP48E2 = {dsps} DSPs, "
@@ -133,20 +133,10 @@ def main(argv=None) -> int:
             f"{f['dense_equivalent_macs_per_cycle']:>17.2f}{f['dsp_utilization']:>7.3f}"
             f"{f['speedup']:>9.3f}{m / n:>6.2f}{100 * f['speedup_error']:>6.1f}%"
         )
-    randoms = [f for f in figures if f["workload"] == "random"]
-    worst_util = min(f["dsp_utilization"] for f in randoms)
-    worst_speed = max(abs(f["speedup_error"]) for f in randoms)
-    print(
-        f"random {args.rows}x{args.cols} GEMV: lowest DSP utilization {worst_util:.3f} "
-        f"(target >= 0.95), largest speed-up deviation from M/N {100 * worst_speed:.1f} % "
-        f"(target 5 %)"
-    )
-    smol = {
-        (f["workload"], f["mode"]): f
-        for f in figures
-        if f["pattern"] == "2:4" and f["workload"].startswith("smollm2")
-    }
-    suite = Figures("sparse-dsp", config=params.to_dict())
+
+
+def _add_problem_figures(suite: Figures, figures) -> None:
+    """Random GEMV DSP utilization, and every pattern's speed-up over dense."""
     for f in figures:
         n, m = (int(v) for v in f["pattern"].split(":"))
         where = f"{f['workload']} {'x'.join(map(str, f['shape']))} {f['mode']}, Verilator RTL"
@@ -169,11 +159,10 @@ def main(argv=None) -> int:
                 reference_label="M/N (ideal)",
                 note=where,
             )
-    for key, f in smol.items():
-        print(
-            f"SmolLM2 q_proj at 2:4, {key[0].split(' ', 1)[1]} pruning, {key[1]}: "
-            f"{f['speedup']:.2f}x over dense (FlightLLM reports 1.6x from sparsity)"
-        )
+
+
+def _layer_errors(suite: Figures) -> None:
+    """SmolLM2 q_proj's error at 2:4 in int8 against float, printed and added to ``suite``."""
     from tandem.mappings.nm import NMPattern
     from tandem.mappings.nm.accuracy import layer_errors
 
@@ -195,24 +184,60 @@ def main(argv=None) -> int:
             note="SmolLM2 q_proj, int8, 16 tokens; pruning included",
             provenance=Provenance.GOLDEN_REAL_DATA,
         )
+
+
+def _synthesize(params, report: dict, suite: Figures) -> None:
+    """``tandem synth sparse-mpe --board u280`` of the same engine, into ``report`` and
+    ``suite``."""
+    from tandem.registry import get_design
+    from tandem.synth import synthesize
+
+    synth = synthesize(get_design("sparse-mpe"), params, "u280")
+    print(synth.table())
+    report["synth_u280"] = json.loads(synth.to_json())
+    for name, value in synth.used.items():
+        suite.add(
+            f"{name} on the U280",
+            value,
+            "cells",
+            design="sparse-mpe",
+            higher_is_better=None,
+            note="yosys synth_xilinx",
+            provenance=Provenance.SYNTHESIS,
+        )
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    if args.rows < 2 or args.cols < 16:
+        print("sparse_dsp_performance: error: --rows >= 2 and --cols >= 16", file=sys.stderr)
+        return 2
+    params, figures = run(args.rows, args.cols, args.seed)
+    _print_table(params, figures)
+    randoms = [f for f in figures if f["workload"] == "random"]
+    worst_util = min(f["dsp_utilization"] for f in randoms)
+    worst_speed = max(abs(f["speedup_error"]) for f in randoms)
+    print(
+        f"random {args.rows}x{args.cols} GEMV: lowest DSP utilization {worst_util:.3f} "
+        f"(target >= 0.95), largest speed-up deviation from M/N {100 * worst_speed:.1f} % "
+        f"(target 5 %)"
+    )
+    smol = {
+        (f["workload"], f["mode"]): f
+        for f in figures
+        if f["pattern"] == "2:4" and f["workload"].startswith("smollm2")
+    }
+    suite = Figures("sparse-dsp", config=params.to_dict())
+    _add_problem_figures(suite, figures)
+    for key, f in smol.items():
+        print(
+            f"SmolLM2 q_proj at 2:4, {key[0].split(' ', 1)[1]} pruning, {key[1]}: "
+            f"{f['speedup']:.2f}x over dense (FlightLLM reports 1.6x from sparsity)"
+        )
+    _layer_errors(suite)
     report = {"params": params.to_dict(), "figures": figures}
     if args.synth:
-        from tandem.registry import get_design
-        from tandem.synth import synthesize
-
-        synth = synthesize(get_design("sparse-mpe"), params, "u280")
-        print(synth.table())
-        report["synth_u280"] = json.loads(synth.to_json())
-        for name, value in synth.used.items():
-            suite.add(
-                f"{name} on the U280",
-                value,
-                "cells",
-                design="sparse-mpe",
-                higher_is_better=None,
-                note="yosys synth_xilinx",
-                provenance=Provenance.SYNTHESIS,
-            )
+        _synthesize(params, report, suite)
     suite.write(args.figures)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")

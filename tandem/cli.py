@@ -236,6 +236,18 @@ def build_parser() -> argparse.ArgumentParser:
     main_job.add_arguments(p)
     p.set_defaults(func=main_job.run)
 
+    _add_design_commands(sub)
+    _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
+    _add_tool_family(sub, "pack", "pack weights into a design's streams")
+
+    _add_system_commands(sub)
+    _add_suite_commands(sub)
+    _add_threads_everywhere(parser)
+    return parser
+
+
+def _add_design_commands(sub) -> None:
+    """``designs``, ``generate``, ``sim``, ``synth``, ``pnr`` and ``prove``: one design each."""
     p = sub.add_parser("designs", help="list every design with its parameters and defaults")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_cmd_designs)
@@ -294,9 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     prove.add_arguments(p)
     p.set_defaults(func=_cmd_prove, extras=("synth",))
 
-    _add_tool_family(sub, "map", "map a workload onto a design (tile programs, schedules)")
-    _add_tool_family(sub, "pack", "pack weights into a design's streams")
 
+def _add_system_commands(sub) -> None:
+    """``model``, ``cosim``, ``perf`` and ``compile``: the GPU + accelerator system."""
     from tandem.host.system import decode_cli, model  # light: torch and gguf load in their run()
 
     p = sub.add_parser("model", help="get model weights for the decode runtime")
@@ -330,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     llm_cli.add_arguments(p)
     p.set_defaults(func=llm_cli.run, extras=("model",))
 
+
+def _add_suite_commands(sub) -> None:
+    """``bench``, ``sweep``, ``setup``, ``doctor`` and ``cache``: suites and upkeep."""
     from . import bench, sweep
 
     p = sub.add_parser("bench", help="run the benchmark suite; write bench.json and bench.md")
@@ -354,8 +369,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cache", help="list or clean simulator builds and model weights")
     cache.add_arguments(p)
-    _add_threads_everywhere(parser)
-    return parser
 
 
 def _feature(args) -> str:

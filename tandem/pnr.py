@@ -337,17 +337,7 @@ def place_and_route(
     generated = generate(design, params)
     verilog_sha = generated.manifest["verilog"]["sha256"]
     bits, pins = port_bits(generated.manifest), int(config["user_io"])
-    mode = "pins" if bits <= pins else "out-of-context"
-    if mode == "pins":
-        note = (
-            f"{bits} port bits on the package's {pins} user I/O: clk on {config['clock_pin']} "
-            "(the board's oscillator), the rest on pins nextpnr chose; bitstream written"
-        )
-    else:
-        note = (
-            f"{bits} port bits, more than the package's {pins} user I/O: placed out of context "
-            "(nextpnr --out-of-context: no I/O buffers, no global clock buffer, no bitstream)"
-        )
+    mode, note = _placement_mode(bits, pins, config)
     settings = {"seed": seed, "target_mhz": target, "mode": mode}
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     entry = root / f"{design.name}-{_cache_key(verilog_sha, board, tools, settings)}"
@@ -364,56 +354,23 @@ def place_and_route(
         top = design.top
         (work / f"{top}.v").write_text(generated.verilog)
         say(f"yosys synth_ecp5 on {design.name}")
-        _run(
-            [
-                *commands["yosys"],
-                *("-q", "-l", "yosys.log", "-p"),
-                f"read_verilog -sv {top}.v; synth_ecp5 -top {top} -json netlist.json; "
-                "tee -q -o stat.json stat -json",
-            ],
-            work,
-            "yosys.log",
-            f"yosys synth_ecp5 on {design.name}",
-        )
+        _synth_ecp5(commands["yosys"], work, top, design.name)
         cells = _cell_counts(json.loads((work / "stat.json").read_text()))
         _check_fit(cells, board, design.name)
-        nextpnr = [
-            *commands["nextpnr-ecp5"],
-            f"--{config['device']}",
-            *("--package", str(config["package"]), "--speed", str(config["speed"])),
-            *("--json", "netlist.json", "--report", "report_nextpnr.json"),
-            *("--freq", f"{target:g}", "--seed", str(seed), "-q", "-l", "nextpnr.log"),
-        ]
+        nextpnr = _nextpnr_command(commands["nextpnr-ecp5"], config, mode, target, seed)
         if mode == "pins":
-            (work / "board.lpf").write_text(
-                f'LOCATE COMP "clk" SITE "{config["clock_pin"]}";\n'
-                f'IOBUF PORT "clk" IO_TYPE={config["clock_io_type"]};\n'
-            )
-            nextpnr += ["--lpf", "board.lpf", "--lpf-allow-unconstrained"]
+            _write_lpf(work / "board.lpf", config)
             nextpnr += ["--textcfg", f"{design.name}.config"]
-        else:
-            nextpnr.append("--out-of-context")
         say(f"nextpnr-ecp5 --{config['device']} {mode}, seed {seed}, target {target:g} MHz")
         _run(nextpnr, work, "nextpnr.log", f"nextpnr-ecp5 on {design.name}")
         bitstream_sha = ""
         if mode == "pins":
             say("ecppack")
-            _run(
-                [*commands["ecppack"], f"{design.name}.config", f"{design.name}.bit"],
-                work,
-                "ecppack.log",
-                f"ecppack on {design.name}",
-            )
-            bitstream_sha = hashlib.sha256((work / f"{design.name}.bit").read_bytes()).hexdigest()
+            bitstream_sha = _ecppack(commands["ecppack"], work, design.name)
         nextpnr_report = json.loads((work / "report_nextpnr.json").read_text())
         clock = _clock(nextpnr_report)
         fmax = None if clock is None else nextpnr_report["fmax"][clock]["achieved"]
-        utilization = nextpnr_report.get("utilization", {})
-        used, available, percent = {}, {}, {}
-        for key, (cell, resource) in _RESOURCES.items():
-            used[key] = int(utilization.get(cell, {}).get("used", 0))
-            available[key] = board.capacity(resource)
-            percent[key] = 100.0 * used[key] / available[key] if available[key] else None
+        used, available, percent = _utilization(nextpnr_report, board)
         report = PnrReport(
             design=design.name,
             board=board.name,
@@ -436,19 +393,99 @@ def place_and_route(
             cells=cells,
         )
         (work / "report.json").write_text(report.to_json())
-        # The mapped netlist stays, compressed: tandem.timing's estimate reads the netlist the
-        # router placed (benchmarks/timing_calibration.py); the text config is rebuilt at will.
-        with gzip.open(work / NETLIST, "wb", compresslevel=6) as packed:
-            packed.write((work / "netlist.json").read_bytes())
-        for scratch in ("netlist.json", f"{design.name}.config"):
-            (work / scratch).unlink(missing_ok=True)
-        work.chmod(0o755)  # TemporaryDirectory made it private; the cache is not
-        if entry.exists():
-            shutil.rmtree(entry)
-        os.replace(work, entry)
-        work.mkdir()  # for TemporaryDirectory's clean-up
+        _store_run(work, entry, design.name)
     say(f"done: {entry}")
     return report
+
+
+def _placement_mode(bits: int, pins: int, config: dict) -> tuple[str, str]:
+    """``(mode, note)``: ``"pins"`` when the ``bits`` port bits fit the package's ``pins`` user
+    I/O, else ``"out-of-context"``, with a line saying why."""
+    if bits <= pins:
+        return "pins", (
+            f"{bits} port bits on the package's {pins} user I/O: clk on {config['clock_pin']} "
+            "(the board's oscillator), the rest on pins nextpnr chose; bitstream written"
+        )
+    return "out-of-context", (
+        f"{bits} port bits, more than the package's {pins} user I/O: placed out of context "
+        "(nextpnr --out-of-context: no I/O buffers, no global clock buffer, no bitstream)"
+    )
+
+
+def _synth_ecp5(yosys: list[str], work: Path, top: str, name: str) -> None:
+    """yosys ``synth_ecp5`` of ``work/<top>.v`` into ``netlist.json`` and ``stat.json``."""
+    _run(
+        [
+            *yosys,
+            *("-q", "-l", "yosys.log", "-p"),
+            f"read_verilog -sv {top}.v; synth_ecp5 -top {top} -json netlist.json; "
+            "tee -q -o stat.json stat -json",
+        ],
+        work,
+        "yosys.log",
+        f"yosys synth_ecp5 on {name}",
+    )
+
+
+def _nextpnr_command(nextpnr: list[str], config: dict, mode: str, target: float, seed: int):
+    """The nextpnr-ecp5 command line of a run in ``mode`` (``board.lpf`` in pin mode)."""
+    command = [
+        *nextpnr,
+        f"--{config['device']}",
+        *("--package", str(config["package"]), "--speed", str(config["speed"])),
+        *("--json", "netlist.json", "--report", "report_nextpnr.json"),
+        *("--freq", f"{target:g}", "--seed", str(seed), "-q", "-l", "nextpnr.log"),
+    ]
+    if mode == "pins":
+        command += ["--lpf", "board.lpf", "--lpf-allow-unconstrained"]
+    else:
+        command.append("--out-of-context")
+    return command
+
+
+def _write_lpf(path: Path, config: dict) -> None:
+    """The pin-mode constraints: ``clk`` on the board's oscillator pin."""
+    path.write_text(
+        f'LOCATE COMP "clk" SITE "{config["clock_pin"]}";\n'
+        f'IOBUF PORT "clk" IO_TYPE={config["clock_io_type"]};\n'
+    )
+
+
+def _ecppack(ecppack: list[str], work: Path, name: str) -> str:
+    """Pack ``work/<name>.config`` into ``<name>.bit``; returns the bitstream's SHA-256."""
+    _run(
+        [*ecppack, f"{name}.config", f"{name}.bit"],
+        work,
+        "ecppack.log",
+        f"ecppack on {name}",
+    )
+    return hashlib.sha256((work / f"{name}.bit").read_bytes()).hexdigest()
+
+
+def _utilization(nextpnr_report: dict, board: Board) -> tuple[dict, dict, dict]:
+    """``(used, available, percent)`` per resource of :data:`_RESOURCES`."""
+    utilization = nextpnr_report.get("utilization", {})
+    used, available, percent = {}, {}, {}
+    for key, (cell, resource) in _RESOURCES.items():
+        used[key] = int(utilization.get(cell, {}).get("used", 0))
+        available[key] = board.capacity(resource)
+        percent[key] = 100.0 * used[key] / available[key] if available[key] else None
+    return used, available, percent
+
+
+def _store_run(work: Path, entry: Path, name: str) -> None:
+    """Move the finished run in ``work`` to the cache folder ``entry``, replacing it."""
+    # The mapped netlist stays, compressed: tandem.timing's estimate reads the netlist the
+    # router placed (benchmarks/timing_calibration.py); the text config is rebuilt at will.
+    with gzip.open(work / NETLIST, "wb", compresslevel=6) as packed:
+        packed.write((work / "netlist.json").read_bytes())
+    for scratch in ("netlist.json", f"{name}.config"):
+        (work / scratch).unlink(missing_ok=True)
+    work.chmod(0o755)  # TemporaryDirectory made it private; the cache is not
+    if entry.exists():
+        shutil.rmtree(entry)
+    os.replace(work, entry)
+    work.mkdir()  # for TemporaryDirectory's clean-up
 
 
 def mapped_netlist(report: PnrReport) -> dict[str, Any] | None:

@@ -185,141 +185,184 @@ def prove_component(
     report.notes += notes
     if not checks:
         report.notes.append("no output channel and no buffer: nothing to prove")
-    everything = checks + covers
-    by_ident = {c.ident: c for c in everything}
-    # BMC runs one output channel (its properties and its first beat) at a time, and the
-    # buffers together (:meth:`~tandem.prove.engines.Smtbmc.solve`).
-    group_of = {
-        c.ident: "buffers" if c.prop in ("no-overflow", "first-full") else c.target
-        for c in everything
-    }
-    results: dict[str, PropertyResult] = {}
 
     with tempfile.TemporaryDirectory(prefix="tandem-prove-") as tmp:
-        work = Path(tmp)
-        netlists: dict[str, str] = {}
-
-        def netlist(variant: str) -> str:
-            """The prepared netlist of ``variant`` ("cut" or "full"), made on first use: RTLIL
-            for ``sat``, SMT-LIB for ``smtbmc``."""
-            if variant not in netlists:
-                (work / f"{variant}.il").write_text(cut_text if variant == "cut" else text)
-                if engine == "smtbmc":
-                    out = f"{variant}.smt2"
-                    script = f"read_rtlil {variant}.il; {PREPARE_SMT}; write_smt2 -wires {out}"
-                else:
-                    out = f"{variant}.prep.il"
-                    script = f"read_rtlil {variant}.il; {PREPARE_SAT}; write_rtlil {out}"
-                code, log, timed_out = run_yosys(
-                    ["-q", "-l", "yosys.log", "-p", script], work, timeout
-                )
-                if code != 0:
-                    reason = "time limit" if timed_out else yosys_error(log, code)
-                    raise ToolError(f"yosys could not prepare the {name} harness: {reason}")
-                netlists[variant] = out
-            return netlists[variant]
-
-        def solve(
-            variant: str, idents: list[str], run_mode: str, run_depth: int
-        ) -> list[tuple[list[str], SolverRun]]:
-            """Run ``idents`` to ``run_depth``. Returns ``(idents, outcome)`` groups: each
-            failure found (peeled off, the rest going on without it), then the rest."""
-            if not idents:
-                return []
-            if engine == "smtbmc":
-                # A failure on the cut netlist is run again on the full one: no trace there.
-                traced = [c.ident for c in checks] if variant == "full" else []
-                smt = Smtbmc(
-                    work, netlist(variant), everything, group_of, traced, timeout, progress
-                )
-                return smt.solve(idents, run_depth, run_mode)
-            groups = []
-            while idents:
-                outcome = run_sat(
-                    work, netlist(variant), everything, set(idents), run_depth, run_mode, timeout
-                )
-                if outcome.outcome != "failed":
-                    groups.append((idents, outcome))
-                    break
-                failing = outcome.failing or list(idents)
-                groups.append((failing, outcome))
-                idents = [i for i in idents if i not in failing]
-            return groups
-
-        def record(idents: list[str], outcome: SolverRun) -> None:
-            if outcome.outcome == "unknown":
-                report.notes.append(
-                    f"solver stopped after BMC depth {outcome.depth}: {outcome.reason}"
-                )
-            trace = None
-            if outcome.outcome == "failed" and outcome.trace is not None:
-                first = by_ident[idents[0]]
-                label = re.sub(r"\W", "_", f"{first.target}.{first.prop}")
-                trace = str(keep_trace(outcome.trace, traces, f"{label}.vcd"))
-            for ident in idents:
-                c = by_ident[ident]
-                results[ident] = PropertyResult(
-                    c.target,
-                    c.prop,
-                    outcome.outcome,
-                    "k-induction" if outcome.outcome == "proved" else "bmc",
-                    outcome.depth,
-                    round(outcome.seconds, 2),
-                    trace,
-                )
-
-        # Where a result rests on BMC alone, the report says how deep each output's first beat
-        # is (a "cover": valid is never high, its counterexample the first beat), since a BMC
-        # depth that never reaches a beat checks only the cycles before it. In BMC mode the
-        # covers run with the properties (one run where no beat is reachable); in prove mode
-        # afterwards, and only if some property was not proved.
-        cover_idents = {c.ident for c in covers}
-        found: dict[str, int | None] = {}
-
-        def collect(groups, suspects: list[str] | None):
-            for idents, outcome in groups:
-                for ident in idents:
-                    if ident in cover_idents:
-                        found[ident] = outcome.depth if outcome.outcome == "failed" else None
-                props = [i for i in idents if i not in cover_idents]
-                if suspects is not None and outcome.outcome == "failed":
-                    suspects += props
-                elif props:
-                    record(props, outcome)
-
-        # The cut netlist first (where there is one); what fails there is run again on the full
-        # netlist, which decides (the cut only adds behaviours).
-        first_variant = "cut" if cut else "full"
-
-        def check(idents: list[str], run_mode: str, run_depth: int) -> None:
-            suspects: list[str] = []
-            groups = solve(first_variant, idents, run_mode, run_depth)
-            collect(groups, suspects if first_variant == "cut" else None)
-            collect(solve("full", suspects, run_mode, run_depth), None)
-
+        run = _ProofRun(
+            Path(tmp), name, {"cut": cut_text, "full": text}, cut, engine, timeout, progress,
+            checks, covers, report, traces,
+        )  # fmt: skip
         if mode == "bmc":
-            # The first beats first, then each output channel (and the buffers together) to its
-            # own depth: ``margin`` cycles past its first beat, at most ``depth``.
-            collect(solve(first_variant, sorted(cover_idents), "bmc", depth), None)
-            first_beat = {c.target: found.get(c.ident) for c in covers if c.prop == "first-valid"}
-            parts: dict[str, list[str]] = {}
-            for c in checks:
-                parts.setdefault(group_of[c.ident], []).append(c.ident)
-            for group, idents in parts.items():
-                beat = first_beat.get(group)
-                run_depth = depth if margin is None or beat is None else min(depth, beat + margin)
-                check(idents, "bmc", run_depth)
+            run.bmc(depth, margin)
         else:
-            check([c.ident for c in checks], "prove", depth)
-            if any(results[c.ident].status != "proved" for c in checks):
-                collect(solve(first_variant, sorted(cover_idents), "bmc", depth), None)
-        if found:
-            report.first_valid = {
-                c.target: found[c.ident] for c in covers if c.prop == "first-valid"
-            }
-            report.first_full = {c.target: found[c.ident] for c in covers if c.prop == "first-full"}
+            run.prove(depth)
+        run.report_first_beats()
 
-    report.results = [results[c.ident] for c in checks]
+    report.results = [run.results[c.ident] for c in checks]
     report.seconds = round(time.monotonic() - start, 2)
     report.notes += report.beat_notes()
     return report
+
+
+class _ProofRun:
+    """The solver runs of one :func:`prove_component` call in the folder ``work``.
+
+    ``texts`` holds the RTLIL of the harness (``"full"``) and of its multiplier-cut twin
+    (``"cut"``); ``results`` gathers a :class:`PropertyResult` per property.
+
+    Where a result rests on BMC alone, the report says how deep each output's first beat is (a
+    "cover": valid is never high, its counterexample the first beat), since a BMC depth that
+    never reaches a beat checks only the cycles before it. In BMC mode the covers run with the
+    properties (one run where no beat is reachable); in prove mode afterwards, and only if
+    some property was not proved.
+    """
+
+    def __init__(
+        self, work: Path, name: str, texts: dict[str, str], cut, engine: Engine,
+        timeout: float | None, progress, checks, covers, report: ProofReport, traces: Path,
+    ):  # fmt: skip
+        self.work, self.name, self.texts, self.engine = work, name, texts, engine
+        self.timeout, self.progress, self.report, self.traces = timeout, progress, report, traces
+        self.checks, self.covers = checks, covers
+        self.everything = checks + covers
+        self.by_ident = {c.ident: c for c in self.everything}
+        # BMC runs one output channel (its properties and its first beat) at a time, and the
+        # buffers together (:meth:`~tandem.prove.engines.Smtbmc.solve`).
+        self.group_of = {
+            c.ident: "buffers" if c.prop in ("no-overflow", "first-full") else c.target
+            for c in self.everything
+        }
+        self.results: dict[str, PropertyResult] = {}
+        self.netlists: dict[str, str] = {}
+        self.cover_idents = {c.ident for c in covers}
+        self.found: dict[str, int | None] = {}
+        # The cut netlist first (where there is one); what fails there is run again on the full
+        # netlist, which decides (the cut only adds behaviours).
+        self.first_variant = "cut" if cut else "full"
+
+    def netlist(self, variant: str) -> str:
+        """The prepared netlist of ``variant`` ("cut" or "full"), made on first use: RTLIL
+        for ``sat``, SMT-LIB for ``smtbmc``."""
+        if variant not in self.netlists:
+            work = self.work
+            (work / f"{variant}.il").write_text(self.texts[variant])
+            if self.engine == "smtbmc":
+                out = f"{variant}.smt2"
+                script = f"read_rtlil {variant}.il; {PREPARE_SMT}; write_smt2 -wires {out}"
+            else:
+                out = f"{variant}.prep.il"
+                script = f"read_rtlil {variant}.il; {PREPARE_SAT}; write_rtlil {out}"
+            code, log, timed_out = run_yosys(
+                ["-q", "-l", "yosys.log", "-p", script], work, self.timeout
+            )
+            if code != 0:
+                reason = "time limit" if timed_out else yosys_error(log, code)
+                raise ToolError(f"yosys could not prepare the {self.name} harness: {reason}")
+            self.netlists[variant] = out
+        return self.netlists[variant]
+
+    def solve(
+        self, variant: str, idents: list[str], run_mode: str, run_depth: int
+    ) -> list[tuple[list[str], SolverRun]]:
+        """Run ``idents`` to ``run_depth``. Returns ``(idents, outcome)`` groups: each
+        failure found (peeled off, the rest going on without it), then the rest."""
+        if not idents:
+            return []
+        if self.engine == "smtbmc":
+            # A failure on the cut netlist is run again on the full one: no trace there.
+            traced = [c.ident for c in self.checks] if variant == "full" else []
+            smt = Smtbmc(
+                self.work, self.netlist(variant), self.everything, self.group_of, traced,
+                self.timeout, self.progress,
+            )  # fmt: skip
+            return smt.solve(idents, run_depth, run_mode)
+        groups = []
+        while idents:
+            outcome = run_sat(
+                self.work, self.netlist(variant), self.everything, set(idents), run_depth,
+                run_mode, self.timeout,
+            )  # fmt: skip
+            if outcome.outcome != "failed":
+                groups.append((idents, outcome))
+                break
+            failing = outcome.failing or list(idents)
+            groups.append((failing, outcome))
+            idents = [i for i in idents if i not in failing]
+        return groups
+
+    def record(self, idents: list[str], outcome: SolverRun) -> None:
+        """Put the result of ``idents`` (one solver run's ``outcome``) in :attr:`results`."""
+        if outcome.outcome == "unknown":
+            self.report.notes.append(
+                f"solver stopped after BMC depth {outcome.depth}: {outcome.reason}"
+            )
+        trace = None
+        if outcome.outcome == "failed" and outcome.trace is not None:
+            first = self.by_ident[idents[0]]
+            label = re.sub(r"\W", "_", f"{first.target}.{first.prop}")
+            trace = str(keep_trace(outcome.trace, self.traces, f"{label}.vcd"))
+        for ident in idents:
+            c = self.by_ident[ident]
+            self.results[ident] = PropertyResult(
+                c.target,
+                c.prop,
+                outcome.outcome,
+                "k-induction" if outcome.outcome == "proved" else "bmc",
+                outcome.depth,
+                round(outcome.seconds, 2),
+                trace,
+            )
+
+    def collect(self, groups, suspects: list[str] | None) -> None:
+        """Note the covers' first beats of ``groups`` and record their properties; with
+        ``suspects``, failed properties go there instead (to run again on the full netlist)."""
+        for idents, outcome in groups:
+            for ident in idents:
+                if ident in self.cover_idents:
+                    self.found[ident] = outcome.depth if outcome.outcome == "failed" else None
+            props = [i for i in idents if i not in self.cover_idents]
+            if suspects is not None and outcome.outcome == "failed":
+                suspects += props
+            elif props:
+                self.record(props, outcome)
+
+    def check(self, idents: list[str], run_mode: str, run_depth: int) -> None:
+        """Run ``idents`` on the first netlist, and what failed on the cut one on the full."""
+        suspects: list[str] = []
+        groups = self.solve(self.first_variant, idents, run_mode, run_depth)
+        self.collect(groups, suspects if self.first_variant == "cut" else None)
+        self.collect(self.solve("full", suspects, run_mode, run_depth), None)
+
+    def bmc(self, depth: int, margin: int | None) -> None:
+        """BMC mode: the first beats first, then each output channel (and the buffers
+        together) to its own depth: ``margin`` cycles past its first beat, at most ``depth``."""
+        self.collect(self.solve(self.first_variant, sorted(self.cover_idents), "bmc", depth), None)
+        first_beat = {
+            c.target: self.found.get(c.ident) for c in self.covers if c.prop == "first-valid"
+        }
+        parts: dict[str, list[str]] = {}
+        for c in self.checks:
+            parts.setdefault(self.group_of[c.ident], []).append(c.ident)
+        for group, idents in parts.items():
+            beat = first_beat.get(group)
+            run_depth = depth if margin is None or beat is None else min(depth, beat + margin)
+            self.check(idents, "bmc", run_depth)
+
+    def prove(self, depth: int) -> None:
+        """Prove mode: every property by k-induction, then the covers where one was not
+        proved."""
+        self.check([c.ident for c in self.checks], "prove", depth)
+        if any(self.results[c.ident].status != "proved" for c in self.checks):
+            self.collect(
+                self.solve(self.first_variant, sorted(self.cover_idents), "bmc", depth), None
+            )
+
+    def report_first_beats(self) -> None:
+        """The report's ``first_valid`` and ``first_full`` where covers ran."""
+        if self.found:
+            covers, found = self.covers, self.found
+            self.report.first_valid = {
+                c.target: found[c.ident] for c in covers if c.prop == "first-valid"
+            }
+            self.report.first_full = {
+                c.target: found[c.ident] for c in covers if c.prop == "first-full"
+            }

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tandem.host.system.model import load_gguf
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "sparse_dsp_smollm2_q0.npz"
@@ -29,14 +30,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import hpu_fixture  # the GGUF reader and tokenizer the hpu fixture uses
+    import hpu_fixture  # finds the GGUF file the hpu fixture reads
     import torch
 
     gguf_path = hpu_fixture.find_gguf()
-    w, cfg, tok = hpu_fixture.load_model(gguf_path)
+    cfg, w, tok = load_gguf(gguf_path)
     ids = tok.encode(Path(TEXT).read_text())[: args.tokens]
     x = w["token_embd.weight"][torch.as_tensor(ids)]  # the residual stream entering layer 0
-    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg["eps"]) * w["blk.0.attn_norm.weight"]
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.eps) * w["blk.0.attn_norm.weight"]
     weight = w["blk.0.attn_q.weight"].numpy()
     arrays = {
         "w": weight.astype(np.float16),

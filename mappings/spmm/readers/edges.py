@@ -8,16 +8,8 @@ import scipy.sparse as sp
 from . import limits
 from .block_checks import _integer_lines, _layout_ok
 from .limits import _EXACT, _INT64_MAX, _check_size, _fail, _show
-from .text import (
-    _blocks_or_none,
-    _check_finite,
-    _each,
-    _numbers,
-    _special,
-    _square,
-    _Text,
-    _walk_lines,
-)
+from .text import _blocks_or_none, _each, _special, _Text, _walk_lines
+from .values import _check_finite, _numbers, _square
 
 
 def read_edge_list(path, *, threads: int = 1) -> sp.csr_matrix:

@@ -8,17 +8,8 @@ import scipy.sparse as sp
 from . import limits
 from .block_checks import _NL, _SP, _TAB, _integers, _skeleton
 from .limits import _EXACT, _MAX_METIS_LINE, _check_size, _fail, _show
-from .text import (
-    _blocks_or_none,
-    _check_finite,
-    _check_range,
-    _decode,
-    _each,
-    _numbers,
-    _special,
-    _Text,
-    _walk,
-)
+from .text import _blocks_or_none, _decode, _each, _special, _Text, _walk
+from .values import _check_finite, _check_range, _numbers
 
 
 def read_metis(path, *, threads: int = 1) -> sp.csr_matrix:

@@ -9,18 +9,8 @@ import scipy.sparse as sp
 
 from .block_checks import _layout_ok
 from .limits import _DEFLATE_RATIO, GraphError, _check_size, _fail, _LongLineError, _show
-from .text import (
-    _blocks_or_none,
-    _check_finite,
-    _check_range,
-    _decode,
-    _each,
-    _numbers,
-    _special,
-    _square,
-    _Text,
-    _walk_lines,
-)
+from .text import _blocks_or_none, _decode, _each, _special, _Text, _walk_lines
+from .values import _check_finite, _check_range, _numbers, _square
 
 _MM_HEADER = re.compile(r"%%matrixmarket\s+matrix\s+(\S+)\s+(\S+)\s+(\S+)\s*$", re.IGNORECASE)
 

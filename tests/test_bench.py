@@ -118,7 +118,7 @@ def _fake_suite(tmp_path, monkeypatch):
         Benchmark("absent", "absent.py", (), "a skipped one"),
         Benchmark("slow", "slow.py", (), "a slow one"),
     )
-    monkeypatch.setattr("tandem.bench.BENCHMARKS", suite)
+    monkeypatch.setattr("tandem.bench.suite.BENCHMARKS", suite)
     return folder
 
 

@@ -325,7 +325,7 @@ ALLOWED = {
     ("host/common/threads.py", "5 ms"): "a sampling interval, a parameter",
     ("host/system/perf/cards.py", "80 %"): "a utilization ceiling the model assumes, a parameter",
     ("sim/hpu/hbm.py", "300 MHz"): "the U55C HBM clock the model is built for (data sheet)",
-    ("sim/hpu/hpu_tb.py", "3x"): "the margin a tolerance leaves, derived in the comment",
+    ("sim/hpu/hpu_stimulus.py", "3x"): "the margin a tolerance leaves, derived in the comment",
     ("sim/hpu/hpu_tb.py", "10 %"): "a testbench tolerance",
     ("sim/toolchain.py", "5.04x"): "a Verilator version series, not a ratio",
     ("mappings/llm/perf.py", "65.9 %"): "FlightLLM's published figure, cited",

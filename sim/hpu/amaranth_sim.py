@@ -63,7 +63,6 @@ def run_hpu(
     p = params
     dut = Hpu(p)
     rng = np.random.default_rng(seed)
-    beat_bytes = p.beat_bytes
     if descriptors is None:
         descriptors = [descriptor_beats(p, r) for r in requests]
     desc_beats = deque(beat for beats in descriptors for beat in beats)
@@ -74,13 +73,13 @@ def run_hpu(
         read_bursts={name: [] for name in port_names},
         read_cycles={name: [] for name in port_names},
     )
+    reads = _ReadSubordinates(
+        {name: getattr(dut, f"{name}_axi") for name in port_names},
+        memory, p.beat_bytes, read_latency, rresp, run,
+    )  # fmt: skip
+    writes = _WriteSubordinate(dut.w_axi, memory, p.beat_bytes, bresp, run)
 
     async def bench(ctx):
-        ports = {name: getattr(dut, f"{name}_axi") for name in port_names}
-        pending = {name: deque() for name in ports}  # (ready_cycle, address, beats)
-        write_bursts = deque()
-        write_beat = 0
-        b_pending = deque()  # each answered burst's response
         flags = []  # the error flags of the running request's beats
         request = 0
         for cycle in range(max_cycles):
@@ -90,24 +89,8 @@ def run_hpu(
                 ctx.set(dut.desc_i.payload, desc_beats[0])
             sink_ready = rng.random() >= result_backpressure
             ctx.set(dut.result_o.ready, int(sink_ready))
-            r_valid = {}
-            for name, port in ports.items():
-                ctx.set(port.arready, 1)
-                queue = pending[name]
-                valid = bool(queue) and queue[0][0] <= cycle
-                r_valid[name] = valid
-                ctx.set(port.rvalid, int(valid))
-                if valid:
-                    _, address, beats = queue[0]
-                    word = memory[address : address + beat_bytes]
-                    ctx.set(port.rdata, int.from_bytes(word, "little"))
-                    ctx.set(port.rlast, int(beats == 1))
-                    ctx.set(port.rresp, rresp(name, address) if rresp else 0)
-            ctx.set(dut.w_axi.awready, 1)
-            ctx.set(dut.w_axi.wready, int(bool(write_bursts)))
-            ctx.set(dut.w_axi.bvalid, int(bool(b_pending)))
-            if b_pending:
-                ctx.set(dut.w_axi.bresp, b_pending[0])
+            reads.drive(ctx, cycle)
+            writes.drive(ctx)
             # Sample the engine's side of every handshake.
             desc_fire = bool(desc_beats) and ctx.get(dut.desc_i.ready)
             result_fire = sink_ready and ctx.get(dut.result_o.valid)
@@ -120,55 +103,14 @@ def run_hpu(
                     run.errors[request] = flags[0] if len(set(flags)) == 1 else None
                     flags = []
                     request += 1
-            ar = {}
-            r_fire = {}
-            for name, port in ports.items():
-                if ctx.get(port.arvalid):
-                    ar[name] = (ctx.get(port.araddr), ctx.get(port.arlen) + 1)
-                r_fire[name] = r_valid[name] and ctx.get(port.rready)
-            aw = None
-            if ctx.get(dut.w_axi.awvalid):
-                aw = (ctx.get(dut.w_axi.awaddr), ctx.get(dut.w_axi.awlen) + 1)
-            w_fire = bool(write_bursts) and ctx.get(dut.w_axi.wvalid)
-            if w_fire:
-                w_data = ctx.get(dut.w_axi.wdata)
-                w_strb = ctx.get(dut.w_axi.wstrb)
-                w_last = ctx.get(dut.w_axi.wlast)
-            b_fire = bool(b_pending) and ctx.get(dut.w_axi.bready)
+            read_handshakes = reads.sample(ctx)
+            write_handshakes = writes.sample(ctx)
             await ctx.tick()
             # Apply the handshakes that happened at this edge.
             if desc_fire:
                 desc_beats.popleft()
-            for name, (address, beats) in ar.items():
-                pending[name].append((cycle + 1 + read_latency, address, beats))
-                run.read_bursts[name].append((address, beats))
-                if run.first_read is None:
-                    run.first_read = cycle
-            for name in ports:
-                if r_fire[name]:
-                    ready_at, address, beats = pending[name].popleft()
-                    run.read_beats += 1
-                    run.read_cycles[name].append(cycle)
-                    run.last_read = cycle
-                    if beats > 1:
-                        pending[name].appendleft((ready_at, address + beat_bytes, beats - 1))
-            if aw is not None:
-                write_bursts.append(list(aw))
-                run.write_bursts.append(aw)
-            if w_fire:
-                address = write_bursts[0][0] + write_beat * beat_bytes
-                chunk = w_data.to_bytes(beat_bytes, "little")
-                for j in range(beat_bytes):
-                    if (w_strb >> j) & 1:
-                        memory[address + j] = chunk[j]
-                write_beat += 1
-                if write_beat == write_bursts[0][1]:
-                    assert w_last, "wlast missing on the last beat of a write burst"
-                    burst_address = write_bursts.popleft()[0]
-                    write_beat = 0
-                    b_pending.append(bresp(burst_address) if bresp else 0)
-            if b_fire:
-                b_pending.popleft()
+            reads.apply(cycle, *read_handshakes)
+            writes.apply(*write_handshakes)
             if request == len(requests):
                 run.cycles = cycle + 1
                 return
@@ -179,3 +121,112 @@ def run_hpu(
     sim.add_testbench(bench)
     sim.run()
     return run
+
+
+class _ReadSubordinates:
+    """The AXI read subordinates of :func:`run_hpu`: every read port answers its bursts from
+    ``memory`` ``read_latency`` cycles after their address, recording them in ``run``."""
+
+    def __init__(self, ports: dict, memory, beat_bytes: int, read_latency: int, rresp, run):
+        self.ports, self.memory, self.beat_bytes = ports, memory, beat_bytes
+        self.read_latency, self.rresp, self.run = read_latency, rresp, run
+        self.pending = {name: deque() for name in ports}  # (ready_cycle, address, beats)
+        self.r_valid = {}
+
+    def drive(self, ctx, cycle: int) -> None:
+        """Set every port's ``arready`` and this cycle's read beat, where one is due."""
+        for name, port in self.ports.items():
+            ctx.set(port.arready, 1)
+            queue = self.pending[name]
+            valid = bool(queue) and queue[0][0] <= cycle
+            self.r_valid[name] = valid
+            ctx.set(port.rvalid, int(valid))
+            if valid:
+                _, address, beats = queue[0]
+                word = self.memory[address : address + self.beat_bytes]
+                ctx.set(port.rdata, int.from_bytes(word, "little"))
+                ctx.set(port.rlast, int(beats == 1))
+                ctx.set(port.rresp, self.rresp(name, address) if self.rresp else 0)
+
+    def sample(self, ctx) -> tuple[dict, dict]:
+        """``(ar, r_fire)``: the read addresses ``(address, beats)`` offered per port, and
+        whether each port took its read beat."""
+        ar = {}
+        r_fire = {}
+        for name, port in self.ports.items():
+            if ctx.get(port.arvalid):
+                ar[name] = (ctx.get(port.araddr), ctx.get(port.arlen) + 1)
+            r_fire[name] = self.r_valid[name] and ctx.get(port.rready)
+        return ar, r_fire
+
+    def apply(self, cycle: int, ar: dict, r_fire: dict) -> None:
+        """Queue the bursts addressed at this edge and retire the beats taken."""
+        run = self.run
+        for name, (address, beats) in ar.items():
+            self.pending[name].append((cycle + 1 + self.read_latency, address, beats))
+            run.read_bursts[name].append((address, beats))
+            if run.first_read is None:
+                run.first_read = cycle
+        for name in self.ports:
+            if r_fire[name]:
+                ready_at, address, beats = self.pending[name].popleft()
+                run.read_beats += 1
+                run.read_cycles[name].append(cycle)
+                run.last_read = cycle
+                if beats > 1:
+                    self.pending[name].appendleft((ready_at, address + self.beat_bytes, beats - 1))
+
+
+class _WriteSubordinate:
+    """The AXI write subordinate of :func:`run_hpu`: writes every burst's strobed bytes into
+    ``memory`` and answers each burst, recording the bursts in ``run``."""
+
+    def __init__(self, axi, memory, beat_bytes: int, bresp, run):
+        self.axi, self.memory, self.beat_bytes, self.bresp, self.run = (
+            axi, memory, beat_bytes, bresp, run
+        )  # fmt: skip
+        self.bursts = deque()  # [address, beats] of the bursts whose data is awaited
+        self.beat = 0
+        self.b_pending = deque()  # each answered burst's response
+
+    def drive(self, ctx) -> None:
+        """Set ``awready``, ``wready`` and the pending write response."""
+        ctx.set(self.axi.awready, 1)
+        ctx.set(self.axi.wready, int(bool(self.bursts)))
+        ctx.set(self.axi.bvalid, int(bool(self.b_pending)))
+        if self.b_pending:
+            ctx.set(self.axi.bresp, self.b_pending[0])
+
+    def sample(self, ctx) -> tuple:
+        """``(aw, w, b_fire)``: the write address ``(address, beats)`` offered (or None), the
+        data beat ``(wdata, wstrb, wlast)`` taken (or None), and whether the response was."""
+        aw = None
+        if ctx.get(self.axi.awvalid):
+            aw = (ctx.get(self.axi.awaddr), ctx.get(self.axi.awlen) + 1)
+        w = None
+        if self.bursts and ctx.get(self.axi.wvalid):
+            w = (ctx.get(self.axi.wdata), ctx.get(self.axi.wstrb), ctx.get(self.axi.wlast))
+        b_fire = bool(self.b_pending) and ctx.get(self.axi.bready)
+        return aw, w, b_fire
+
+    def apply(self, aw, w, b_fire) -> None:
+        """Take the address, write the data beat and retire the response of this edge."""
+        beat_bytes = self.beat_bytes
+        if aw is not None:
+            self.bursts.append(list(aw))
+            self.run.write_bursts.append(aw)
+        if w is not None:
+            w_data, w_strb, w_last = w
+            address = self.bursts[0][0] + self.beat * beat_bytes
+            chunk = w_data.to_bytes(beat_bytes, "little")
+            for j in range(beat_bytes):
+                if (w_strb >> j) & 1:
+                    self.memory[address + j] = chunk[j]
+            self.beat += 1
+            if self.beat == self.bursts[0][1]:
+                assert w_last, "wlast missing on the last beat of a write burst"
+                burst_address = self.bursts.popleft()[0]
+                self.beat = 0
+                self.b_pending.append(self.bresp(burst_address) if self.bresp else 0)
+        if b_fire:
+            self.b_pending.popleft()

@@ -323,6 +323,7 @@ def test_grouped_weights_run_one_pass_per_column_block(tiny):
     from tandem.mappings.llm.runner import CompiledModel, column_block
 
     model, root, _ = tiny
+    assert json.loads((root / "g16" / "summary.json").read_text())["weight_group"] == 16
     compiled = CompiledModel(root / "g16")
     matmuls = [i for i in compiled.decode if i.op == Op.MATMUL]
     assert matmuls and all(i.count == i.cols // 16 for i in matmuls)

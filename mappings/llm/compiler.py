@@ -443,7 +443,6 @@ def compile_model(
     out_dir = check_output_folder(out_dir)
     c = getattr(model, "config", None)
     _check_compilable(c, model, options, model_label)
-    group = options.weight_group
     ids = tokenizer.encode(text)[: options.calibration_tokens]
     if len(ids) < 8:
         raise CompileError(f"calibration text gives {len(ids)} tokens; at least 8 are needed")
@@ -496,8 +495,6 @@ def compile_model(
     card = prog.CardShape.for_model(c, options.tile, wide, wide_weights, options.weight_group)
     compiled = prog.compile_programs(card, options.max_prefill)
     summary = _compile_summary(model_label, c, options, ids, compiled, arrays, choices, wide)
-    # ``group`` here is the layer loop's last input group (it reuses the name), as recorded.
-    summary["weight_group"] = group
     try:
         with staged_output(out_dir, compiled.images, flag="-o") as staging:
             np.savez(staging / "weights.npz", **arrays)

@@ -1,11 +1,13 @@
-"""Gateware pipeline blocks of ``hw/common``: the register slice and the two-stage product."""
+"""Gateware pipeline blocks of ``hw/common``: the register slice, the sideband helper and the
+two-stage product."""
 
 import numpy as np
 import pytest
 from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.lib import data
 from amaranth.sim import Simulator
 from tandem.hw.common.fixed import partial_products
-from tandem.hw.common.pipeline import RegisterSlice
+from tandem.hw.common.pipeline import RegisterSlice, sideband, sideband_stages
 
 
 def _simulate(dut, bench):
@@ -65,6 +67,57 @@ def test_register_slice_streams_at_full_rate():
 
     _simulate(dut, bench)
     assert got == list(range(39))  # one cycle behind, one beat a cycle
+
+
+def test_sideband_stages_delay_each_field_by_its_stage_under_enable_stalls():
+    rng = np.random.default_rng(7)
+    m = Module()
+    enable = Signal()
+    layout = data.StructLayout({"tag": 5, "value": signed(12)})
+    fields = Signal(layout)
+    stages = sideband_stages(m, ("sa", "sb", "sc"), fields, enable)
+    assert [list(stage) for stage in stages] == [["tag", "value"]] * 3
+    assert stages[2]["value"].name == "sc_value" and stages[2]["value"].shape() == signed(12)
+    taken, got = [], []  # the beats of the cycles the stages advanced; every cycle's stages
+
+    async def bench(ctx):
+        for _ in range(300):
+            advance = bool(rng.random() < 0.6)
+            beat = (int(rng.integers(0, 32)), int(rng.integers(-2048, 2048)))
+            ctx.set(enable, advance)
+            ctx.set(fields.tag, beat[0])
+            ctx.set(fields.value, beat[1])
+            row = [(ctx.get(stage["tag"]), ctx.get(stage["value"])) for stage in stages]
+            got.append((len(taken), row))
+            if advance:
+                taken.append(beat)
+            await ctx.tick()
+
+    _simulate(m, bench)
+    # Stage n holds the group taken n + 1 advances ago, however long the stalls between.
+    for advances, row in got:
+        for n, held in enumerate(row):
+            assert held == (taken[advances - 1 - n] if advances > n else (0, 0))
+    assert len(taken) > 100
+
+
+def test_sideband_without_enable_is_one_register_a_field():
+    m = Module()
+    a, b = Signal(4), Signal(signed(3))
+    stage = sideband(m, "x", {"a": a, "b": b}, suffix="1")
+    assert [reg.name for reg in stage.values()] == ["x_a1", "x_b1"]
+    got = []
+
+    async def bench(ctx):
+        for cycle in range(10):
+            ctx.set(a, cycle)
+            ctx.set(b, -(cycle % 4))
+            if cycle:
+                got.append((ctx.get(stage["a"]), ctx.get(stage["b"])))
+            await ctx.tick()
+
+    _simulate(m, bench)
+    assert got == [(cycle, -(cycle % 4)) for cycle in range(9)]
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
 """Flow control for fixed-latency pipelines between two streams."""
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["RegisterSlice", "stall_all_pipeline"]
+__all__ = ["RegisterSlice", "sideband", "sideband_stages", "stall_all_pipeline"]
 
 
 def stall_all_pipeline(m: Module, i, o, latency: int, *, name: str = "stage") -> Signal:
@@ -29,6 +29,74 @@ def stall_all_pipeline(m: Module, i, o, latency: int, *, name: str = "stage") ->
         valid = stage_valid
     m.d.comb += o.valid.eq(valid)
     return enable
+
+
+def sideband(m: Module, prefix: str, fields, enable=None, *, suffix: str = "") -> dict:
+    """Carry a group of named fields through one pipeline stage.
+
+    Parameters
+    ----------
+    m : Module
+    prefix : str
+        The stage's name: field ``key``'s register is named ``f"{prefix}_{key}{suffix}"``.
+    fields : dict or data.View
+        The fields in front of the stage, by name: values, or a view of a
+        ``data.StructLayout`` (one register per field).
+    enable : Value, optional
+        The stage enable: the registers take their fields only while it is high (always,
+        when not given).
+    suffix : str
+        Appended to every register's name (a unit's or a query's index).
+
+    Returns
+    -------
+    dict
+        The registered fields, by the same names and in the same order.
+    """
+    if isinstance(fields, data.View):
+        fields = {key: fields[key] for key, _ in fields.shape()}
+    stage = {}
+    # One register and one statement per field, in the group's order: the generated names
+    # and the netlist's order follow it, so a pipeline that replaces hand-written registers
+    # with this helper generates the same Verilog.
+    for key, value in fields.items():
+        reg = Signal.like(value, name=f"{prefix}_{key}{suffix}")
+        if enable is None:
+            m.d.sync += reg.eq(value)
+        else:
+            with m.If(enable):
+                m.d.sync += reg.eq(value)
+        stage[key] = reg
+    return stage
+
+
+def sideband_stages(m: Module, prefixes, fields, enable=None, *, suffix: str = "") -> list:
+    """Carry a group of named fields through consecutive stages that move together.
+
+    Parameters
+    ----------
+    m : Module
+    prefixes : sequence of str
+        The stages' names, in pipeline order (one stage each; see :func:`sideband`).
+    fields : dict or data.View
+        The fields in front of the first stage.
+    enable : Value, optional
+        The stage enable all stages share (:func:`stall_all_pipeline`'s): while it is low
+        every stage holds, so the fields stay beside the datapath's registers.
+    suffix : str
+        Appended to every register's name.
+
+    Returns
+    -------
+    list of dict
+        Each stage's registered fields: element ``n`` is ``n + 1`` cycles (stage advances)
+        behind ``fields``.
+    """
+    stages = []
+    for prefix in prefixes:
+        fields = sideband(m, prefix, fields, enable, suffix=suffix)
+        stages.append(fields)
+    return stages
 
 
 class RegisterSlice(wiring.Component):

@@ -8,12 +8,11 @@ Three components in pipeline order, each a stream that never stalls once a row b
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
 from ..common.exp2 import Exp2
 from ..common.fixed import fabric_product, partial_products
+from ..common.pipeline import sideband
 from .arith import (
     decode_scale,
     registered,
@@ -31,6 +30,7 @@ from .beats import (
     row_entry_layout,
     stats_layout,
 )
+from .query_products import packs_queries, query_memories, query_products
 
 __all__ = [
     "KSide",
@@ -80,7 +80,7 @@ def score_layout(params) -> data.StructLayout:
 class QueryDot(wiring.Component):
     """Stages KA (the accepted row beat and each query's chunk for it, read from its bank so
     KB's products start from registers), KB (``groups x lanes`` products; with packed queries
-    KM after it, :func:`_query_products`), K1 and KS (their
+    KM after it, :func:`.query_products.query_products`), K1 and KS (their
     sum, with the scales decoded beside it) and KC (a row's beats summed into its dot product;
     beside it the row's scale factors).
 
@@ -121,72 +121,73 @@ class QueryDot(wiring.Component):
         )
 
     def elaborate(self, platform):
-        p = self.params
         m = Module()
-        groups, lanes = p.gqa_group, p.lanes
-        kb = self.i.payload
-        cur_bank = self.bank
         m.d.comb += self.i.ready.eq(self.room)
+        b, b_q_scales, b_products = self._products(m)
+        s, s_partial, mant_products, s_exp = self._sums(m, b, b_q_scales, b_products)
+        self._row_dot(m, s, s_partial, mant_products, s_exp)
+        return m
+
+    def _products(self, m):
+        """KA, KB and (with packed queries) KM. Returns the last one's sideband (the beat's
+        flags, scale, bank and index), each query's scale of the bank and the products."""
+        p = self.params
+        kb = self.i.payload
         # KA: the accepted row beat, and each query's chunk for it (read from its bank here, so
         # KB's products start from registers).
         take = self.i.valid & self.i.ready
         a_valid = registered(m, "ka_valid", take)
-        a_data = registered(m, "ka_data", kb.data, take)
-        a_beat = registered(m, "ka_beat", kb.beat, take)
-        a_last_beat = registered(m, "ka_last_beat", kb.last_beat, take)
-        a_scale = registered(m, "ka_scale", kb.scale, take)
-        a_first_row = registered(m, "ka_first_row", kb.first_row, take)
-        a_last_row = registered(m, "ka_last_row", kb.last_row, take)
-        a_bank = registered(m, "ka_bank", cur_bank, take)
-        a_beat_index = registered(m, "ka_beat_index", kb.beat, take)
-        a_chunk = _query_memories(p, m, self.query_w, cur_bank, kb.beat, take)
+        beat = {
+            "data": kb.data,
+            "beat": kb.beat,
+            "last_beat": kb.last_beat,
+            "scale": kb.scale,
+            "first_row": kb.first_row,
+            "last_row": kb.last_row,
+            "bank": self.bank,
+            "beat_index": kb.beat,
+        }
+        a = sideband(m, "ka", beat, take)
+        a_chunk = query_memories(p, m, self.query_w, self.bank, kb.beat, take)
         # KB: lanes products per query (the multipliers' output registers).
-        b_valid = registered(m, "kb_valid", a_valid)
-        b_first = registered(m, "kb_first", a_beat == 0)
-        b_last_beat = registered(m, "kb_last_beat", a_last_beat)
-        b_scale = registered(m, "kb_scale", a_scale)
-        b_first_row = registered(m, "kb_first_row", a_first_row)
-        b_last_row = registered(m, "kb_last_row", a_last_row)
-        b_bank = registered(m, "kb_bank", a_bank)
-        b_beat = registered(m, "kb_beat", a_beat_index)
+        b = sideband(
+            m,
+            "kb",
+            {
+                "valid": a_valid,
+                "first": a["beat"] == 0,
+                **{key: a[key] for key in ("last_beat", "scale", "first_row", "last_row", "bank")},
+                "beat": a["beat_index"],
+            },
+        )
         # Each query's scale of the bank, registered here (read in K1, the bank's mux sat
         # in front of the exponents' decode and sum).
         b_q_scales = [
             registered(
                 m,
                 f"kb_q_scale{g}",
-                Array(self.query_scales[b][g] for b in range(DESCRIPTOR_SLOTS))[a_bank],
+                Array(self.query_scales[s][g] for s in range(DESCRIPTOR_SLOTS))[a["bank"]],
             )
-            for g in range(groups)
+            for g in range(p.gqa_group)
         ]
-        b_products = _query_products(p, m, a_chunk, a_data)
-        if _packs_queries(p):
+        b_products = query_products(p, m, a_chunk, a["data"])
+        if packs_queries(p):
             # KM: the packed products' correction (one more stage, below); the rest follows.
-            b_valid, b_first, b_last_beat, b_scale, b_first_row, b_last_row, b_bank, b_beat = (
-                registered(m, f"km_{name}", value)
-                for name, value in (
-                    ("valid", b_valid),
-                    ("first", b_first),
-                    ("last_beat", b_last_beat),
-                    ("scale", b_scale),
-                    ("first_row", b_first_row),
-                    ("last_row", b_last_row),
-                    ("bank", b_bank),
-                    ("beat", b_beat),
-                )
-            )
+            b = sideband(m, "km", b)
             b_q_scales = [registered(m, f"km_q_scale{g}", s) for g, s in enumerate(b_q_scales)]
-        # K1 and KS: the products summed, over two stages (groups of up to eight products in
-        # K1, their sums in KS: in one stage, 32 lanes' tree was the engine's longest path).
-        # Beside them the row's scale factors: KB reads the queries' scales of the bank, K1
-        # decodes both scales, KS registers the exponent's sum.
-        t_valid = registered(m, "k1_valid", b_valid)
-        t_first = registered(m, "k1_first", b_first)
-        t_last_beat = registered(m, "k1_last_beat", b_last_beat)
-        t_first_row = registered(m, "k1_first_row", b_first_row)
-        t_last_row = registered(m, "k1_last_row", b_last_row)
-        t_bank = registered(m, "k1_bank", b_bank)
-        t_beat = registered(m, "k1_beat", b_beat)
+        return b, b_q_scales, b_products
+
+    def _sums(self, m, b, b_q_scales, b_products):
+        """K1 and KS: the products summed, over two stages (groups of up to eight products in
+        K1, their sums in KS: in one stage, 32 lanes' tree was the engine's longest path).
+        Beside them the row's scale factors: KB reads the queries' scales of the bank, K1
+        decodes both scales, KS registers the exponent's sum. Returns KS's sideband, each
+        query's partial dot product, each unit's mantissa product and each query's
+        exponent."""
+        p = self.params
+        groups, lanes = p.gqa_group, p.lanes
+        flags = ("valid", "first", "last_beat", "first_row", "last_row", "bank")
+        t = sideband(m, "k1", {key: b[key] for key in (*flags, "beat")})
         group = min(8, lanes)
         t_sums = [
             [
@@ -195,7 +196,7 @@ class QueryDot(wiring.Component):
             ]
             for g, row in enumerate(b_products)
         ]
-        b_k_mant, b_k_exp = decode_scale(m, b_scale, "k_scale")
+        b_k_mant, b_k_exp = decode_scale(m, b["scale"], "k_scale")
         t_k_mant = registered(m, "k1_k_mant", b_k_mant)
         fabric = p.scaling_multipliers == "fabric"
         units = score_units(p)
@@ -210,18 +211,18 @@ class QueryDot(wiring.Component):
             # Each unit's query mantissa for the beat's phase (below), picked here: the
             # product's adder tree starts at K1, its cut registers are KS's.
             t_q_mant = [
-                registered(m, f"k1_q_mant_unit{u}", _phase_pick(p, u, q_mants, b_beat))
+                registered(m, f"k1_q_mant_unit{u}", _phase_pick(p, u, q_mants, b["beat"]))
                 for u in range(units)
             ]
-        s_valid = registered(m, "ks_valid", t_valid)
-        s_first = registered(m, "ks_first", t_first)
-        s_last_beat = registered(m, "ks_last_beat", t_last_beat)
-        s_first_row = registered(m, "ks_first_row", t_first_row)
-        s_last_row = registered(m, "ks_last_row", t_last_row)
-        s_bank = registered(m, "ks_bank", t_bank)
-        if not fabric:
-            s_k_mant = registered(m, "ks_k_mant", t_k_mant)
-        s_beat = registered(m, "ks_beat", t_beat)
+        s = sideband(
+            m,
+            "ks",
+            {
+                **{key: t[key] for key in flags},
+                **({} if fabric else {"k_mant": t_k_mant}),
+                "beat": t["beat"],
+            },
+        )
         if fabric:
             mant_products = [
                 fabric_product(m, t_q_mant[u], t_k_mant, f"ks_mant_product{u}", 1)
@@ -230,26 +231,32 @@ class QueryDot(wiring.Component):
         else:
             # Each unit's query mantissa for the beat's phase (below), picked here from K1's.
             s_q_mant = [
-                registered(m, f"ks_q_mant_unit{u}", _phase_pick(p, u, t_q_mant, t_beat))
+                registered(m, f"ks_q_mant_unit{u}", _phase_pick(p, u, t_q_mant, t["beat"]))
                 for u in range(units)
             ]
-            mant_products = [s_q_mant[u] * s_k_mant for u in range(units)]
+            mant_products = [s_q_mant[u] * s["k_mant"] for u in range(units)]
         s_exp = [registered(m, f"ks_exp{g}", t_exp[g]) for g in range(groups)]
         partial_bits = p.q_bits + p.kv_bits + (lanes - 1).bit_length()
         s_partial = [Signal(signed(partial_bits), name=f"ks_partial{g}") for g in range(groups)]
         for g in range(groups):
             m.d.sync += s_partial[g].eq(sum(t_sums[g]))
-        # KC: accumulate the beats of a row into the dot product.
-        row_end = s_valid & s_last_beat
+        return s, s_partial, mant_products, s_exp
+
+    def _row_dot(self, m, s, s_partial, mant_products, s_exp) -> None:
+        """KC: the beats of a row accumulated into the dot product, and the row's scale
+        factors, into ``o``'s registers."""
+        p = self.params
+        groups = p.gqa_group
+        row_end = s["valid"] & s["last_beat"]
         out = self.o.payload
         c_valid = registered(m, "kc_valid", row_end)
-        m.d.sync += [out.first_row.eq(s_first_row), out.last_row.eq(s_last_row)]
-        c_bank = registered(m, "kc_bank", s_bank)
+        m.d.sync += [out.first_row.eq(s["first_row"]), out.last_row.eq(s["last_row"])]
+        c_bank = registered(m, "kc_bank", s["bank"])
         dot_acc = [Signal(signed(p.dot_bits), name=f"kc_acc{g}") for g in range(groups)]
         c_dot = out.dot
         for g in range(groups):
-            total = Mux(s_first, s_partial[g], dot_acc[g] + s_partial[g])
-            with m.If(s_valid):
+            total = Mux(s["first"], s_partial[g], dot_acc[g] + s_partial[g])
+            with m.If(s["valid"]):
                 m.d.sync += [dot_acc[g].eq(total), c_dot[g].eq(total)]
         # Beside the accumulation, the mantissa product q_mant * k_mant and the shift amounts
         # of the exponent q_exp + k_exp + score_frac_bits (they depend on the scales alone), so
@@ -258,9 +265,9 @@ class QueryDot(wiring.Component):
         # query g's is formed on the beat of its phase (_unit_queries), before the row's end.
         c_mant, c_left, c_right, c_up = out.mant, out.left, out.right, out.up
         max_left = 10 + 10 + p.score_frac_bits
-        for u in range(units):
+        for u in range(score_units(p)):
             for phase, g in enumerate(_unit_queries(p, u)):
-                with m.If(s_valid & (s_beat == phase)):
+                with m.If(s["valid"] & (s["beat"] == phase)):
                     m.d.sync += c_mant[g].eq(mant_products[u])
         for g in range(groups):
             left, right, up = shift_amounts(s_exp[g], max_left)
@@ -278,7 +285,6 @@ class QueryDot(wiring.Component):
                 for b in range(DESCRIPTOR_SLOTS)
             ),
         ]
-        return m
 
 
 def score_units(params) -> int:
@@ -317,74 +323,6 @@ def _unit_queries(params, unit: int) -> list[int]:
     ``k * units ... k * units + units - 1``."""
     units = score_units(params)
     return list(range(unit, params.gqa_group, units))
-
-
-#: Where the second query's product sits in a packed DSP48E2 product (:func:`_query_products`):
-#: above the first's 16 bits (an int8 x int8 product lies in [-2**14, 2**14]).
-PACK_SHIFT = 16
-
-
-def _packs_queries(p) -> bool:
-    """Do two queries share a DSP48E2 (int8 queries against int8 K)?"""
-    return p.q_bits == 8 and p.kv_bits == 8
-
-
-def _query_products(p, m, chunks, data_):
-    """KB: ``lanes`` products of each query's chunk (``chunks[g]``) with the K beat
-    (``data_``), registered, per query; with packed queries, KM after it.
-
-    With int8 queries and int8 K, each K element is shared by the queries, so two queries
-    share a multiplier (one DSP48E2, 24 of the A port's 27 bits): ``P = (q1 * 2**16 + q0) * k
-    + 2**15 = q1 k * 2**16 + (q0 k + 2**15)``. The bias keeps the low field in [0, 2**16), so
-    ``P``'s bits 16 and up are ``q1 k`` exactly (no borrow to add back: added to the sums, the
-    borrows made the K side's adders its longest path), and ``q0 k`` is the low field with its
-    top bit flipped. A is wires: it holds ``q0``'s bits as unsigned (``q0 + 256`` where ``q0``
-    is negative; an adder in front of A made it QueryDot's longest path), and the addend
-    takes ``256 k`` off again with the bias. yosys leaves a DSP48E2's post-adder unused and
-    puts the addend in the fabric after the multiplier, so KB registers the product and the
-    addend, and KM adds them: both a cycle later.
-    A last odd query has a multiplier of its own, and a register in KM.
-    """
-    groups, lanes, e = p.gqa_group, p.lanes, p.kv_bits
-
-    def query(g, i):
-        return chunks[g][i * p.q_bits : (i + 1) * p.q_bits].as_signed()
-
-    def key(i):
-        return data_[i * e : (i + 1) * e].as_signed()
-
-    pack = _packs_queries(p)
-    products = []
-    g = 0
-    while g < groups:
-        if pack and g + 1 < groups:
-            low, high = [], []
-            bias = 1 << (PACK_SHIFT - 1)
-            q_bits = p.q_bits
-            # pair (PACK_SHIFT + q_bits) x k (e) plus the addend: 2 bits to spare.
-            width = PACK_SHIFT + q_bits + e + 2
-            for i in range(lanes):
-                q0, q1 = query(g, i), query(g + 1, i)
-                pair = Cat(q0.as_unsigned(), Const(0, PACK_SHIFT - q_bits), q1).as_signed()
-                product = registered(m, f"kb_pair{g}_{g + 1}_{i}", pair * key(i))
-                # A holds q0 + 2**q_bits where q0 < 0: take 2**q_bits * k off here.
-                addend = registered(
-                    m, f"kb_addend{g}_{g + 1}_{i}", Mux(q0[-1], bias - (key(i) << q_bits), bias)
-                )
-                packed = Signal(signed(width), name=f"km_packed{g}_{g + 1}_{i}")
-                m.d.sync += packed.eq(product + addend)
-                low.append(Cat(packed[: PACK_SHIFT - 1], ~packed[PACK_SHIFT - 1]).as_signed())
-                high.append(packed[PACK_SHIFT : 2 * PACK_SHIFT].as_signed())
-            products += [low, high]
-            g += 2
-            continue
-        row = []
-        for i in range(lanes):
-            product = registered(m, f"kb_product{g}_{i}", query(g, i) * key(i))
-            row.append(registered(m, f"km_product{g}_{i}", product) if pack else product)
-        products.append(row)
-        g += 1
-    return products
 
 
 class ScoreScale(wiring.Component):
@@ -432,12 +370,17 @@ class ScoreScale(wiring.Component):
         else:
             q_valid, q_phase, q_first_row, q_last_row, unit_in = self._turns(m, units, phases)
         # S1: dot * (q_mant * k_mant).
-        s1_valid = registered(m, "s1_valid", q_valid)
-        s1_phase = registered(m, "s1_phase", q_phase)
-        s1_first_row = registered(m, "s1_first_row", q_first_row)
-        s1_last_row = registered(m, "s1_last_row", q_last_row)
+        flags = {
+            "valid": q_valid,
+            "phase": q_phase,
+            "first_row": q_first_row,
+            "last_row": q_last_row,
+        }
+        s1 = sideband(m, "s1", flags)
         s1_shift = [
-            {key: registered(m, f"s1_{key}{u}", unit_in[u][key]) for key in ("left", "right", "up")}
+            sideband(
+                m, "s1", {key: unit_in[u][key] for key in ("left", "right", "up")}, suffix=f"{u}"
+            )
             for u in range(units)
         ]
         if p.scaling_multipliers == "fabric":
@@ -447,19 +390,8 @@ class ScoreScale(wiring.Component):
                 fabric_product(m, unit_in[u]["dot"], unit_in[u]["mant"], f"s1_product{u}", 2)
                 for u in range(units)
             ]
-            s1_valid, s1_phase, s1_first_row, s1_last_row = (
-                registered(m, f"s1b_{name}", value)
-                for name, value in (
-                    ("valid", s1_valid),
-                    ("phase", s1_phase),
-                    ("first_row", s1_first_row),
-                    ("last_row", s1_last_row),
-                )
-            )
-            s1_shift = [
-                {key: registered(m, f"s1b_{key}{u}", value) for key, value in s1_shift[u].items()}
-                for u in range(units)
-            ]
+            s1 = sideband(m, "s1b", s1)
+            s1_shift = [sideband(m, "s1b", s1_shift[u], suffix=f"{u}") for u in range(units)]
         else:
             products = [
                 partial_products(m, unit_in[u]["dot"], unit_in[u]["mant"], f"s1_product{u}")
@@ -467,23 +399,14 @@ class ScoreScale(wiring.Component):
             ]
         # SP: the partial products' sum (in S1's cycle, the adders behind the multipliers were
         # the engine's longest path).
-        sp_valid = registered(m, "sp_valid", s1_valid)
-        sp_phase = registered(m, "sp_phase", s1_phase)
-        sp_first_row = registered(m, "sp_first_row", s1_first_row)
-        sp_last_row = registered(m, "sp_last_row", s1_last_row)
+        sp = sideband(m, "sp", s1)
         sp_product = [Signal(signed(p.dot_bits + 23), name=f"sp_product{u}") for u in range(units)]
-        sp_shift = [
-            {key: registered(m, f"sp_{key}{u}", value) for key, value in s1_shift[u].items()}
-            for u in range(units)
-        ]
+        sp_shift = [sideband(m, "sp", s1_shift[u], suffix=f"{u}") for u in range(units)]
         for u in range(units):
             m.d.sync += sp_product[u].eq(products[u])
         # SH: the product's shifts; S2: their rounding carry and saturation into the score
         # format (:func:`shift_by_split`), into the scores of the unit's query of the phase.
-        sh_valid = registered(m, "sh_valid", sp_valid)
-        sh_phase = registered(m, "sh_phase", sp_phase)
-        sh_first_row = registered(m, "sh_first_row", sp_first_row)
-        sh_last_row = registered(m, "sh_last_row", sp_last_row)
+        sh = sideband(m, "sh", sp)
         shifted = [
             shift_by_split(
                 m, sp_product[u], sp_shift[u]["left"], sp_shift[u]["right"], sp_shift[u]["up"],
@@ -492,15 +415,15 @@ class ScoreScale(wiring.Component):
             for u in range(units)
         ]  # fmt: skip
         out = self.o.payload
-        last_phase = sh_phase == phases - 1
+        last_phase = sh["phase"] == phases - 1
         m.d.sync += [
-            self.o.valid.eq(sh_valid & last_phase),
-            out.first_row.eq(sh_first_row),
-            out.last_row.eq(sh_last_row),
+            self.o.valid.eq(sh["valid"] & last_phase),
+            out.first_row.eq(sh["first_row"]),
+            out.last_row.eq(sh["last_row"]),
         ]
         for u in range(units):
             for phase, g in enumerate(_unit_queries(p, u)):
-                with m.If(sh_phase == phase):
+                with m.If(sh["phase"] == phase):
                     m.d.sync += out.score[g].eq(shifted[u])
         return m
 
@@ -593,18 +516,12 @@ class OnlineSoftmax(wiring.Component):
                 out.valid.eq(queue.r_rdy),
                 queue.r_en.eq(out.ready),
             ]
-        room = self.room
         # S3: the running max, an integer in log2 units, and the exp2 argument s - m; a
         # request's first row compares against the initial max (the golden model's max_start).
         # A score s > m grows it to ceil(s): the row's shift is ceil(s) - m, its exp2 argument
         # s - ceil(s) (the fraction's bits alone), both formed beside the comparison. A
         # request's first row shifts by the most, which clears l and o (the previous
         # request's): no mux to zero them on either side.
-        scores = self.i.payload.score
-        s2_valid, s2_first_row = self.i.valid, self.i.payload.first_row
-        s2_last_row = self.i.payload.last_row
-        octave = 1 << p.score_frac_bits
-        top_shift = (1 << p.shift_bits) - 1
         # m returns to the initial max (the golden model's max_start) after a request's last
         # row, so a first row compares against m like any other (a mux in front of the
         # comparison was the K side's longest path).
@@ -612,110 +529,122 @@ class OnlineSoftmax(wiring.Component):
             Signal(signed(p.max_bits), name=f"m{g}", init=p.max_start) for g in range(groups)
         ]
         running_sum = [Signal(p.l_bits, name=f"l{g}") for g in range(groups)]
-        exp2_units = []
-        exp2_lo = -(1 << (p.exp2.in_width - 1))
-        shift_line = []
-        l_shift = []
-        new_max = []
-        for g in range(groups):
-            m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
-            exp2_units.append(unit)
-            previous = Signal(signed(p.max_bits), name=f"s3_previous_max{g}")
-            diff = Signal(signed(p.score_bits + 2), name=f"s3_diff{g}")
-            fraction = scores[g][: p.score_frac_bits]
-            ceiling = Signal(signed(p.max_bits), name=f"s3_ceil{g}")
-            growth = Signal(signed(p.max_bits + 1), name=f"s3_growth{g}")
-            grew = Signal(name=f"s3_grew{g}")
-            m.d.comb += [
-                previous.eq(running_max[g]),
-                diff.eq(scores[g] - (previous << p.score_frac_bits)),
-                ceiling.eq((scores[g] >> p.score_frac_bits) + (fraction != 0)),
-                growth.eq(ceiling - previous),
-                # s > m * 2**frac_bits, as ceil(s) > m, from the score's integer part and
-                # whether it has a fraction (off the subtraction: a shorter loop through m).
-                grew.eq(
-                    (scores[g] >> p.score_frac_bits > previous)
-                    | ((scores[g] >> p.score_frac_bits == previous) & (fraction != 0))
-                ),
-                unit.o.ready.eq(1),
-            ]
-            x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
-            # The row's shift is formed after S3's registers, from its growth (the clamp
-            # behind the subtraction was the K side's longest path), as the delay line's
-            # first stage takes it.
-            growth_reg = Signal.like(growth, name=f"s3_growth_reg{g}")
-            grew_reg = Signal(name=f"s3_grew_reg{g}")
-            first_reg = Signal(name=f"s3_first_row{g}")
-            row_shift = Signal(p.shift_bits, name=f"s3_shift{g}")
-            m.d.comb += row_shift.eq(
-                Mux(
-                    first_reg | (grew_reg & (growth_reg > top_shift)),
-                    top_shift,
-                    Mux(grew_reg, growth_reg, 0),
-                )
-            )
-            max_reg = Signal(signed(p.max_bits), name=f"s3_max{g}")
-            with m.If(s2_valid):
-                m.d.sync += [
-                    x.eq(
-                        Mux(
-                            grew,
-                            Mux(fraction == 0, 0, fraction - octave),
-                            Mux(diff < exp2_lo, exp2_lo, diff),
-                        )
-                    ),
-                    growth_reg.eq(growth),
-                    grew_reg.eq(grew),
-                    first_reg.eq(s2_first_row),
-                    running_max[g].eq(Mux(s2_last_row, p.max_start, Mux(grew, ceiling, previous))),
-                    max_reg.eq(Mux(grew, ceiling, previous)),
-                ]
-            # Delay the shift and the row's max alongside the exp2 pipeline.
-            shift_line.append(_delay(m, row_shift, unit.LATENCY, f"shift{g}"))
-            # l's own copy, clamped where l shifts to 0 anyway: a shorter shifter on l's
-            # update, a cycle's loop.
-            l_top = (1 << (p.l_bits + 1).bit_length()) - 1
-            if l_top < top_shift:
-                clamped = Mux(row_shift > l_top, l_top, row_shift)[: l_top.bit_length()]
-                l_shift.append(_delay(m, clamped, unit.LATENCY, f"l_shift{g}"))
-            else:
-                l_shift.append(shift_line[-1])
-            new_max.append(_delay(m, max_reg, unit.LATENCY, f"max{g}"))
-            s3_valid = Signal(name=f"s3_valid{g}")
-            m.d.sync += s3_valid.eq(s2_valid)
-            m.d.comb += [unit.i.payload.eq(x), unit.i.valid.eq(s3_valid)]
-        latency = exp2_units[0].LATENCY
-        s3_last_row = registered(m, "s3_last_row", self.i.payload.last_row, s2_valid)
+        queries = [self._max_and_exp2(m, g, running_max[g]) for g in range(groups)]
+        latency = queries[0]["exp2"].LATENCY
+        s3_last_row = registered(m, "s3_last_row", self.i.payload.last_row, self.i.valid)
         last_row = _delay(m, s3_last_row, latency, "last_row")
-        # S4: p = exp2(s - m) and l <- round(l * 2**-shift) + p; push the row's shift and p of
-        # every query, and at a request's last row its final (m, l).
-        push = exp2_units[0].o.valid
+        self._push(m, queries, running_sum, last_row, row_fifo, k_results)
+        # Rows in flight between a take and its push, at most one per cycle; one more since
+        # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
+        in_flight = 9 + packs_queries(p) + score_latency(p) + latency
+        m.d.sync += self.room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
+        return m
+
+    def _max_and_exp2(self, m, g: int, running_max) -> dict:
+        """S3 of query ``g`` (its running max ``running_max`` and exp2 argument) and its exp2
+        unit. Returns the unit (``exp2``) and, delayed alongside it, the row's shift
+        (``shift``), ``l``'s copy of it (``l_shift``) and the row's max (``max``)."""
+        p = self.params
+        scores = self.i.payload.score
+        s2_valid, s2_first_row = self.i.valid, self.i.payload.first_row
+        s2_last_row = self.i.payload.last_row
+        octave = 1 << p.score_frac_bits
+        top_shift = (1 << p.shift_bits) - 1
+        exp2_lo = -(1 << (p.exp2.in_width - 1))
+        m.submodules[f"exp2_{g}"] = unit = Exp2(p.exp2)
+        previous = Signal(signed(p.max_bits), name=f"s3_previous_max{g}")
+        diff = Signal(signed(p.score_bits + 2), name=f"s3_diff{g}")
+        fraction = scores[g][: p.score_frac_bits]
+        ceiling = Signal(signed(p.max_bits), name=f"s3_ceil{g}")
+        growth = Signal(signed(p.max_bits + 1), name=f"s3_growth{g}")
+        grew = Signal(name=f"s3_grew{g}")
+        m.d.comb += [
+            previous.eq(running_max),
+            diff.eq(scores[g] - (previous << p.score_frac_bits)),
+            ceiling.eq((scores[g] >> p.score_frac_bits) + (fraction != 0)),
+            growth.eq(ceiling - previous),
+            # s > m * 2**frac_bits, as ceil(s) > m, from the score's integer part and
+            # whether it has a fraction (off the subtraction: a shorter loop through m).
+            grew.eq(
+                (scores[g] >> p.score_frac_bits > previous)
+                | ((scores[g] >> p.score_frac_bits == previous) & (fraction != 0))
+            ),
+            unit.o.ready.eq(1),
+        ]
+        x = Signal(signed(p.exp2.in_width), name=f"s3_exp2_in{g}")
+        # The row's shift is formed after S3's registers, from its growth (the clamp
+        # behind the subtraction was the K side's longest path), as the delay line's
+        # first stage takes it.
+        growth_reg = Signal.like(growth, name=f"s3_growth_reg{g}")
+        grew_reg = Signal(name=f"s3_grew_reg{g}")
+        first_reg = Signal(name=f"s3_first_row{g}")
+        row_shift = Signal(p.shift_bits, name=f"s3_shift{g}")
+        m.d.comb += row_shift.eq(
+            Mux(
+                first_reg | (grew_reg & (growth_reg > top_shift)),
+                top_shift,
+                Mux(grew_reg, growth_reg, 0),
+            )
+        )
+        max_reg = Signal(signed(p.max_bits), name=f"s3_max{g}")
+        with m.If(s2_valid):
+            m.d.sync += [
+                x.eq(
+                    Mux(
+                        grew,
+                        Mux(fraction == 0, 0, fraction - octave),
+                        Mux(diff < exp2_lo, exp2_lo, diff),
+                    )
+                ),
+                growth_reg.eq(growth),
+                grew_reg.eq(grew),
+                first_reg.eq(s2_first_row),
+                running_max.eq(Mux(s2_last_row, p.max_start, Mux(grew, ceiling, previous))),
+                max_reg.eq(Mux(grew, ceiling, previous)),
+            ]
+        # Delay the shift and the row's max alongside the exp2 pipeline.
+        shift = _delay(m, row_shift, unit.LATENCY, f"shift{g}")
+        # l's own copy, clamped where l shifts to 0 anyway: a shorter shifter on l's
+        # update, a cycle's loop.
+        l_top = (1 << (p.l_bits + 1).bit_length()) - 1
+        if l_top < top_shift:
+            clamped = Mux(row_shift > l_top, l_top, row_shift)[: l_top.bit_length()]
+            l_shift = _delay(m, clamped, unit.LATENCY, f"l_shift{g}")
+        else:
+            l_shift = shift
+        new_max = _delay(m, max_reg, unit.LATENCY, f"max{g}")
+        s3_valid = Signal(name=f"s3_valid{g}")
+        m.d.sync += s3_valid.eq(s2_valid)
+        m.d.comb += [unit.i.payload.eq(x), unit.i.valid.eq(s3_valid)]
+        return {"exp2": unit, "shift": shift, "l_shift": l_shift, "max": new_max}
+
+    def _push(self, m, queries, running_sum, last_row, row_fifo, k_results) -> None:
+        """S4: ``p = exp2(s - m)`` and ``l <- round(l * 2**-shift) + p``; the row's entry (every
+        query's shift and ``p``) pushed into the row FIFO, and at a request's last row its
+        final (m, l) into the queue."""
+        p = self.params
+        push = queries[0]["exp2"].o.valid
         entry = []
         stats = []
-        for g in range(groups):
-            prob = exp2_units[g].o.payload
+        for g, query in enumerate(queries):
+            prob = query["exp2"].o.payload
             new_sum = Signal(p.l_bits, name=f"s4_l{g}")
             # round(l * 2**-shift) + p in one adder: the rounding bit enters as the carry
             # into both operands' bit 0 (2a + r + 2b + r = 2(a + b + r)).
-            halves = shift_halves(running_sum[g], l_shift[g])
+            halves = shift_halves(running_sum[g], query["l_shift"])
             m.d.comb += new_sum.eq((halves + Cat(halves[0], prob))[1:])
             with m.If(push):
                 m.d.sync += running_sum[g].eq(new_sum)
-            entry += [shift_line[g], prob[: p.prob_frac_bits + 1]]
+            entry += [query["shift"], prob[: p.prob_frac_bits + 1]]
             # The final (m, l) is pushed the cycle after, from the l register (the new sum
             # straight into the queue's LUT RAM was the K side's longest path).
-            stats.append(Cat(registered(m, f"s5_max{g}", new_max[g]), running_sum[g]))
+            stats.append(Cat(registered(m, f"s5_max{g}", query["max"]), running_sum[g]))
         m.d.comb += [
             row_fifo.w_en.eq(push),
             row_fifo.w_data.eq(Cat(*entry)),
             k_results.w_en.eq(registered(m, "s5_last_push", push & last_row)),
             k_results.w_data.eq(Cat(*stats)),
         ]
-        # Rows in flight between a take and its push, at most one per cycle; one more since
-        # room is registered (the FIFO's level is a cycle old when the sequencer reads it).
-        in_flight = 9 + _packs_queries(p) + score_latency(p) + latency
-        m.d.sync += room.eq(row_fifo.level < ROW_FIFO_DEPTH - in_flight)
-        return m
 
 
 class KSide(wiring.Component):
@@ -794,43 +723,6 @@ class KSide(wiring.Component):
             for g in range(p.gqa_group):
                 m.d.comb += dot.query_scales[s][g].eq(self.query_scales[s][g])
         return m
-
-
-def _query_memories(p, m: Module, query_w, slot, chunk, take) -> list:
-    """One memory per query: every slot's query, written beat by beat from ``query_w``; returns
-    each query's chunk ``chunk`` (``lanes`` elements) of slot ``slot``, read on ``take`` into
-    the read port's register (LUTRAM and its output register: KA). An entry is a chunk,
-    written a descriptor beat at a time where a chunk spans beats (int16 queries against
-    int8 K), or a beat holding several chunks (int8 against int16: the register holds the
-    beat, and the chunk is picked after it). Slots are 4 apart in the address, so it is
-    ``Cat(entry, slot)``."""
-    beat_bits, chunk_bits = p.mem_data_bits, p.lanes * p.q_bits
-    entry_bits = max(beat_bits, chunk_bits)
-    beats_per_entry = entry_bits // beat_bits
-    chunks_per_entry = entry_bits // chunk_bits
-    entries = p.q_beats // beats_per_entry  # per query and slot, a power of two
-    index_bits = exact_log2(entries)
-    offset = exact_log2(chunks_per_entry)
-    a_offset = registered(m, "ka_chunk_offset", chunk[:offset], take)
-    write = query_w.payload
-    chunks = []
-    for g in range(p.gqa_group):
-        memory = Memory(shape=unsigned(entry_bits), depth=4 * entries, init=[])
-        m.submodules[f"queries{g}"] = memory
-        port = memory.write_port(granularity=beat_bits)
-        beat = Signal(range(p.q_beats), name=f"q_write_beat{g}")
-        mine = (write.beat >= g * p.q_beats) & (write.beat < (g + 1) * p.q_beats)
-        granule = beat[: exact_log2(beats_per_entry)]
-        m.d.comb += [
-            beat.eq(write.beat - g * p.q_beats),
-            port.addr.eq(Cat(beat[exact_log2(beats_per_entry) :][:index_bits], write.slot)),
-            port.data.eq(write.data.replicate(beats_per_entry)),
-            port.en.eq(Mux(query_w.valid & mine, Const(1, beats_per_entry) << granule, 0)),
-        ]
-        read = memory.read_port(transparent_for=())
-        m.d.comb += [read.addr.eq(Cat(chunk[offset:][:index_bits], slot)), read.en.eq(take)]
-        chunks.append(read.data.word_select(a_offset, chunk_bits) if offset else read.data)
-    return chunks
 
 
 def _delay(m: Module, value, cycles: int, name: str):

@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.fixed import fabric_product
+from ..common.pipeline import sideband
 from .arith import (
     decode_scale,
     registered,
@@ -142,13 +143,8 @@ class RowWeights(wiring.Component):
         )
 
     def elaborate(self, platform):
-        p = self.params
         m = Module()
-        groups = p.gqa_group
-        word = p.prob_frac_bits + 1
         vb = self.i.payload
-        row_fifo = self.rows_i
-        gate = self.i.ready
         # Stages: vd (the row's scale, decoded, and its row-FIFO entry), vw (the row's
         # weights' products and exponents, the beat's data), vs (the weights' shifts), va
         # (their rounding and saturation; the update's products) and, where a row is two beats
@@ -163,17 +159,36 @@ class RowWeights(wiring.Component):
         vs_end = Signal(name="vs_end")
         va_valid, va_end = self.o.valid, self.o.payload.end
         take_row = self.i.valid & self.i.ready
+        first = take_row & (vb.beat == 0)
+        in_flight = {"vd": (vd_valid, vd_end), "vw": (vw_valid, vw_end), "vs": (vs_valid, vs_end)}
+        fabric = self.params.scaling_multipliers == "fabric"
+        if fabric:
+            in_flight["vx"] = (vx_valid, vx_end)
+        self._gate(m, take_row, first, in_flight)
+        self._weights(m, first)
+        stages = (
+            ("vd", vd_valid, take_row, vd_end),
+            *((("vx", vx_valid, vd_valid, vx_end),) if fabric else ()),
+            ("vw", vw_valid, vx_valid if fabric else vd_valid, vw_end),
+            ("vs", vs_valid, vw_valid, vs_end),
+            ("va", va_valid, vs_valid, va_end),
+        )
+        self._carry_beat(m, stages, take_row)
+        return m
+
+    def _gate(self, m, take_row, first, in_flight) -> None:
+        """The gate on row beats (``i.ready``) and the row FIFO's pop; ``in_flight`` holds
+        the (valid, end) pair of each stage a request's end may be in before va."""
+        p = self.params
+        vb = self.i.payload
+        row_fifo = self.rows_i
+        gate = self.i.ready
         # A request's end in vd, vw, vs or va: a register of what it will be (the stages'
         # next values), so the gate starts from registers.
         ends = Signal(name="v_ends_in_flight")
-        in_stages = (
-            (take_row & vb.last_beat & vb.last_row)
-            | (vd_valid & vd_end)
-            | (vw_valid & vw_end)
-            | (vs_valid & vs_end)
-        )
-        if p.scaling_multipliers == "fabric":
-            in_stages = in_stages | (vx_valid & vx_end)
+        in_stages = take_row & vb.last_beat & vb.last_row
+        for valid, end in in_flight.values():
+            in_stages = in_stages | (valid & end)
         m.d.sync += ends.eq(in_stages)
         snap_busy = Signal(name="snap_busy")
         m.d.comb += [
@@ -184,11 +199,9 @@ class RowWeights(wiring.Component):
                 # A request's first beat never follows the previous request's last one on the
                 # next cycle: with the update over two stages, the accumulators then hold still
                 # while the last update lands and the copy reads them.
-                & ~(vb.first_row & (vb.beat == 0) & vd_valid & vd_end)
+                & ~(vb.first_row & (vb.beat == 0) & in_flight["vd"][0] & in_flight["vd"][1])
             ),
         ]
-        first = take_row & (vb.beat == 0)
-        entries = row_fifo.payload.as_value()
         if p.row_beats == 1:
             m.d.comb += row_fifo.ready.eq(first)
         else:
@@ -199,6 +212,15 @@ class RowWeights(wiring.Component):
             popped = Signal(name="v_entry_popped")
             m.d.sync += popped.eq(first)
             m.d.comb += row_fifo.ready.eq(popped)
+
+    def _weights(self, m, first) -> None:
+        """vd, vx (fabric multipliers), vw, vs and va's weights: ``w = p * v_scale``, shifted,
+        rounded and saturated, with each query's shift, into ``o``'s registers."""
+        p = self.params
+        groups = p.gqa_group
+        word = p.prob_frac_bits + 1
+        vb = self.i.payload
+        entries = self.rows_i.payload.as_value()
         v_mant, v_exp = decode_scale(m, vb.scale, "v_scale")
         # vd registers the decoded scale (out of the sequencer's mux of a page's 32 scales)
         # and the row's FIFO entry; w = p * v_scale's product and shift amounts are
@@ -230,8 +252,8 @@ class RowWeights(wiring.Component):
             # the exponent and the entry wait in vx beside them.
             vx_first = registered(m, "vx_first", vd_first)
             row_first = vx_first
-            row_exp = registered(m, "vx_exp", vd_exp, vd_first)
-            row_entry = registered(m, "vx_entry", vd_entry, vd_first)
+            vx = sideband(m, "vx", {"exp": vd_exp, "entry": vd_entry}, vd_first)
+            row_exp, row_entry = vx["exp"], vx["entry"]
             row_products = [
                 fabric_product(
                     m, vd_entry.word_select(g, entry_bits)[p.shift_bits :], vd_mant,
@@ -270,15 +292,6 @@ class RowWeights(wiring.Component):
         with m.If(vs_first):
             for g in range(groups):
                 m.d.sync += [shifts[g].eq(vs_shifts[g]), weights[g].eq(shifted[g])]
-        stages = (
-            ("vd", vd_valid, take_row, vd_end),
-            *((("vx", vx_valid, vd_valid, vx_end),) if fabric else ()),
-            ("vw", vw_valid, vx_valid if fabric else vd_valid, vw_end),
-            ("vs", vs_valid, vw_valid, vs_end),
-            ("va", va_valid, vs_valid, va_end),
-        )
-        self._carry_beat(m, stages, take_row)
-        return m
 
     def _carry_beat(self, m, stages, take_row) -> None:
         """The row beat travels beside the weights' four ``stages`` (name, valid, the stage
@@ -406,12 +419,8 @@ def _update_in_two(p, m, valid, data_, end, tag, shifts, weights):
     the last beat, when nothing moves: the V side's gate keeps a cycle before the next
     request's first beat) and the final chunks, per query."""
     lanes = p.lanes
-    vb_valid = Signal(name="vb_valid")
-    vb_end = Signal(name="vb_end")
-    vb_tag = Signal(TAG_BITS, name="vb_tag")
-    m.d.sync += vb_valid.eq(valid)
-    with m.If(valid):
-        m.d.sync += [vb_end.eq(end), vb_tag.eq(tag)]
+    vb_valid = registered(m, "vb_valid", valid)
+    vb = sideband(m, "vb", {"end": end, "tag": tag}, valid)
     finals = []
     for g in range(p.gqa_group):
         held = [
@@ -431,4 +440,4 @@ def _update_in_two(p, m, valid, data_, end, tag, shifts, weights):
         final = [Signal(signed(p.o_bits), name=f"vb_sum{g}_{i}") for i in range(lanes)]
         m.d.comb += [x.eq(y) for x, y in zip(final, sums)]
         finals.append(held + final)
-    return vb_valid, vb_end, vb_tag, finals
+    return vb_valid, vb["end"], vb["tag"], finals

@@ -36,6 +36,8 @@ Dataflow of one request::
   chunk per V beat, so every chunk passes the shifters and the w·v multipliers once per row.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -104,21 +106,22 @@ class Hpu(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        m.submodules.parser = parser = Parser(p)
-        m.submodules.scheduler = scheduler = Scheduler(p)
-        m.submodules.writer = writer = Writer(p)
-        m.submodules.k_sequencer = k_sequencer = Sequencer(p, name="k")
-        m.submodules.k_side = k_side = KSide(p)
-        m.submodules.v_requests = v_requests = VRequestQueue(p)
-        m.submodules.v_sequencer = v_sequencer = Sequencer(p, name="v", gapless=False)
+        u = SimpleNamespace()  # the components
+        m.submodules.parser = u.parser = Parser(p)
+        m.submodules.scheduler = u.scheduler = Scheduler(p)
+        m.submodules.writer = u.writer = Writer(p)
+        m.submodules.k_sequencer = u.k_sequencer = Sequencer(p, name="k")
+        m.submodules.k_side = u.k_side = KSide(p)
+        m.submodules.v_requests = u.v_requests = VRequestQueue(p)
+        m.submodules.v_sequencer = u.v_sequencer = Sequencer(p, name="v", gapless=False)
         # The V beats reach the V side through a register slice, with their request's tag
         # (the next request's may be out by then): the V side's gate's ready otherwise ran
         # through the V sequencer into the V read FIFO, the engine's longest path.
         v_slice_layout = data.StructLayout({"beat": row_beat_layout(p), "tag": TAG_BITS})
-        m.submodules.v_slice = v_slice = RegisterSlice(v_slice_layout)
-        m.submodules.v_side = v_side = VSide(p)
-        m.submodules.normalizer = normalizer = Normalizer(p)
-        m.submodules.output = output = Output(p)
+        m.submodules.v_slice = u.v_slice = RegisterSlice(v_slice_layout)
+        m.submodules.v_side = u.v_side = VSide(p)
+        m.submodules.normalizer = u.normalizer = Normalizer(p)
+        m.submodules.output = u.output = Output(p)
         if p.read_ports == 2:
             m.submodules.k_reader = k_reader = Reader(p, parts=(False,), name="k")
             m.submodules.v_reader = v_reader = Reader(p, parts=(True,), name="v")
@@ -128,8 +131,17 @@ class Hpu(wiring.Component):
             m.submodules.kv_reader = kv_reader = Reader(p, parts=(False, True), name="kv")
             readers = {kv_reader: self.kv_axi}
             k_beats, v_beats = kv_reader.k_o, kv_reader.v_o
+        slots = self._slot_headers(m, u)
+        self._connect_streams(m, u, readers, k_beats, v_beats, slots.read_header)
+        self._connect_control(m, u, readers, slots)
+        return m
 
-        # --- the descriptor slots, seen by pointer ---------------------------------------------
+    def _slot_headers(self, m, u):
+        """The descriptor slots, seen by pointer: returns the registered headers of the slots
+        the read and K pointers name, the K slot's stored rows and k and v rows, the
+        registered starts, and ``header(slot)`` and ``body(slot, start, stop)``."""
+        p = self.params
+        parser, scheduler = u.parser, u.scheduler
         layout = header_layout(p)
         bodies = [Cat(*beats) for beats in parser.bodies]
         row_bits = p.row_elems * p.kv_bits
@@ -145,11 +157,12 @@ class Hpu(wiring.Component):
         # longest paths). A slot's header holds from its last beat until its release, and the
         # slot is full a cycle after that beat at the earliest; each side's next start waits a
         # cycle after a start (readers_busy, k_free), when the register may hold the slot before.
-        read_header = Signal(layout, name="read_header")
-        k_header = Signal(layout, name="k_header")
-        k_rows = Signal(p.position_bits, name="k_rows")
-        read_started = Signal(name="read_started")
-        k_started = Signal(name="k_started")
+        slots = SimpleNamespace(header=header, body=body, row_bits=row_bits)
+        slots.read_header = read_header = Signal(layout, name="read_header")
+        slots.k_header = k_header = Signal(layout, name="k_header")
+        slots.k_rows = k_rows = Signal(p.position_bits, name="k_rows")
+        slots.read_started = read_started = Signal(name="read_started")
+        slots.k_started = k_started = Signal(name="k_started")
         slot_k_header = header(scheduler.k_slot)
         m.d.sync += [
             read_header.eq(header(scheduler.read_slot)),
@@ -158,30 +171,33 @@ class Hpu(wiring.Component):
             read_started.eq(scheduler.read_start),
             k_started.eq(scheduler.k_start),
         ]
-        k_body = body(scheduler.k_slot, 0, 2 * row_bits)
+        slots.k_body = body(scheduler.k_slot, 0, 2 * row_bits)
+        return slots
 
-        # --- streams, in pipeline order --------------------------------------------------------
-        wiring.connect(m, wiring.flipped(self.desc_i), parser.desc_i)
-        wiring.connect(m, parser.query_w, k_side.query_w)
-        wiring.connect(m, k_beats, k_sequencer.i)
-        wiring.connect(m, v_beats, v_sequencer.i)
-        wiring.connect(m, k_sequencer.o, k_side.i)
+    def _connect_streams(self, m, u, readers, k_beats, v_beats, read_header) -> None:
+        """The streams between the components, in pipeline order, and the error flags."""
+        v_slice, v_side, output = u.v_slice, u.v_side, u.output
+        wiring.connect(m, wiring.flipped(self.desc_i), u.parser.desc_i)
+        wiring.connect(m, u.parser.query_w, u.k_side.query_w)
+        wiring.connect(m, k_beats, u.k_sequencer.i)
+        wiring.connect(m, v_beats, u.v_sequencer.i)
+        wiring.connect(m, u.k_sequencer.o, u.k_side.i)
         m.d.comb += [
-            v_slice.i.valid.eq(v_sequencer.o.valid),
-            v_slice.i.payload.beat.eq(v_sequencer.o.payload),
-            v_slice.i.payload.tag.eq(v_requests.tag),
-            v_sequencer.o.ready.eq(v_slice.i.ready),
+            v_slice.i.valid.eq(u.v_sequencer.o.valid),
+            v_slice.i.payload.beat.eq(u.v_sequencer.o.payload),
+            v_slice.i.payload.tag.eq(u.v_requests.tag),
+            u.v_sequencer.o.ready.eq(v_slice.i.ready),
             v_side.i.valid.eq(v_slice.o.valid),
             v_side.i.payload.eq(v_slice.o.payload.beat),
             v_side.tag.eq(v_slice.o.payload.tag),
             v_slice.o.ready.eq(v_side.i.ready),
         ]
-        wiring.connect(m, k_side.rows_o, v_side.rows_i)
-        wiring.connect(m, k_side.stats_o, normalizer.i)
-        wiring.connect(m, normalizer.o, output.i)
+        wiring.connect(m, u.k_side.rows_o, v_side.rows_i)
+        wiring.connect(m, u.k_side.stats_o, u.normalizer.i)
+        wiring.connect(m, u.normalizer.o, output.i)
         # Each request's error flags, one from each reader and one from the writer, all in
         # request order: the output takes one of each with the request's (m, l).
-        flags = [reader.error_o for reader in readers] + [writer.error_o]
+        flags = [reader.error_o for reader in readers] + [u.writer.error_o]
         all_flags = Cat(*(f.valid for f in flags)).all()
         m.d.comb += [
             output.error_i.valid.eq(all_flags),
@@ -189,28 +205,40 @@ class Hpu(wiring.Component):
             *(f.ready.eq(output.error_i.ready & all_flags) for f in flags),
         ]
         wiring.connect(m, output.result_o, wiring.flipped(self.result_o))
-        wiring.connect(m, writer.w_axi, wiring.flipped(self.w_axi))
+        wiring.connect(m, u.writer.w_axi, wiring.flipped(self.w_axi))
         for reader, port in readers.items():
             wiring.connect(m, reader.axi, wiring.flipped(port))
             m.d.comb += [
-                reader.start.eq(scheduler.read_start),
+                reader.start.eq(u.scheduler.read_start),
                 reader.header.eq(read_header),
             ]
 
-        # --- control between them ----------------------------------------------------------
+    def _connect_control(self, m, u, readers, slots) -> None:
+        """The control signals between the components: slot releases, the scheduler's inputs,
+        and each side's start with its request's fields."""
+        p = self.params
+        parser, scheduler, k_side, output = u.parser, u.scheduler, u.k_side, u.output
+        k_sequencer, v_requests, v_sequencer, v_side = (
+            u.k_sequencer,
+            u.v_requests,
+            u.v_sequencer,
+            u.v_side,
+        )
+        header, body, row_bits = slots.header, slots.body, slots.row_bits
+        k_header, k_rows = slots.k_header, slots.k_rows
         m.d.comb += [
             parser.release.eq(k_side.bank_done),
             scheduler.full.eq(parser.full),
             scheduler.release.eq(k_side.bank_done),
-            scheduler.readers_busy.eq(Cat(*(r.busy for r in readers)).any() | read_started),
-            scheduler.writes_idle.eq(writer.idle),
-            scheduler.writer_ready.eq(writer.ready),
-            scheduler.k_free.eq(k_sequencer.free & ~k_started),
+            scheduler.readers_busy.eq(Cat(*(r.busy for r in readers)).any() | slots.read_started),
+            scheduler.writes_idle.eq(u.writer.idle),
+            scheduler.writer_ready.eq(u.writer.ready),
+            scheduler.k_free.eq(k_sequencer.free & ~slots.k_started),
             scheduler.v_room.eq(v_requests.room),
             scheduler.stats_taken.eq(output.i.valid & output.i.ready),
-            writer.start.eq(scheduler.write_start),
-            writer.header.eq(header(scheduler.write_slot)),
-            writer.body.eq(body(scheduler.write_slot, 0, 2 * row_bits)),
+            u.writer.start.eq(scheduler.write_start),
+            u.writer.header.eq(header(scheduler.write_slot)),
+            u.writer.body.eq(body(scheduler.write_slot, 0, 2 * row_bits)),
             # The K side: its sequencer's stored rows, then the slot's own k row.
             k_sequencer.start.eq(scheduler.k_start),
             k_sequencer.rows.eq(k_rows),
@@ -225,7 +253,7 @@ class Hpu(wiring.Component):
             ),
             # The V side starts each request after the K side has.
             v_requests.push.eq(scheduler.k_start),
-            v_requests.request.new_v.eq(k_body[row_bits:]),
+            v_requests.request.new_v.eq(slots.k_body[row_bits:]),
             v_requests.request.new_v_scale.eq(k_header.new_v_scale),
             v_requests.request.rows.eq(k_rows),
             v_requests.request.append.eq(k_header.append),
@@ -245,4 +273,3 @@ class Hpu(wiring.Component):
         for g in range(p.gqa_group):
             for i in range(p.row_elems):
                 m.d.comb += output.snapshot[g][i].eq(v_side.snapshot[g][i])
-        return m

@@ -1,5 +1,7 @@
 """``hpu`` reader: burst addresses and read data of a request's pages, for one read port."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -73,25 +75,19 @@ class Reader(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        axi, start, header, parts, name = self.axi, self.start, self.header, self.parts, self.name
-        beat_bytes = p.beat_bytes
-        layout = p.layout
+        axi, parts, name = self.axi, self.parts, self.name
         fifos = self._data_fifos(m)
-        active = Signal(name=f"{name}_ar_active")
-        page_addr = Signal(p.addr_bits, name=f"{name}_page_addr")
-        addr = Signal(p.addr_bits, name=f"{name}_addr")
-        part = Signal(range(len(parts)), name=f"{name}_part")
-        rows_left = Signal(p.position_bits, name=f"{name}_rows_left")
+        r = SimpleNamespace()  # the burst plan's and the request's registers
+        r.active = Signal(name=f"{name}_ar_active")
+        r.page_addr = Signal(p.addr_bits, name=f"{name}_page_addr")
+        r.addr = Signal(p.addr_bits, name=f"{name}_addr")
+        r.part = Signal(range(len(parts)), name=f"{name}_part")
+        r.rows_left = Signal(p.position_bits, name=f"{name}_rows_left")
         span_bits = (p.scale_beats + PAGE_TOKENS * p.row_beats).bit_length()
-        span_left = Signal(span_bits, name=f"{name}_span_left")
+        r.span_left = Signal(span_bits, name=f"{name}_span_left")
         outstanding = Signal(range(p.max_outstanding + 1), name=f"{name}_outstanding")
-        beat_shift = (beat_bytes - 1).bit_length()
-        offsets = [layout.value_shift if value else 0 for value in parts]
-
-        def page_span(rows):
-            page_rows = Mux(rows > PAGE_TOKENS, PAGE_TOKENS, rows[: PAGE_TOKENS.bit_length()])
-            return p.scale_beats + page_rows * p.row_beats
-
+        beat_shift = (p.beat_bytes - 1).bit_length()
+        r.offsets = [p.layout.value_shift if value else 0 for value in parts]
         # Each burst is planned the cycle before it is offered: its length (at most
         # max_burst_beats, never across 4 KiB, never past the part's span) and whether it ends
         # the span are registered from addr and span_left, so a burst's address update starts
@@ -99,50 +95,23 @@ class Reader(wiring.Component):
         # longest path). A port thus issues at most one burst every two cycles, which keeps up
         # with the data as long as bursts average two beats or more.
         planned = Signal(name=f"{name}_planned")
-        beats = Signal(range(p.max_burst_beats + 1), name=f"{name}_beats")
-        span_end = Signal(name=f"{name}_span_end")
-        to_boundary = Signal(range(AXI_BOUNDARY // beat_bytes + 1), name=f"{name}_to_boundary")
-        m.d.comb += to_boundary.eq((AXI_BOUNDARY - addr[:12]) >> beat_shift)
-        limit = Mux(span_left < p.max_burst_beats, span_left, p.max_burst_beats)
+        r.beats = Signal(range(p.max_burst_beats + 1), name=f"{name}_beats")
+        r.span_end = Signal(name=f"{name}_span_end")
+        to_boundary = Signal(range(AXI_BOUNDARY // p.beat_bytes + 1), name=f"{name}_to_boundary")
+        m.d.comb += to_boundary.eq((AXI_BOUNDARY - r.addr[:12]) >> beat_shift)
+        limit = Mux(r.span_left < p.max_burst_beats, r.span_left, p.max_burst_beats)
         length = Mux(to_boundary < limit, to_boundary, limit)
-        # The values of the page after this one and this page's span, also registered: they
-        # follow rows_left and page_addr, which change only on an update, and an update is
-        # always at least a cycle after the one before (the plan's cycle).
-        page_rows = Mux(rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left)
-        next_rows = Signal.like(rows_left, name=f"{name}_next_rows")
-        next_span = Signal.like(span_left, name=f"{name}_next_span")
-        this_span = Signal.like(span_left, name=f"{name}_this_span")
-        next_page = Signal.like(page_addr, name=f"{name}_next_page")
-        next_addr = Signal.like(addr, name=f"{name}_next_addr")  # its first part's start
-        last_part_addr = Signal.like(addr, name=f"{name}_last_part_addr")
-        # The next page's rows, min(max(rows_left - 32, 0), 32), with no subtraction before
-        # the comparisons: between 33 and 64 it is rows_left's low six bits less 32, that is
-        # with bit 5 flipped (the chain through the subtraction was the engine's longest path).
-        assert PAGE_TOKENS == 32
-        next_page_rows = Mux(
-            rows_left > 2 * PAGE_TOKENS,
-            PAGE_TOKENS,
-            Mux(rows_left > PAGE_TOKENS, Cat(rows_left[:5], ~rows_left[5]), 0),
-        )
-        m.d.sync += [
-            next_rows.eq(rows_left - page_rows),
-            next_span.eq(p.scale_beats + next_page_rows * p.row_beats),
-            this_span.eq(page_span(rows_left)),
-            next_page.eq(page_addr + layout.page_stride),
-            next_addr.eq(page_addr + (layout.page_stride + offsets[0])),
-            last_part_addr.eq(page_addr + offsets[-1]),
-        ]
-
+        self._next_page(m, r)
         m.d.comb += [
             axi.arid.eq(0),
             axi.arsize.eq(beat_shift),
             axi.arburst.eq(BURST_INCR),
-            axi.araddr.eq(addr),
-            axi.arlen.eq(beats - 1),
+            axi.araddr.eq(r.addr),
+            axi.arlen.eq(r.beats - 1),
             # Low while reset is high, as AXI4 asks of a manager (A3.1.2), whatever the
             # registers held before it.
             axi.arvalid.eq(
-                active & planned & (outstanding < p.max_outstanding) & ~ResetSignal("sync")
+                r.active & planned & (outstanding < p.max_outstanding) & ~ResetSignal("sync")
             ),
         ]
         ar_fire = axi.arvalid & axi.arready
@@ -156,33 +125,79 @@ class Reader(wiring.Component):
         with m.If(~planned):
             m.d.sync += [
                 planned.eq(1),
-                beats.eq(length),
+                r.beats.eq(length),
                 # span_left == length, without the mux chain of length in front of it.
-                span_end.eq((span_left <= p.max_burst_beats) & (span_left <= to_boundary)),
+                r.span_end.eq((r.span_left <= p.max_burst_beats) & (r.span_left <= to_boundary)),
             ]
         # The request's last burst: the end of its last part of its last page.
-        request_end = span_end & (part == len(parts) - 1) & (next_rows == 0)
+        request_end = r.span_end & (r.part == len(parts) - 1) & (r.next_rows == 0)
         # A request with no stored rows issues no burst; its flag follows the bursts before it.
         empty = Signal(name=f"{name}_empty")
         # The flag of the request whose R beats arrive (the oldest in flight) so far.
         failed = Signal(name=f"{name}_failed")
-        with m.If(start):
+        self._advance(m, r, planned, empty, ar_fire)
+        ends = self._route_read_data(m, fifos, ar_fire, r_last, r.part, request_end)
+        self._error_flags(m, r_last & ends, empty, failed, outstanding)
+        m.d.comb += self.busy.eq(r.active | empty)
+        return m
+
+    def _next_page(self, m, r) -> None:
+        """The values of the page after this one and this page's span, registered: they
+        follow rows_left and page_addr, which change only on an update, and an update is
+        always at least a cycle after the one before (the plan's cycle)."""
+        p, name = self.params, self.name
+        page_rows = Mux(r.rows_left > PAGE_TOKENS, PAGE_TOKENS, r.rows_left)
+        r.next_rows = Signal.like(r.rows_left, name=f"{name}_next_rows")
+        r.next_span = Signal.like(r.span_left, name=f"{name}_next_span")
+        r.this_span = Signal.like(r.span_left, name=f"{name}_this_span")
+        r.next_page = Signal.like(r.page_addr, name=f"{name}_next_page")
+        r.next_addr = Signal.like(r.addr, name=f"{name}_next_addr")  # its first part's start
+        r.last_part_addr = Signal.like(r.addr, name=f"{name}_last_part_addr")
+        # The next page's rows, min(max(rows_left - 32, 0), 32), with no subtraction before
+        # the comparisons: between 33 and 64 it is rows_left's low six bits less 32, that is
+        # with bit 5 flipped (the chain through the subtraction was the engine's longest path).
+        assert PAGE_TOKENS == 32
+        rows_left = r.rows_left
+        next_page_rows = Mux(
+            rows_left > 2 * PAGE_TOKENS,
+            PAGE_TOKENS,
+            Mux(rows_left > PAGE_TOKENS, Cat(rows_left[:5], ~rows_left[5]), 0),
+        )
+        this_page_rows = Mux(
+            rows_left > PAGE_TOKENS, PAGE_TOKENS, rows_left[: PAGE_TOKENS.bit_length()]
+        )
+        m.d.sync += [
+            r.next_rows.eq(rows_left - page_rows),
+            r.next_span.eq(p.scale_beats + next_page_rows * p.row_beats),
+            r.this_span.eq(p.scale_beats + this_page_rows * p.row_beats),
+            r.next_page.eq(r.page_addr + p.layout.page_stride),
+            r.next_addr.eq(r.page_addr + (p.layout.page_stride + r.offsets[0])),
+            r.last_part_addr.eq(r.page_addr + r.offsets[-1]),
+        ]
+
+    def _advance(self, m, r, planned, empty, ar_fire) -> None:
+        """A request's start (its first page's first part) and each burst's update of the
+        address and span (on the span's end, the page's next part or the next page)."""
+        p, parts = self.params, self.parts
+        header = self.header
+        beat_shift = (p.beat_bytes - 1).bit_length()
+        with m.If(self.start):
             rows = header.length - header.append
             # Rounded down to 64 bytes, so every burst starts on a beat and stops at 4 KiB.
             block_bits = (BLOCK_BYTES - 1).bit_length()
             base = Cat(Const(0, block_bits), header.base[block_bits : p.addr_bits])
             m.d.sync += [
                 planned.eq(0),
-                active.eq(header.length != header.append),  # rows != 0, without the subtraction
+                r.active.eq(header.length != header.append),  # rows != 0, without the subtraction
                 empty.eq(header.length == header.append),
-                rows_left.eq(rows),
-                page_addr.eq(base),
-                addr.eq(base + offsets[0]),
-                part.eq(0),
-                # page_span(rows) without the subtraction in front of the comparison: rows >
+                r.rows_left.eq(rows),
+                r.page_addr.eq(base),
+                r.addr.eq(base + r.offsets[0]),
+                r.part.eq(0),
+                # The page's span without the subtraction in front of the comparison: rows >
                 # PAGE_TOKENS is length > PAGE_TOKENS + append, and below that only the low
                 # bits of length - append count (it was the engine's longest path).
-                span_left.eq(
+                r.span_left.eq(
                     p.scale_beats
                     + Mux(
                         header.length > PAGE_TOKENS + header.append,
@@ -195,32 +210,34 @@ class Reader(wiring.Component):
         with m.Elif(ar_fire):
             m.d.sync += [
                 planned.eq(0),
-                addr.eq(addr + (beats << beat_shift)),
-                span_left.eq(span_left - beats),
+                r.addr.eq(r.addr + (r.beats << beat_shift)),
+                r.span_left.eq(r.span_left - r.beats),
             ]
-            with m.If(span_end):
-                with m.If(part != len(parts) - 1):
+            with m.If(r.span_end):
+                with m.If(r.part != len(parts) - 1):
                     # The page's next (and last) part: same rows, the part's own offset.
                     m.d.sync += [
-                        part.eq(part + 1),
-                        addr.eq(last_part_addr),
-                        span_left.eq(this_span),
+                        r.part.eq(r.part + 1),
+                        r.addr.eq(r.last_part_addr),
+                        r.span_left.eq(r.this_span),
                     ]
                 with m.Else():
                     m.d.sync += [
-                        rows_left.eq(next_rows),
-                        active.eq(next_rows != 0),
-                        page_addr.eq(next_page),
-                        addr.eq(next_addr),
-                        part.eq(0),
-                        span_left.eq(next_span),
+                        r.rows_left.eq(r.next_rows),
+                        r.active.eq(r.next_rows != 0),
+                        r.page_addr.eq(r.next_page),
+                        r.addr.eq(r.next_addr),
+                        r.part.eq(0),
+                        r.span_left.eq(r.next_span),
                     ]
-        ends = self._route_read_data(m, fifos, ar_fire, r_last, part, request_end)
+
+    def _error_flags(self, m, burst_done, empty, failed, outstanding) -> None:
+        """Each request's error flag into ``error_o``: ``burst_done`` is the oldest request's
+        last beat, ``failed`` its flag so far; an empty request's goes once no burst is in
+        flight (never in one cycle: a burst in flight keeps outstanding above 0)."""
+        axi, name = self.axi, self.name
         m.submodules[f"{name}_errors"] = errors = fifo.SyncFIFO(width=1, depth=ERROR_FIFO_DEPTH)
         beat_failed = axi.rvalid & axi.rready & (axi.rresp != RESP_OKAY)
-        # The oldest request's last beat, or an empty request once no burst is in flight
-        # (never in one cycle: a burst in flight keeps outstanding above 0).
-        burst_done = r_last & ends
         empty_done = empty & (outstanding == 0)
         # The flag enters its FIFO a cycle later, from registers: the R handshake depends on
         # the data FIFO's room, and that chain into the flag FIFO's level was the engine's
@@ -245,8 +262,6 @@ class Reader(wiring.Component):
             m.d.sync += failed.eq(1)
         with m.If(empty_done):  # a start comes only while not busy: never in this cycle
             m.d.sync += empty.eq(0)
-        m.d.comb += self.busy.eq(active | empty)
-        return m
 
     def _data_fifos(self, m) -> list[fifo.SyncFIFOBuffered]:
         """One read-data FIFO per part in ``parts``, its read side the part's stream."""

@@ -63,7 +63,7 @@ class SparseMpe(wiring.Component):
 
     def elaborate(self, platform):
         p = self.params
-        s, word = p.stages, p.word_bytes
+        word = p.word_bytes
         word_log2 = word.bit_length() - 1
         m = Module()
         cfg = Signal(mpe_config_layout(p), init={"m_log2": 1, "n": 1})
@@ -93,24 +93,10 @@ class SparseMpe(wiring.Component):
             out.seg_log2.eq(cfg.seg_log2),
         ]
 
-        # --- activation load: token t goes to buffer t % 2 at words (t // 2) * k_words ...
         chunks = word // p.act_bytes
-        chunk = Signal(index_bits(chunks))
-        load_word = Signal(16)
-        token = Signal(index_bits(p.max_batch))
-        token_base = Signal(addr_bits + 1)
-        last_token = Signal(index_bits(p.max_batch))
-        m.d.comb += last_token.eq(Mux(cfg.mode == MODE_MM, (cfg.pairs << 1) - 1, 0))
-        take_act = Signal()
-        m.d.comb += take_act.eq(self.act_i.valid & self.act_i.ready)
-        lane_mask = Signal(word)
-        m.d.comb += lane_mask.eq(Const((1 << p.act_bytes) - 1, word) << (chunk * p.act_bytes))
-        for k, wp in enumerate(writes):
-            m.d.comb += [
-                wp.addr.eq(token_base + load_word),
-                wp.data.eq(Cat(*([self.act_i.payload.as_value()] * chunks))),
-                wp.en.eq(Mux(take_act & (token[0] == k), lane_mask, 0)),
-            ]
+        chunk, load_word, token, token_base, last_token, take_act = self._activation_load(
+            m, cfg, writes, addr_bits
+        )
 
         # --- step counters
         pass_ = Signal(16)
@@ -129,44 +115,9 @@ class SparseMpe(wiring.Component):
         for rp in reads:
             m.d.comb += [rp.addr.eq(q_base + span_word), rp.en.eq(en)]
 
-        # --- front stage: the weight beat, flags and window bases, beside the buffer read
-        front_valid, front_first, front_last = Signal(), Signal(), Signal()
-        front_q = Signal(index_bits(p.pairs))
-        front_w = Signal(self.w_i.payload.shape())
-        front_base = Signal(data.ArrayLayout(unsigned(index_bits(word)), s))
-        segment_mask = Signal(3)
-        m.d.comb += segment_mask.eq((Const(2, 3) << cfg.seg_log2) - 1)
-        with m.If(en):
-            m.d.sync += [
-                front_valid.eq(issue),
-                front_first.eq((step == 0) & (slot_n == 0)),
-                front_last.eq((step == cfg.row_steps - 1) & (slot_n == cfg.n - 1)),
-                front_q.eq(q),
-                front_w.eq(self.w_i.payload),
-            ]
-            for j in range(s):
-                m.d.sync += front_base[j].eq(within + ((j & segment_mask) << cfg.m_log2))
-        for c, core in enumerate(cores):
-            m.d.comb += [
-                core.en.eq(en),
-                core.cfg.mode.eq(cfg.mode),
-                core.cfg.m_log2.eq(cfg.m_log2),
-                core.cfg.seg_log2.eq(cfg.seg_log2),
-                core.valid.eq(front_valid),
-                core.first.eq(front_first),
-                core.last.eq(front_last),
-                core.q.eq(front_q),
-                core.win0.eq(reads[0].data),
-                core.win1.eq(reads[1].data),
-                core.base.eq(front_base),
-                out.res[c].eq(core.res),
-            ]
-            for j in range(s):
-                m.d.comb += [
-                    core.w0[j].eq(front_w[c][j].w0),
-                    core.w1[j].eq(front_w[c][j].w1),
-                    core.idx[j].eq(front_w[c][j].idx),
-                ]
+        front_valid = self._front_stage(
+            m, cfg, cores, reads, out, en, issue, (step, slot_n, q), within
+        )
 
         busy = front_valid | out.busy
         for core in cores:
@@ -223,3 +174,74 @@ class SparseMpe(wiring.Component):
                 with m.If(~busy):
                     m.next = "IDLE"
         return m
+
+    def _activation_load(self, m, cfg, writes, addr_bits):
+        """The activation buffers' write ports: token t goes to buffer t % 2 at words
+        (t // 2) * k_words onwards, a chunk of ``act_bytes`` a beat. Returns the load's
+        counters (chunk, word, token, the token pair's base), the last token and the take."""
+        p = self.params
+        word = p.word_bytes
+        chunks = word // p.act_bytes
+        chunk = Signal(index_bits(chunks))
+        load_word = Signal(16)
+        token = Signal(index_bits(p.max_batch))
+        token_base = Signal(addr_bits + 1)
+        last_token = Signal(index_bits(p.max_batch))
+        m.d.comb += last_token.eq(Mux(cfg.mode == MODE_MM, (cfg.pairs << 1) - 1, 0))
+        take_act = Signal()
+        m.d.comb += take_act.eq(self.act_i.valid & self.act_i.ready)
+        lane_mask = Signal(word)
+        m.d.comb += lane_mask.eq(Const((1 << p.act_bytes) - 1, word) << (chunk * p.act_bytes))
+        for k, wp in enumerate(writes):
+            m.d.comb += [
+                wp.addr.eq(token_base + load_word),
+                wp.data.eq(Cat(*([self.act_i.payload.as_value()] * chunks))),
+                wp.en.eq(Mux(take_act & (token[0] == k), lane_mask, 0)),
+            ]
+        return chunk, load_word, token, token_base, last_token, take_act
+
+    def _front_stage(self, m, cfg, cores, reads, out, en, issue, counters, within):
+        """The front stage (the weight beat, flags and window bases, registered beside the
+        buffer read) and the chains' inputs from it; ``counters`` are the step, the slot and
+        the token pair of the beat issued. Returns the front stage's valid."""
+        p = self.params
+        s, word = p.stages, p.word_bytes
+        step, slot_n, q = counters
+        front_valid, front_first, front_last = Signal(), Signal(), Signal()
+        front_q = Signal(index_bits(p.pairs))
+        front_w = Signal(self.w_i.payload.shape())
+        front_base = Signal(data.ArrayLayout(unsigned(index_bits(word)), s))
+        segment_mask = Signal(3)
+        m.d.comb += segment_mask.eq((Const(2, 3) << cfg.seg_log2) - 1)
+        with m.If(en):
+            m.d.sync += [
+                front_valid.eq(issue),
+                front_first.eq((step == 0) & (slot_n == 0)),
+                front_last.eq((step == cfg.row_steps - 1) & (slot_n == cfg.n - 1)),
+                front_q.eq(q),
+                front_w.eq(self.w_i.payload),
+            ]
+            for j in range(s):
+                m.d.sync += front_base[j].eq(within + ((j & segment_mask) << cfg.m_log2))
+        for c, core in enumerate(cores):
+            m.d.comb += [
+                core.en.eq(en),
+                core.cfg.mode.eq(cfg.mode),
+                core.cfg.m_log2.eq(cfg.m_log2),
+                core.cfg.seg_log2.eq(cfg.seg_log2),
+                core.valid.eq(front_valid),
+                core.first.eq(front_first),
+                core.last.eq(front_last),
+                core.q.eq(front_q),
+                core.win0.eq(reads[0].data),
+                core.win1.eq(reads[1].data),
+                core.base.eq(front_base),
+                out.res[c].eq(core.res),
+            ]
+            for j in range(s):
+                m.d.comb += [
+                    core.w0[j].eq(front_w[c][j].w0),
+                    core.w1[j].eq(front_w[c][j].w1),
+                    core.idx[j].eq(front_w[c][j].idx),
+                ]
+        return front_valid

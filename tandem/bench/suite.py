@@ -258,7 +258,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "native_speed.py",
         ("hpu", "rnn", "sparse-mpe", "systolic", "sparse-engine"),
         "RTL co-simulation: the native C++ harness against cocotb on the same workload",
-        quick_args=("--context", "256"),
+        quick_args=("--quick",),
         provenance=Provenance.WALL_TIME,
     ),
 )

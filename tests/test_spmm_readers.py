@@ -554,8 +554,10 @@ def test_integers_are_read_as_python_reads_them():
     text = " ".join(tokens).encode()
     ends = np.flatnonzero(np.frombuffer(text + b" ", np.uint8) == ord(" "))
     lengths = np.array([len(t) for t in tokens])
-    assert readers.block_checks._integers(text, ends, lengths).tolist() == [int(t) for t in tokens]
-    assert readers.block_checks._integers(b"1" * 20, np.array([20]), np.array([20])) is None
+    assert readers.block_checks.parse_integers(text, ends, lengths).tolist() == [
+        int(t) for t in tokens
+    ]
+    assert readers.block_checks.parse_integers(b"1" * 20, np.array([20]), np.array([20])) is None
 
 
 def test_memory_scales_with_entries(tmp_path):

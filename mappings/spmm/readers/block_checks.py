@@ -13,10 +13,10 @@ import numpy as np
 # skeleton, about a sixth of the block: each of its bytes with a flag saying whether a digit
 # comes right before it, which is all the grammar needs to know of the digits.
 
-_SP, _TAB, _NL, _CR, _DOT = 32, 9, 10, 13, 46
+SP, TAB, NL, _CR, _DOT = 32, 9, 10, 13, 46
 
 
-def _skeleton(block: bytes, end: int):
+def line_skeleton(block: bytes, end: int):
     """``(skeleton, digit before, positions, next start)`` of ``block[:end]``: its bytes that are
     not digits, between a line end before the block (position -1) and one after it (position
     ``end``); a token of digits lies between one's ``next start`` and the next one's position.
@@ -29,7 +29,7 @@ def _skeleton(block: bytes, end: int):
     where = np.flatnonzero((a - np.uint8(48)) >= 10)
     m = where.size
     s = np.empty(m + 2, np.uint8)
-    s[0] = s[-1] = _NL
+    s[0] = s[-1] = NL
     np.take(a, where, out=s[1:-1])
     p = np.empty(m + 2, np.int64)
     p[0], p[1:-1], p[-1] = -1, where, end
@@ -38,9 +38,9 @@ def _skeleton(block: bytes, end: int):
         cr = s == _CR
         feed = np.zeros_like(cr)
         feed[1:] = cr[:-1]
-        if not (s[feed] == _NL).all() or (p[feed] != p[cr] + 1).any():
+        if not (s[feed] == NL).all() or (p[feed] != p[cr] + 1).any():
             return None
-        s[cr] = _NL
+        s[cr] = NL
         q = p.copy()
         q[cr] += 1
         keep = ~feed
@@ -59,7 +59,7 @@ def _trimmed(block: bytes) -> int:
     return end
 
 
-def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
+def layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
     """Whether every line of ``block`` is ``fields`` fields, one blank between them, integers
     but for a last field that is a number written the way C and Python read alike when ``real``
     (``[sign] (digits [. [digits]] | . digits) [e [sign] digits]``).
@@ -71,13 +71,13 @@ def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
         return True
     if not real:
         return _integer_skeleton(block, end, fields, tabs) is not None
-    found = _skeleton(block, end)
+    found = line_skeleton(block, end)
     if found is None:
         return False
     s, g = found[:2]
     if tabs:
-        s[s == _TAB] = _SP
-    sp, nl = s == _SP, s == _NL
+        s[s == TAB] = SP
+    sp, nl = s == SP, s == NL
     # Blanks only after a digit, at the start of a line (after its end or another blank), as
     # many as the lines need: every line then starts with exactly fields - 1 of them, and the
     # value's markers come after them.
@@ -107,9 +107,9 @@ def _layout_ok(block: bytes, fields: int, real: bool, tabs: bool) -> bool:
 
 
 def _integer_skeleton(block: bytes, end: int, fields: int, tabs: bool):
-    """The skeleton's positions and next starts (see :func:`_skeleton`) when each line of
+    """The skeleton's positions and next starts (see :func:`line_skeleton`) when each line of
     ``block[:end]`` is ``fields`` integers with one blank between them, else None."""
-    found = _skeleton(block, end)
+    found = line_skeleton(block, end)
     if found is None:
         return None
     s, g, p, q = found
@@ -118,15 +118,15 @@ def _integer_skeleton(block: bytes, end: int, fields: int, tabs: bool):
         return None
     lines = s[1:].reshape(-1, fields)
     blanks = lines[:, :-1]
-    sep = blanks == _SP
+    sep = blanks == SP
     if tabs:
-        sep |= blanks == _TAB
-    if not (sep.all() and (lines[:, -1] == _NL).all()):
+        sep |= blanks == TAB
+    if not (sep.all() and (lines[:, -1] == NL).all()):
         return None
     return p, q
 
 
-def _integer_lines(block: bytes, fields: int, tabs: bool) -> np.ndarray | None:
+def integer_lines(block: bytes, fields: int, tabs: bool) -> np.ndarray | None:
     """The lines of ``block`` as a ``(lines, fields)`` uint64 table when each is ``fields``
     integers with one blank between them (None otherwise, or for more than 19 digits)."""
     end = _trimmed(block)
@@ -138,7 +138,7 @@ def _integer_lines(block: bytes, fields: int, tabs: bool) -> np.ndarray | None:
     p, q = found
     lengths = p[1:] - q[:-1]
     lengths -= 1
-    values = _integers(block, p[1:], lengths)
+    values = parse_integers(block, p[1:], lengths)
     return None if values is None else values.reshape(-1, fields)
 
 
@@ -173,7 +173,7 @@ def _eight_digits(words: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return words
 
 
-def _integers(block: bytes, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
+def parse_integers(block: bytes, ends: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
     """The integers (uint64) written in digits in ``block[end - length:end]`` for each token,
     or None when one has more than 19 digits (beyond what a uint64 is sure to hold)."""
     longest = int(lengths.max()) if lengths.size else 0

@@ -6,10 +6,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import limits
-from .block_checks import _integer_lines, _layout_ok
-from .limits import _EXACT, _INT64_MAX, _check_size, _fail, _show
-from .text import _blocks_or_none, _each, _special, _Text, _walk_lines
-from .values import _check_finite, _numbers, _square
+from .block_checks import integer_lines, layout_ok
+from .limits import EXACT, INT64_MAX, check_size, graph_error, show
+from .text import TextBuffer, blocks_or_none, map_blocks, read_special_file, walk_lines
+from .values import check_finite, checked_numbers, square_matrix
 
 
 def read_edge_list(path, *, threads: int = 1) -> sp.csr_matrix:
@@ -21,33 +21,33 @@ def read_edge_list(path, *, threads: int = 1) -> sp.csr_matrix:
     ``threads`` check and parse the blocks.
     """
     path = Path(path)
-    data = _special(path)
-    with _Text(path, data=data) as text:
+    data = read_special_file(path)
+    with TextBuffer(path, data=data) as text:
         edges = _edges_fast(path, text, threads)
     if edges is None:
         try:
-            with _Text(path, data=data) as text:
+            with TextBuffer(path, data=data) as text:
                 edges = _edges_walk(path, text, names=False)
         except _NamesError:
-            with _Text(path, data=data) as text:
+            with TextBuffer(path, data=data) as text:
                 edges = _edges_walk(path, text, names=True)
     u, v, weights, n = edges
     return _dedupe_undirected(path, u, v, weights, n)
 
 
-def _first_width(text: _Text) -> int:
+def _first_width(text: TextBuffer) -> int:
     """Fields of the first data line, which stays unread (0 when there is none)."""
     text.skip(b"#%")
     return len(text.peek().split())
 
 
-def _edges_fast(path, text: _Text, threads: int = 1):
+def _edges_fast(path, text: TextBuffer, threads: int = 1):
     """``(u, v, weights, n)`` with nodes renumbered, or None for the walk."""
     width = _first_width(text)
     if width not in (2, 3):
         return None
     us, vs, ws, count = [], [], [], 0
-    for table in _each(_blocks_or_none(text), lambda block: _edge_block(block, width), threads):
+    for table in map_blocks(blocks_or_none(text), lambda block: _edge_block(block, width), threads):
         if table is None:
             return None
         ends = table[:, :2]
@@ -58,7 +58,7 @@ def _edges_fast(path, text: _Text, threads: int = 1):
         vs.append(ends[:, 1].copy())
         count += len(table)
         if count > limits.MAX_NONZEROS:
-            _check_size(path, None, 0, count)
+            check_size(path, None, 0, count)
     if not count:
         return None
     u, v = np.concatenate(us), np.concatenate(vs)
@@ -67,7 +67,7 @@ def _edges_fast(path, text: _Text, threads: int = 1):
     if weights is not None and not np.isfinite(weights).all():
         return None
     names, u, v = _renumber(u, v)
-    _check_size(path, None, names, 0)
+    check_size(path, None, names, 0)
     return u, v, weights, names
 
 
@@ -77,17 +77,17 @@ def _edge_block(block: bytes | None, width: int) -> np.ndarray | None:
     if block is None:
         return None
     if width == 2:
-        ends = _integer_lines(block, 2, True)
-        if ends is None or (ends.size and ends.max() > _INT64_MAX):
+        ends = integer_lines(block, 2, True)
+        if ends is None or (ends.size and ends.max() > INT64_MAX):
             return None  # an id beyond 64 bits: the walk names it
         return ends.view(np.int64)
-    if not _layout_ok(block, 3, True, True):
+    if not layout_ok(block, 3, True, True):
         return None
     table = np.fromstring(block, np.float64, sep=" ")
     if table.size % 3:
         return None
     table = table.reshape(-1, 3)
-    return None if table.size and table[:, :2].max() >= _EXACT else table
+    return None if table.size and table[:, :2].max() >= EXACT else table
 
 
 def _renumber(u: np.ndarray, v: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
@@ -110,12 +110,12 @@ class _NamesError(Exception):
     """A node name that is not an integer: every name is a string (the walk starts again)."""
 
 
-def _edges_walk(path, text: _Text, names: bool):
+def _edges_walk(path, text: TextBuffer, names: bool):
     """``(u, v, weights, n)`` by walking the lines; names the first bad line. With ``names``
     False the names must all be integers (else :class:`_NamesError`), kept as int64."""
     width, count, problem = None, 0, None
     ends, weights = [], []
-    for numbers, lines in _walk_lines(path, text, "#%"):
+    for numbers, lines in walk_lines(path, text, "#%"):
         if not lines:
             continue
         if width is None:
@@ -125,7 +125,9 @@ def _edges_walk(path, text: _Text, names: bool):
             for number, line in zip(numbers, lines):
                 fields = len(line.split())
                 if fields != width or fields not in (2, 3):
-                    raise _fail(path, number, f"expected 'u v' or 'u v weight', got {_show(line)}")
+                    raise graph_error(
+                        path, number, f"expected 'u v' or 'u v weight', got {show(line)}"
+                    )
         table = np.array(tokens, dtype=object).reshape(len(lines), width)
         del tokens
         if names:
@@ -135,14 +137,14 @@ def _edges_walk(path, text: _Text, names: bool):
             problem = problem or found
             ends.append(ids)
         if width == 3:
-            w = _numbers(path, numbers, [str(t) for t in table[:, 2]], np.float64, "weight")
-            _check_finite(path, w, lambda k, numbers=numbers: numbers[k])
+            w = checked_numbers(path, numbers, [str(t) for t in table[:, 2]], np.float64, "weight")
+            check_finite(path, w, lambda k, numbers=numbers: numbers[k])
             weights.append(w)
         count += len(lines)
         if count > limits.MAX_NONZEROS:
-            _check_size(path, numbers[-1], 0, count)
+            check_size(path, numbers[-1], 0, count)
     if not count:
-        raise _fail(path, None, "empty graph (no edges)")
+        raise graph_error(path, None, "empty graph (no edges)")
     if problem is not None:
         raise problem
     if names:
@@ -155,7 +157,7 @@ def _edges_walk(path, text: _Text, names: bool):
         table = np.concatenate(ends)
         del ends
         n, u, v = _renumber(table[:, 0], table[:, 1])
-    _check_size(path, None, n, 0)
+    check_size(path, None, n, 0)
     return u, v, (np.concatenate(weights) if width == 3 else None), n
 
 
@@ -168,7 +170,7 @@ def _check_names(path, numbers, pairs) -> None:
         for k, name in enumerate(pairs.flat):
             if len(name) > _MAX_NAME:
                 message = f"node name longer than {_MAX_NAME} characters"
-                raise _fail(path, numbers[k // 2], message)
+                raise graph_error(path, numbers[k // 2], message)
 
 
 def _name_bytes(path, numbers, pairs) -> np.ndarray:
@@ -196,7 +198,7 @@ def _integer_block(path, numbers, pairs):
         if not negative.size:
             return ids, None
         k = int(negative[0])
-        return ids, _fail(path, numbers[k], f"node id {int(ids[k].min())} is negative")
+        return ids, graph_error(path, numbers[k], f"node id {int(ids[k].min())} is negative")
     problem, ids = None, np.zeros((len(pairs), 2), np.int64)
     for k, pair in enumerate(pairs):
         for j, name in enumerate(pair):
@@ -207,9 +209,11 @@ def _integer_block(path, numbers, pairs):
             if -(2**63) <= value < 2**63:
                 ids[k, j] = value
             elif problem is None:
-                problem = _fail(path, numbers[k], f"node id {_show(name)} does not fit 64 bits")
+                problem = graph_error(
+                    path, numbers[k], f"node id {show(name)} does not fit 64 bits"
+                )
         if problem is None and ids[k].min() < 0:
-            problem = _fail(path, numbers[k], f"node id {int(ids[k].min())} is negative")
+            problem = graph_error(path, numbers[k], f"node id {int(ids[k].min())} is negative")
     return ids, problem
 
 
@@ -223,7 +227,7 @@ def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
         matrix = sp.csr_matrix((np.ones(u.size), (u, v)), shape=(n, n))
         matrix = matrix + matrix.T.tocsr()
         matrix.data[:] = 1.0
-        _check_size(path, None, n, matrix.nnz)
+        check_size(path, None, n, matrix.nnz)
         return matrix
     lo, hi = np.minimum(u, v), np.maximum(u, v)
     key = lo.astype(np.int64) * n + hi
@@ -237,5 +241,5 @@ def _dedupe_undirected(path, u, v, weights, n) -> sp.csr_matrix:
     del order
     lo, hi, w = lo[keep], hi[keep], weights[keep]
     off = lo != hi
-    _check_size(path, None, n, lo.size + int(off.sum()))
-    return _square(path, np.r_[lo, hi[off]], np.r_[hi, lo[off]], np.r_[w, w[off]], n)
+    check_size(path, None, n, lo.size + int(off.sum()))
+    return square_matrix(path, np.r_[lo, hi[off]], np.r_[hi, lo[off]], np.r_[w, w[off]], n)

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .block_checks import _layout_ok
-from .limits import _DEFLATE_RATIO, GraphError, _check_size, _fail, _LongLineError, _show
-from .text import _blocks_or_none, _decode, _each, _special, _Text, _walk_lines
-from .values import _check_finite, _check_range, _numbers, _square
+from .block_checks import layout_ok
+from .limits import DEFLATE_RATIO, GraphError, LongLineError, check_size, graph_error, show
+from .text import TextBuffer, blocks_or_none, decode_text, map_blocks, read_special_file, walk_lines
+from .values import check_finite, check_range, checked_numbers, square_matrix
 
 _MM_HEADER = re.compile(r"%%matrixmarket\s+matrix\s+(\S+)\s+(\S+)\s+(\S+)\s*$", re.IGNORECASE)
 
@@ -29,30 +29,34 @@ class _MtxHeader:
         return 2 if self.field == "pattern" else 3
 
 
-def _header_line(path, text: _Text) -> str | None:
+def _header_line(path, text: TextBuffer) -> str | None:
     raw = text.next_line()
-    return None if raw is None else _decode(path, text.lines_read, raw)
+    return None if raw is None else decode_text(path, text.lines_read, raw)
 
 
-def _mtx_header(path, text: _Text) -> _MtxHeader:
+def _mtx_header(path, text: TextBuffer) -> _MtxHeader:
     first = _header_line(path, text)
     if first is None:
-        raise _fail(path, None, "empty file")
+        raise graph_error(path, None, "empty file")
     header = _MM_HEADER.match(first.strip())
     if not header:
-        raise _fail(path, 1, "not a Matrix Market file (expected '%%MatrixMarket matrix ...')")
+        raise graph_error(
+            path, 1, "not a Matrix Market file (expected '%%MatrixMarket matrix ...')"
+        )
     layout, field, symmetry = (g.lower() for g in header.groups())
     plain = first == f"%%MatrixMarket matrix {layout} {field} {symmetry}"
     if layout != "coordinate":
-        raise _fail(path, 1, f"only the 'coordinate' layout is supported, not {_show(layout)}")
+        raise graph_error(path, 1, f"only the 'coordinate' layout is supported, not {show(layout)}")
     if field not in ("real", "integer", "pattern", "double"):
-        raise _fail(path, 1, f"field {_show(field)} is not supported (real, integer or pattern)")
+        raise graph_error(
+            path, 1, f"field {show(field)} is not supported (real, integer or pattern)"
+        )
     if symmetry not in ("general", "symmetric", "skew-symmetric"):
-        raise _fail(path, 1, f"symmetry {_show(symmetry)} is not supported")
+        raise graph_error(path, 1, f"symmetry {show(symmetry)} is not supported")
     while True:
         line = _header_line(path, text)
         if line is None:
-            raise _fail(path, text.lines_read, "missing size line")
+            raise graph_error(path, text.lines_read, "missing size line")
         plain = plain and (line.startswith("%") or line == line.strip())
         line = line.strip()
         if line and not line.startswith("%"):
@@ -60,20 +64,20 @@ def _mtx_header(path, text: _Text) -> _MtxHeader:
     number = text.lines_read
     size = line.split()
     if len(size) != 3 or not all(s.isascii() and s.isdigit() for s in size):
-        raise _fail(path, number, f"size line must be 'rows cols entries', not {_show(line)}")
+        raise graph_error(path, number, f"size line must be 'rows cols entries', not {show(line)}")
     n_rows, n_cols, entries = (int(s) for s in size)
     if n_rows != n_cols:
-        raise _fail(path, number, f"adjacency must be square, not {n_rows} x {n_cols}")
+        raise graph_error(path, number, f"adjacency must be square, not {n_rows} x {n_cols}")
     if n_rows == 0 or entries == 0:
-        raise _fail(path, number, "empty graph (no entries)")
+        raise graph_error(path, number, "empty graph (no entries)")
     head = _MtxHeader(n_rows, entries, field, symmetry, number, plain and field != "double")
-    _check_size(path, number, n_rows, entries * (1 if symmetry == "general" else 2))
+    check_size(path, number, n_rows, entries * (1 if symmetry == "general" else 2))
     # An entry takes at least two bytes a field ("1 1\n"), and deflate packs at most 1032
     # bytes into one: a file this short lies (and mmread would allocate for the promise).
-    room = text.size * (_DEFLATE_RATIO if text.gzip else 1)
+    room = text.size * (DEFLATE_RATIO if text.gzip else 1)
     if entries * 2 * head.width - 1 > room:
         kind = "gzip file" if text.gzip else "file"
-        raise _fail(
+        raise graph_error(
             path,
             number,
             f"size line promises {entries} entries, more than a {kind} of {text.size} bytes holds",
@@ -83,7 +87,7 @@ def _mtx_header(path, text: _Text) -> _MtxHeader:
 
 class _CheckedBody:
     """A Matrix Market stream for ``scipy.io.mmread``: a canonical header, then the blocks of
-    the file's body that pass :func:`_layout_ok`; it ends early (and says so) at one that does
+    the file's body that pass :func:`layout_ok`; it ends early (and says so) at one that does
     not, or on an I/O error (kept in ``error``: raising into the C++ reader is not safe).
 
     mmread asks for 1 KiB at a time, so :meth:`read` is kept short."""
@@ -118,7 +122,7 @@ class _CheckedBody:
             block = next(self._blocks, None)
         except GraphError as exc:
             block, self.error = None, exc
-        if block is not None and not _layout_ok(block, self._width, self._width == 3, False):
+        if block is not None and not layout_ok(block, self._width, self._width == 3, False):
             block, self.rejected = None, True
         if block is None:
             self._blocks = None
@@ -127,7 +131,7 @@ class _CheckedBody:
         return self.read(size)
 
 
-def _mtx_fast(path: Path, head: _MtxHeader, text: _Text, threads: int = 1):
+def _mtx_fast(path: Path, head: _MtxHeader, text: TextBuffer, threads: int = 1):
     """``(rows, cols, values)`` (symmetry expanded) by ``scipy.io.mmread``, or None when any
     block fails the layout checks, mmread refuses the file, or a value is not finite.
 
@@ -148,9 +152,9 @@ def _mtx_fast(path: Path, head: _MtxHeader, text: _Text, threads: int = 1):
     if by_name:
 
         def passes(block) -> bool:
-            return block is not None and _layout_ok(block, head.width, head.width == 3, False)
+            return block is not None and layout_ok(block, head.width, head.width == 3, False)
 
-        if not all(_each(_blocks_or_none(text), passes, threads)):
+        if not all(map_blocks(blocks_or_none(text), passes, threads)):
             return None
         body = None
         source = str(path)
@@ -161,7 +165,7 @@ def _mtx_fast(path: Path, head: _MtxHeader, text: _Text, threads: int = 1):
     except Exception:  # any refusal: the walk names the line (or reads what mmread would not)
         coo = None
     if body is not None:
-        if body.error is not None and not isinstance(body.error, _LongLineError):
+        if body.error is not None and not isinstance(body.error, LongLineError):
             raise body.error
         if body.rejected or body.error:
             return None
@@ -170,12 +174,12 @@ def _mtx_fast(path: Path, head: _MtxHeader, text: _Text, threads: int = 1):
     return coo.row, coo.col, coo.data
 
 
-def _mtx_walk(path, head: _MtxHeader, text: _Text):
+def _mtx_walk(path, head: _MtxHeader, text: TextBuffer):
     """``(rows, cols, values)`` (0-based, file order, symmetry not expanded) by walking the lines
     after the size line; names the first bad line."""
     width, count, last = head.width, 0, None
     parts = []
-    for numbers, lines in _walk_lines(path, text, "%"):
+    for numbers, lines in walk_lines(path, text, "%"):
         if not lines:
             continue
         take = min(len(lines), head.entries - count)
@@ -184,7 +188,7 @@ def _mtx_walk(path, head: _MtxHeader, text: _Text):
         count += len(lines)
         last = numbers[-1]
     if count != head.entries:
-        raise _fail(
+        raise graph_error(
             path,
             last if last is not None else text.lines_read,
             f"size line promises {head.entries} entries, file has {count}",
@@ -194,11 +198,11 @@ def _mtx_walk(path, head: _MtxHeader, text: _Text):
 
 
 def _mtx_entries(path, numbers, lines, width, n):
-    values = _numbers(path, numbers, lines, np.float64, "entry")
+    values = checked_numbers(path, numbers, lines, np.float64, "entry")
     if values.size != len(lines) * width:
         for number, line in zip(numbers, lines):
             if len(line.split()) != width:
-                raise _fail(path, number, f"expected {width} fields, got {_show(line)}")
+                raise graph_error(path, number, f"expected {width} fields, got {show(line)}")
     table = values.reshape(len(lines), width)
 
     def line_of(k):
@@ -208,13 +212,13 @@ def _mtx_entries(path, numbers, lines, width, n):
     for what, idx in (("row", rows_f), ("column", cols_f)):
         frac = np.flatnonzero(idx != np.floor(idx))
         if frac.size:
-            raise _fail(
+            raise graph_error(
                 path, line_of(frac[0]), f"{what} index {float(idx[frac[0]])!r} is not an integer"
             )
-    _check_range(path, rows_f, n, line_of, "row", 1)
-    _check_range(path, cols_f, n, line_of, "column", 1)
+    check_range(path, rows_f, n, line_of, "row", 1)
+    check_range(path, cols_f, n, line_of, "column", 1)
     vals = np.ones(len(lines)) if width == 2 else table[:, 2].copy()
-    _check_finite(path, vals, line_of)
+    check_finite(path, vals, line_of)
     return rows_f.astype(np.int64) - 1, cols_f.astype(np.int64) - 1, vals
 
 
@@ -223,14 +227,14 @@ def read_mtx(path, *, threads: int = 1) -> sp.csr_matrix:
     skew-symmetric): ``scipy.io.mmread`` on checked blocks, the line walk for the rest;
     ``threads`` check the blocks of a plain file."""
     path = Path(path)
-    data = _special(path)
-    with _Text(path, data=data) as text:
+    data = read_special_file(path)
+    with TextBuffer(path, data=data) as text:
         head = _mtx_header(path, text)
         fast = _mtx_fast(path, head, text, threads)
     if fast is not None:
         rows, cols, vals = fast
     else:
-        with _Text(path, data=data) as text:
+        with TextBuffer(path, data=data) as text:
             head = _mtx_header(path, text)
             rows, cols, vals = _mtx_walk(path, head, text)
         if head.symmetry != "general":
@@ -241,4 +245,4 @@ def read_mtx(path, *, threads: int = 1) -> sp.csr_matrix:
                 np.r_[cols, rows[off]],
                 np.r_[vals, sign * vals[off]],
             )
-    return _square(path, rows, cols, vals, head.n)
+    return square_matrix(path, rows, cols, vals, head.n)

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import limits
-from .limits import GraphError, _check_size
+from .limits import GraphError, check_size
 
 _NPZ_MEMBERS = {
     "format.npy",
@@ -50,7 +50,7 @@ def read_npz(path) -> sp.csr_matrix:
         raise GraphError(f"{path}: adjacency must be square, not {n_rows} x {n_cols}")
     if n_rows == 0:
         raise GraphError(f"{path}: empty graph (no nodes)")
-    _check_size(path, None, n_rows, matrix.nnz)
+    check_size(path, None, n_rows, matrix.nnz)
     kind = matrix.dtype.kind
     if kind == "c":
         raise GraphError(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .limits import _MAX_LINE, GraphError, _fail, _LongLineError
+from .limits import MAX_LINE, GraphError, LongLineError, graph_error
 
 _BLOCK = 1 << 20  # bytes read at a time
 
@@ -33,14 +33,14 @@ def _keep_freed_pages() -> None:
     np.empty(_HEAP_PRIMER, np.uint8)  # mapped, never touched, freed at once
 
 
-class _Text:
+class TextBuffer:
     """A text file (gunzipped when it starts with gzip's magic bytes), read in blocks.
 
     :meth:`next_line` hands out single lines (headers), then :meth:`blocks` the rest in blocks
     of whole lines. I/O and gzip errors become :class:`GraphError`.
     """
 
-    def __init__(self, path: Path, max_line: int = _MAX_LINE, data: bytes | None = None):
+    def __init__(self, path: Path, max_line: int = MAX_LINE, data: bytes | None = None):
         self.path, self.max_line, self.regular = path, max_line, data is None
         try:
             self._file = open(path, "rb") if data is None else io.BytesIO(data)  # noqa: SIM115
@@ -87,7 +87,7 @@ class _Text:
             if end >= 0:
                 return end
             if len(self._buf) - self._pos > self.max_line:
-                raise _fail(
+                raise graph_error(
                     self.path, self.lines_read + 1, f"line longer than {self.max_line} bytes"
                 )
             if self._eof:
@@ -104,7 +104,9 @@ class _Text:
             end = len(self._buf)
         line = self._buf[self._pos : end]
         if len(line) > self.max_line:
-            raise _fail(self.path, self.lines_read + 1, f"line longer than {self.max_line} bytes")
+            raise graph_error(
+                self.path, self.lines_read + 1, f"line longer than {self.max_line} bytes"
+            )
         self._pos = end + 1
         self.lines_read += 1
         return line
@@ -133,7 +135,7 @@ class _Text:
             data = self._read()
             if not data:
                 if len(pending) - pending.rfind(b"\n") - 1 > self.max_line:
-                    raise _LongLineError(f"line longer than {self.max_line} bytes")
+                    raise LongLineError(f"line longer than {self.max_line} bytes")
                 if pending:
                     yield pending
                 return
@@ -141,10 +143,10 @@ class _Text:
             if cut == 0:
                 pending += data
                 if len(pending) > self.max_line:
-                    raise _LongLineError(f"line longer than {self.max_line} bytes")
+                    raise LongLineError(f"line longer than {self.max_line} bytes")
                 continue
             if len(data) - cut > self.max_line:
-                raise _LongLineError(f"line longer than {self.max_line} bytes")
+                raise LongLineError(f"line longer than {self.max_line} bytes")
             whole = data if cut == len(data) else memoryview(data)[:cut]
             yield pending + whole if pending else bytes(whole)
             pending = data[cut:]
@@ -153,7 +155,7 @@ class _Text:
 _MAX_PIPE = 1 << 31
 
 
-def _special(path: Path) -> bytes | None:
+def read_special_file(path: Path) -> bytes | None:
     """The bytes of a pipe or a device, read once (a reader may read a file twice: the fast
     path, then the walk); None for a regular file or anything ``open`` will refuse."""
     try:
@@ -168,15 +170,15 @@ def _special(path: Path) -> bytes | None:
     return data
 
 
-def _blocks_or_none(text: _Text):
+def blocks_or_none(text: TextBuffer):
     """``text.blocks()``, then None after a too long line (for the walk to name it)."""
     try:
         yield from text.blocks()
-    except _LongLineError:
+    except LongLineError:
         yield None
 
 
-def _each(blocks, work, threads: int):
+def map_blocks(blocks, work, threads: int):
     """``work(block)`` for each block, in order; with ``threads`` > 1 on that many threads (the
     checks are numpy loops, which release the GIL), at most two a thread ahead of the caller,
     who may stop at any result."""
@@ -197,7 +199,7 @@ def _each(blocks, work, threads: int):
                 future.cancel()
 
 
-def _decode(path, first_line: int, raw: bytes) -> str:
+def decode_text(path, first_line: int, raw: bytes) -> str:
     """``raw`` as UTF-8; a bad byte or a NUL names its line (``first_line`` is raw's first)."""
     nul = raw.find(b"\0")
     try:
@@ -205,13 +207,13 @@ def _decode(path, first_line: int, raw: bytes) -> str:
     except UnicodeDecodeError as exc:
         if not 0 <= nul < exc.start:
             line = first_line + raw.count(b"\n", 0, exc.start)
-            raise _fail(path, line, "not a text file (invalid UTF-8)") from None
+            raise graph_error(path, line, "not a text file (invalid UTF-8)") from None
     if nul >= 0:
-        raise _fail(path, first_line + raw.count(b"\n", 0, nul), "not a text file (NUL byte)")
+        raise graph_error(path, first_line + raw.count(b"\n", 0, nul), "not a text file (NUL byte)")
     return text
 
 
-def _walk(path, text: _Text):
+def walk_text(path, text: TextBuffer):
     """``(number of the first line, lines)`` of each block after the lines ``text`` handed out
     already, decoded; a bad byte or a too long line named by its line."""
     number = text.lines_read
@@ -221,17 +223,17 @@ def _walk(path, text: _Text):
             raw = next(blocks)
         except StopIteration:
             return
-        except _LongLineError as exc:
-            raise _fail(path, number + 1, str(exc)) from None
-        lines = _decode(path, number + 1, raw).splitlines()
+        except LongLineError as exc:
+            raise graph_error(path, number + 1, str(exc)) from None
+        lines = decode_text(path, number + 1, raw).splitlines()
         yield number + 1, lines
         number += len(lines)
 
 
-def _walk_lines(path, text: _Text, comment: str):
+def walk_lines(path, text: TextBuffer, comment: str):
     """Blocks of ``(line numbers, stripped lines)``: the non-blank lines not starting with a
     character of ``comment``."""
-    for first, lines in _walk(path, text):
+    for first, lines in walk_text(path, text):
         numbers, kept = [], []
         for k, line in enumerate(lines):
             stripped = line.strip()

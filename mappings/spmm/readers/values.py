@@ -4,10 +4,10 @@ matrix they make."""
 import numpy as np
 import scipy.sparse as sp
 
-from .limits import _fail, _number_text, _show
+from .limits import graph_error, number_text, show
 
 
-def _numbers(path, numbers, lines, dtype, what: str) -> np.ndarray:
+def checked_numbers(path, numbers, lines, dtype, what: str) -> np.ndarray:
     """All tokens of ``lines`` as ``dtype``; a bad token is reported with its line."""
     tokens = " ".join(lines).split()
     try:
@@ -18,29 +18,31 @@ def _numbers(path, numbers, lines, dtype, what: str) -> np.ndarray:
                 try:
                     np.array(token, dtype=dtype)
                 except (ValueError, OverflowError):
-                    raise _fail(path, number, f"{what} {_show(token)} is not a number") from None
+                    raise graph_error(
+                        path, number, f"{what} {show(token)} is not a number"
+                    ) from None
         raise
 
 
-def _check_finite(path, values, line_of) -> None:
+def check_finite(path, values, line_of) -> None:
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
-        raise _fail(path, line_of(bad[0]), f"value {float(values[bad[0]])!r} is not finite")
+        raise graph_error(path, line_of(bad[0]), f"value {float(values[bad[0]])!r} is not finite")
 
 
-def _check_range(path, index, n, line_of, what, base) -> None:
+def check_range(path, index, n, line_of, what, base) -> None:
     bad = np.flatnonzero(~((index >= base) & (index < n + base)))
     if bad.size:
-        raise _fail(
+        raise graph_error(
             path,
             line_of(bad[0]),
-            f"{what} index {_number_text(index[bad[0]])} out of range {base}..{n + base - 1}",
+            f"{what} index {number_text(index[bad[0]])} out of range {base}..{n + base - 1}",
         )
 
 
-def _square(path, rows, cols, values, n) -> sp.csr_matrix:
+def square_matrix(path, rows, cols, values, n) -> sp.csr_matrix:
     if n == 0:
-        raise _fail(path, None, "empty graph (no nodes)")
+        raise graph_error(path, None, "empty graph (no nodes)")
     matrix = sp.csr_matrix((values, (rows, cols)), shape=(n, n), dtype=np.float64)
     matrix.sum_duplicates()
     return matrix

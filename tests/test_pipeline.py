@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data
 from amaranth.sim import Simulator
 from tandem.hw.common.fixed import partial_products
-from tandem.hw.common.pipeline import RegisterSlice, sideband, sideband_stages
+from tandem.hw.common.pipeline import RegisterSlice, sideband
 
 
 def _simulate(dut, bench):
@@ -69,13 +69,15 @@ def test_register_slice_streams_at_full_rate():
     assert got == list(range(39))  # one cycle behind, one beat a cycle
 
 
-def test_sideband_stages_delay_each_field_by_its_stage_under_enable_stalls():
+def test_chained_sideband_stages_delay_each_field_by_its_stage_under_enable_stalls():
     rng = np.random.default_rng(7)
     m = Module()
     enable = Signal()
     layout = data.StructLayout({"tag": 5, "value": signed(12)})
     fields = Signal(layout)
-    stages = sideband_stages(m, ("sa", "sb", "sc"), fields, enable)
+    stages = []
+    for prefix in ("sa", "sb", "sc"):
+        stages.append(sideband(m, prefix, stages[-1] if stages else fields, enable))
     assert [list(stage) for stage in stages] == [["tag", "value"]] * 3
     assert stages[2]["value"].name == "sc_value" and stages[2]["value"].shape() == signed(12)
     taken, got = [], []  # the beats of the cycles the stages advanced; every cycle's stages

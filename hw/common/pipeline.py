@@ -4,7 +4,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["RegisterSlice", "sideband", "sideband_stages", "stall_all_pipeline"]
+__all__ = ["RegisterSlice", "sideband", "stall_all_pipeline"]
 
 
 def stall_all_pipeline(m: Module, i, o, latency: int, *, name: str = "stage") -> Signal:
@@ -68,35 +68,6 @@ def sideband(m: Module, prefix: str, fields, enable=None, *, suffix: str = "") -
                 m.d.sync += reg.eq(value)
         stage[key] = reg
     return stage
-
-
-def sideband_stages(m: Module, prefixes, fields, enable=None, *, suffix: str = "") -> list:
-    """Carry a group of named fields through consecutive stages that move together.
-
-    Parameters
-    ----------
-    m : Module
-    prefixes : sequence of str
-        The stages' names, in pipeline order (one stage each; see :func:`sideband`).
-    fields : dict or data.View
-        The fields in front of the first stage.
-    enable : Value, optional
-        The stage enable all stages share (:func:`stall_all_pipeline`'s): while it is low
-        every stage holds, so the fields stay beside the datapath's registers.
-    suffix : str
-        Appended to every register's name.
-
-    Returns
-    -------
-    list of dict
-        Each stage's registered fields: element ``n`` is ``n + 1`` cycles (stage advances)
-        behind ``fields``.
-    """
-    stages = []
-    for prefix in prefixes:
-        fields = sideband(m, prefix, fields, enable, suffix=suffix)
-        stages.append(fields)
-    return stages
 
 
 class RegisterSlice(wiring.Component):

@@ -29,6 +29,7 @@ from tandem.host.system.decode import (
     load_model_weights,
     schedule,
 )
+from tandem.host.system.llama import import_torch
 
 from tandem.args import MAX_CLOCK_MHZ, MAX_SEED, host_memory_bytes, integer, output_file, real
 from tandem.config import ParamError, resolve_params
@@ -121,6 +122,13 @@ def add_arguments(parser) -> None:
         help="threads of torch, BLAS and OpenMP together (default: the cores no other process "
         "is running on)",
     )
+    parser.add_argument(
+        "--torch-device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="where the GPU side (torch) runs: auto, the default, takes CUDA when torch sees a "
+        "GPU and the CPU otherwise",
+    )
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     parser.add_argument(
         "--set",
@@ -171,7 +179,7 @@ def _setup(args) -> _Setup:
     params, memory_bytes = _engine_params(args, hpus, mib)
     if args.threads is not None:
         configure_threads(args.threads)
-    model, tokenizer, label = load_model_weights(args.model)
+    model, tokenizer, label = load_model_weights(args.model, _torch_device(args.torch_device))
     c = model.config
     try:
         params = HpuParams.for_model(c, base=params)
@@ -200,6 +208,15 @@ def _setup(args) -> _Setup:
         model, tokenizer, label, params, memory_bytes, hpus, harness, engines, clock_source,
         texts, prompts,
     )  # fmt: skip
+
+
+def _torch_device(choice: str):
+    """The torch device ``--torch-device`` names (None: the runtime's default)."""
+    if choice == "auto":
+        return None
+    if choice == "cuda" and not import_torch().cuda.is_available():
+        raise UserError("--torch-device cuda: torch sees no CUDA GPU here (--torch-device cpu)")
+    return choice
 
 
 def _check_flags(args) -> tuple[int, float, str]:
@@ -470,6 +487,7 @@ def _outcome(args, setup: _Setup, devices, result: DecodeResult, f: dict, report
     steps, engines = f["steps"], setup.engines
     return {
         "model": setup.label,
+        "gpu_side_device": str(setup.model.device),
         "backend": args.backend,
         "golden_kernel": devices[0].backend.kernel if args.backend == "golden" else None,
         "hpus": args.hpus,

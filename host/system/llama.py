@@ -38,13 +38,17 @@ class Llama:
         :func:`random_llama`); ``output.weight`` absent means tied embeddings.
     device
         torch device (default: :func:`default_device`).
+    dtype
+        torch dtype of the weights and activations (default float32, what the HPU backends
+        take; bfloat16 or float16 serve timing the GPU side at a GPU's own precision).
     """
 
-    def __init__(self, config: LlamaConfig, weights: dict, device=None):
+    def __init__(self, config: LlamaConfig, weights: dict, device=None, dtype=None):
         torch = import_torch()
         self.config = config
         self.device = default_device() if device is None else torch.device(device)
-        self.w = {name: t.to(self.device, torch.float32) for name, t in weights.items()}
+        self.dtype = torch.float32 if dtype is None else dtype
+        self.w = {name: t.to(self.device, self.dtype) for name, t in weights.items()}
         self.head = self.w.get("output.weight", self.w["token_embd.weight"])
         d = config.head_dim
         self._inv_freq = config.rope_theta ** (
@@ -67,7 +71,7 @@ class Llama:
         d = self.config.head_dim
         inv_freq = self._inv_freq if inv_freq is None else inv_freq
         angle = torch.outer(positions.to(torch.float64), inv_freq).repeat(1, 2)
-        cos, sin = angle.cos().float()[:, None], angle.sin().float()[:, None]
+        cos, sin = angle.cos().to(x.dtype)[:, None], angle.sin().to(x.dtype)[:, None]
         rotated = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
         return x * cos + rotated * sin
 

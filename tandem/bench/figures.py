@@ -30,6 +30,7 @@ class Provenance(enum.StrEnum):
     CPU_TIME = "measured: host runtime (CPU time)"
     PEAK_MEMORY = "measured: host runtime (peak memory)"
     COUNTERS = "measured: host runtime (counters)"
+    GPU = "measured: GPU (PyTorch on CUDA)"
     MODELLED = "modelled"
 
 

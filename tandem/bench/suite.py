@@ -246,6 +246,17 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         provenance=Provenance.PLACE_AND_ROUTE,
     ),
     Benchmark(
+        "gpu-decode",
+        "gpu_decode.py",
+        (),
+        "the GPU side of decode on a real GPU (PyTorch on CUDA): step time and share of the "
+        "GPU's memory bandwidth, GPU alone and beside HPU cards (without CUDA: the stored "
+        "measurement, constraints/measured/gpu_decode.yaml)",
+        quick_args=("--quick",),
+        provenance=Provenance.GPU,
+        system=True,
+    ),
+    Benchmark(
         "sim-speed",
         "sim_speed.py",
         (),

@@ -306,9 +306,11 @@ def figures_of(data: dict, command: str) -> Figures:
         what, reference = "GPU-side step of HPU decode", {}
         if r["mode"] == "gpu-alone":
             what = "GPU-alone decode step"
+        if r["mode"] == "gpu-alone" and r["model"] == "llama-2-7b":
             reference = {
                 "reference": MODEL_DECODE_EFFICIENCY,
-                "reference_label": "perf model's GPU decode efficiency (TensorRT-LLM on A100)",
+                "reference_label": "the perf model's GPU decode efficiency: TensorRT-LLM, "
+                "A100, FP16 (another GPU and software stack)",
             }
         figures.add(
             f"{what}: share of memory bandwidth, {r['model']} {r['dtype']}, batch {r['batch']}, "

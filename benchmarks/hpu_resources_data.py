@@ -196,11 +196,30 @@ def verilog_sha256(design: str, params: dict) -> str:
 
 @functools.cache
 def _verilog_sha256(design: str, params: tuple) -> str:
-    from tandem.generate import generate
-    from tandem.registry import get_design
+    """Generated once per design, parameters, tandem sources and tool versions: the answer is
+    kept in ``$XDG_CACHE_HOME/tandem/verilog-sha256/`` (an HPU takes seconds to generate, and
+    every run checks all the stored entries)."""
+    import hashlib
 
+    from tandem.sim.runner import default_cache_dir
+
+    from tandem.generate import generate, tool_versions
+    from tandem.registry import get_design
+    from tandem.sweep import source_digest
+
+    key = json.dumps([design, params, source_digest(), tool_versions()], default=str)
+    cached = (
+        default_cache_dir().parent / "verilog-sha256" / hashlib.sha256(key.encode()).hexdigest()
+    )
+    if cached.is_file():
+        return cached.read_text().strip()
     found = get_design(design)
-    return generate(found, found.params(**dict(params))).manifest["verilog"]["sha256"]
+    digest = generate(found, found.params(**dict(params))).manifest["verilog"]["sha256"]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f".{cached.name}.tmp")
+    tmp.write_text(digest + "\n")
+    tmp.replace(cached)
+    return digest
 
 
 def print_table(engines: list[dict], check: bool = False) -> None:

@@ -591,6 +591,35 @@ def test_stored_efficiency_names_the_command_that_measured_it():
     )
 
 
+def test_verilog_hash_is_cached_by_sources_and_parameters(tmp_path, monkeypatch):
+    """hpu_resources_data generates a configuration's Verilog once: a later process reads its
+    hash from the cache, and other parameters are generated afresh."""
+    import importlib.util
+    from pathlib import Path
+
+    import tandem.generate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "hpu_resources_data.py"
+
+    def load():
+        spec = importlib.util.spec_from_file_location("hpu_resources_data", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    first = load().verilog_sha256("exp2", {})
+    assert len(list((tmp_path / "tandem" / "verilog-sha256").iterdir())) == 1
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(tandem.generate, "generate", no_generation)
+    assert load().verilog_sha256("exp2", {}) == first
+    with pytest.raises(AssertionError, match="generated again"):
+        load().verilog_sha256("exp2", {"lut_bits": 4})
+
+
 def test_stored_synthesis_entries_say_whether_they_describe_the_present_gateware(tmp_path):
     """hpu_resources_data records the sha256 of the Verilog each report was synthesized from;
     ``--check`` says ``current`` only where the present generator writes that Verilog."""

@@ -210,6 +210,17 @@ def test_fifo_overflow_fails(engine, tmp_path):
     assert _result(report, "o", "hold").holds
 
 
+def test_only_checks_the_named_channels(engine, tmp_path):
+    """``only``: the named channel's properties alone, the rest switched off (the FIFO that
+    overflows is not reported, and does not fail the channel's run); ``buffers`` alone finds
+    the overflow at the same cycle as the whole run."""
+    run = {"name": "overflow", "depth": 8, "trace_dir": tmp_path, "engine": engine}
+    report = prove_component(Overflow(), only=["o"], **run)
+    assert [(r.target, r.holds) for r in report.results] == [("o", True), ("o", True)]
+    report = prove_component(Overflow(), only=["buffers"], **run)
+    assert [(r.target, r.status, r.depth) for r in report.results] == [("fifo queue", "failed", 3)]
+
+
 def test_a_real_pipeline_that_ignores_ready_fails(engine, monkeypatch, tmp_path):
     """exp2 with its stall logic broken (the stages move on every cycle, ``o.ready`` or not):
     the first result is valid in cycle ``LATENCY + 1`` (6) and gone in the next. The failure is
@@ -424,6 +435,7 @@ def test_cli_failure_exits_1(monkeypatch, tmp_path, capsys):
         (["prove", "exp2", "--timeout", "0"], "--timeout must be above 0"),
         (["prove", "exp2", "--set", "lut_bits=99"], "lut_bits"),
         (["prove", "exp2", "--defaults", "--set", "lut_bits=8"], "leave out -c and --set"),
+        (["prove", "exp2", "--only", "nothing"], "exp2 has no output channel or buffers of"),
     ],
 )
 def test_cli_user_errors_are_one_line(argv, message, capsys):

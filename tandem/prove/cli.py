@@ -50,6 +50,13 @@ def add_arguments(parser) -> None:
         metavar="SECONDS",
         help="time limit of one solver run (default: none)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="CHANNEL",
+        help="check only this output channel (result_o, k_axi.ar, ...) or, with 'buffers', the "
+        "FIFOs (repeatable; default: everything)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -77,6 +84,7 @@ def run(args, design: Design, params: Params) -> int:
         engine=args.engine,
         timeout=timeout,
         progress=stderr_progress("prove"),
+        only=args.only,
     )
     if args.json:
         sys.stdout.write(report.to_json())

@@ -7,6 +7,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,6 +95,7 @@ def prove(
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
     progress: Progress | None = None,
+    only: Sequence[str] | None = None,
 ) -> ProofReport:
     """Prove the stream rules for ``design`` with ``params`` (default: :func:`proof_params`).
 
@@ -120,6 +122,9 @@ def prove(
         netlist gets a subfolder ``<design>-<key>``.
     progress
         Called with a line now and then while a long solver run works (:mod:`tandem.progress`).
+    only
+        Check only these output channels (``"result_o"``, ``"k_axi.ar"``) and, with
+        ``"buffers"``, the FIFOs (default: everything).
 
     Returns
     -------
@@ -143,6 +148,7 @@ def prove(
         timeout=timeout,
         trace_dir=trace_dir,
         progress=progress,
+        only=only,
     )
     if proof_set and design.prove_params:
         changed = " ".join(f"{k}={v}" for k, v in design.prove_params.items())
@@ -162,6 +168,7 @@ def prove_component(
     timeout: float | None = None,
     trace_dir: str | Path | None = None,
     progress: Progress | None = None,
+    only: Sequence[str] | None = None,
 ) -> ProofReport:
     """:func:`prove` for any ``wiring.Component`` (a design's top, a block, a test mutant).
 
@@ -175,6 +182,9 @@ def prove_component(
     start = time.monotonic()
     harness, ports, checks, covers = build_harness(component)
     text = label_asserts(rtlil.convert(harness, name="top", ports=ports, emit_src=False))
+    pinned = checks + covers  # every check's skip input is pinned, the unselected ones off
+    if only:
+        checks, covers = _select(name, checks, covers, only)
     key = hashlib.sha256(text.encode()).hexdigest()[:12]
     traces = Path(trace_dir) if trace_dir is not None else default_trace_dir()
     traces = traces / f"{name}-{key}"
@@ -189,7 +199,7 @@ def prove_component(
     with tempfile.TemporaryDirectory(prefix="tandem-prove-") as tmp:
         run = _ProofRun(
             Path(tmp), name, {"cut": cut_text, "full": text}, cut, engine, timeout, progress,
-            checks, covers, report, traces,
+            checks, covers, report, traces, pinned,
         )  # fmt: skip
         if mode == "bmc":
             run.bmc(depth, margin)
@@ -201,6 +211,28 @@ def prove_component(
     report.seconds = round(time.monotonic() - start, 2)
     report.notes += report.beat_notes()
     return report
+
+
+def check_group(check) -> str:
+    """What ``--only`` names a check or cover by: its output channel, or ``"buffers"`` for
+    the FIFOs' checks (one solver run checks them together)."""
+    return "buffers" if check.prop in ("no-overflow", "first-full") else check.target
+
+
+def _select(name: str, checks, covers, only: Sequence[str]):
+    """The checks and covers of the channels in ``only``; an unknown name is a user error."""
+    known = sorted({check_group(c) for c in checks})
+    unknown = [n for n in only if n not in known]
+    if unknown:
+        raise UserError(
+            f"--only {unknown[0]}: {name} has no output channel or buffers of that name; it has "
+            f"{', '.join(known)}"
+        )
+    wanted = set(only)
+    return (
+        [c for c in checks if check_group(c) in wanted],
+        [c for c in covers if check_group(c) in wanted],
+    )
 
 
 class _ProofRun:
@@ -219,18 +251,19 @@ class _ProofRun:
     def __init__(
         self, work: Path, name: str, texts: dict[str, str], cut, engine: Engine,
         timeout: float | None, progress, checks, covers, report: ProofReport, traces: Path,
+        pinned=None,
     ):  # fmt: skip
         self.work, self.name, self.texts, self.engine = work, name, texts, engine
         self.timeout, self.progress, self.report, self.traces = timeout, progress, report, traces
         self.checks, self.covers = checks, covers
         self.everything = checks + covers
+        # The harness's every check and cover: a run pins the skip input of each, so that a
+        # check left out (``only``) is off rather than free.
+        self.pinned = self.everything if pinned is None else pinned
         self.by_ident = {c.ident: c for c in self.everything}
         # BMC runs one output channel (its properties and its first beat) at a time, and the
         # buffers together (:meth:`~tandem.prove.engines.Smtbmc.solve`).
-        self.group_of = {
-            c.ident: "buffers" if c.prop in ("no-overflow", "first-full") else c.target
-            for c in self.everything
-        }
+        self.group_of = {c.ident: check_group(c) for c in self.everything}
         self.results: dict[str, PropertyResult] = {}
         self.netlists: dict[str, str] = {}
         self.cover_idents = {c.ident for c in covers}
@@ -271,14 +304,14 @@ class _ProofRun:
             # A failure on the cut netlist is run again on the full one: no trace there.
             traced = [c.ident for c in self.checks] if variant == "full" else []
             smt = Smtbmc(
-                self.work, self.netlist(variant), self.everything, self.group_of, traced,
+                self.work, self.netlist(variant), self.pinned, self.group_of, traced,
                 self.timeout, self.progress,
             )  # fmt: skip
             return smt.solve(idents, run_depth, run_mode)
         groups = []
         while idents:
             outcome = run_sat(
-                self.work, self.netlist(variant), self.everything, set(idents), run_depth,
+                self.work, self.netlist(variant), self.pinned, set(idents), run_depth,
                 run_mode, self.timeout,
             )  # fmt: skip
             if outcome.outcome != "failed":

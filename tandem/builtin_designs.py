@@ -184,9 +184,6 @@ register(
         # Per engine, its requests' results in descriptor order (docs/hpu.md, "The card").
         golden=hpu_card_golden,
         testbench="tandem.sim.hpu.card_tb",
-        # One decode step on the shared HBM model, every engine streaming: 13.7k of the
-        # regression's 25.3k cycles.
-        quick_test="hbm_decode",
         cosim_server=CARD_SERVER,
         device="tandem.host.hpu.device:HpuDevice",
         board="u55c",  # the HPU paper's card

@@ -164,11 +164,12 @@ register(
         quick_test="line_rate_streaming",
         # The configuration hpu_stream_efficiency.py builds in `tandem bench --quick`.
         quick_overrides={"max_seq_len": 512},
-        # Induction does not close, and a BMC of the defaults reaches cycle 3 (docs/formal.md):
+        # Induction does not close, and a BMC of the defaults reaches no result (docs/formal.md):
         # the same gateware with 16 lanes, one query, 64 tokens and narrow number formats
-        # raises its first result in cycle 37; each output is checked 3 cycles past its first.
+        # raises its first result in cycle 60 (`tandem prove hpu --only result_o` reports it);
+        # each output is checked 3 cycles past its first.
         prove_params=_HPU_PROVE_PARAMS,
-        prove_depth=40,
+        prove_depth=63,
         prove_mode="bmc",
         prove_margin=3,
     )

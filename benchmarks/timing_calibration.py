@@ -307,10 +307,22 @@ def add_stored(figures: Figures, stored: dict) -> None:
                 stored[key][f"{stat}_percent"],
                 "%",
                 higher_is_better=False,
-                note=note,
+                note=note + (_worst_point(stored, key) if stat == "worst" else ""),
                 provenance=Provenance.PLACE_AND_ROUTE,
                 command=stored["command"],
             )
+
+
+def _worst_point(stored: dict, key: str) -> str:
+    """The design point whose estimate (before the fit, or after it on all points) is
+    furthest from nextpnr's, as a clause of a note."""
+    estimate = {"before_fit": "estimate_before_fit_mhz", "after_fit": "estimate_after_fit_mhz"}
+    column = estimate[key]
+    row = max(stored["rows"], key=lambda r: abs(r[column] / r["nextpnr_mhz"] - 1))
+    return (
+        f"; furthest point: {row['design']} ({_params_text(row['params'])}), estimate "
+        f"{row[column]} MHz against nextpnr's {row['nextpnr_mhz']} MHz"
+    )
 
 
 def _write_calibration(

@@ -199,12 +199,12 @@ ECP5_6_UNFITTED = Ecp5DelayModel(
 ECP5_6 = Ecp5DelayModel(
     **{
         **ECP5_6_UNFITTED.__dict__,
-        "net": 0.4475,
-        "net_per_log2_fanout": 0.1482,
-        "net_block": 0.5473,
-        "clock_uncertainty": 0.6341,
+        "net": 0.4962,
+        "net_per_log2_fanout": 0.1649,
+        "net_block": 0.5822,
+        "clock_uncertainty": 0.4103,
         "fit": (
-            "fitted against nextpnr-ecp5 0.11.1.0.post826, 32 points, "
+            "fitted against nextpnr-ecp5 0.11.1.0.post826, 33 points, "
             "benchmarks/timing_calibration.py (non-negative least squares of the relative "
             "path-delay error)"
         ),

@@ -190,16 +190,16 @@ register(
         board="u55c",  # the HPU paper's card
         docs="docs/hpu.md",
         # The engine's proof parameters (see hpu), two engines over a 64 KiB memory of four
-        # channels (each engine's K spans in one, its V spans in the next). The
-        # dispatcher holds each header for its header_beats cycles and the result slice adds
-        # one: the depth leaves room past hpu's first result for both.
+        # channels (each engine's K spans in one, its V spans in the next). The dispatcher
+        # holds each header for its header_beats cycles and the result slice adds one: the
+        # card's first result comes in cycle 65 (`tandem prove hpu-card --only result_o`).
         prove_params={
             **_HPU_PROVE_PARAMS,
             "engines": 2,
             "channels": 4,
             "memory_bytes": 1 << 16,
         },
-        prove_depth=46,
+        prove_depth=68,
         prove_mode="bmc",
         prove_margin=3,
     )

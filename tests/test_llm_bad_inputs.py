@@ -348,7 +348,7 @@ def test_a_runner_refuses_a_model_of_another_architecture(program):
 HONOURED = {
     "prompt", "tokens", "backend", "simulator", "harness", "trace", "program", "model",
     "temperature", "seed", "raw", "clock_mhz", "hpu_memory_mib", "compare", "threads", "json",
-    "overrides", "kv_bits", "placement", "help",
+    "overrides", "kv_bits", "placement", "torch_device", "help",
 }  # fmt: skip
 REFUSED = {"batch", "hpus", "max_slice_tokens", "engines", "waves"}
 

@@ -36,7 +36,7 @@ from tandem.config import ParamError, resolve_params
 from tandem.errors import UserError
 from tandem.progress import stderr_progress
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "torch_device"]
 
 
 def add_arguments(parser) -> None:
@@ -179,7 +179,7 @@ def _setup(args) -> _Setup:
     params, memory_bytes = _engine_params(args, hpus, mib)
     if args.threads is not None:
         configure_threads(args.threads)
-    model, tokenizer, label = load_model_weights(args.model, _torch_device(args.torch_device))
+    model, tokenizer, label = load_model_weights(args.model, torch_device(args.torch_device))
     c = model.config
     try:
         params = HpuParams.for_model(c, base=params)
@@ -210,7 +210,7 @@ def _setup(args) -> _Setup:
     )  # fmt: skip
 
 
-def _torch_device(choice: str):
+def torch_device(choice: str):
     """The torch device ``--torch-device`` names (None: the runtime's default)."""
     if choice == "auto":
         return None

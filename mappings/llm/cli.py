@@ -172,6 +172,7 @@ def run_program(args) -> int:
     from tandem.host.sparse_dsp.device import SparseMpeDevice
     from tandem.host.sparse_dsp.golden import SparseMpeParams
     from tandem.host.system.decode import HpuAttention, channel_report, load_model_weights
+    from tandem.host.system.decode_cli import torch_device
     from tandem.host.system.model import LlamaConfig
     from tandem.host.system.perf import engine_clock
 
@@ -181,7 +182,7 @@ def run_program(args) -> int:
 
     flags = _program_flags(args)
     compiled = CompiledModel(args.program)
-    model, tokenizer, label = load_model_weights(args.model)
+    model, tokenizer, label = load_model_weights(args.model, torch_device(args.torch_device))
     c = model.config
     if not isinstance(c, LlamaConfig):
         raise UserError(

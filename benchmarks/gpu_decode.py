@@ -40,12 +40,9 @@ from tandem.bench import Figures, Provenance, add_benchmark_options, skip
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "constraints" / "measured" / "gpu_decode.yaml"
 
-#: Data-sheet memory bandwidth of GPUs by the name torch reports, GB/s, with the source.
-PEAK_GBPS = {
-    "H200": (4800.0, "NVIDIA H200 Tensor Core GPU data sheet: 4.8 TB/s HBM3e"),
-    "H100 80GB HBM3": (3350.0, "NVIDIA H100 data sheet, SXM: 3.35 TB/s"),
-    "A100-SXM4-80GB": (2039.0, "NVIDIA A100 data sheet, 80GB SXM: 2,039 GB/s"),
-}
+#: Data-sheet memory bandwidth of the GPU measured here (not one of constraints/gpus, which
+#: hold the others' figures), GB/s, with the source; other GPUs take --peak-gbps.
+PEAK_GBPS = {"H200": (4800.0, "NVIDIA H200 Tensor Core GPU data sheet: 4.8 TB/s HBM3e")}
 #: The points of the full run: (model, dtype, batch, context). Llama-2-7B at the GPU's own
 #: precision, in the HPU paper's batches; SmolLM2-135M in float32, as the runtime decodes it.
 FULL_POINTS = [
